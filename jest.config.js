@@ -1,0 +1,23 @@
+/** Jest runs TypeScript through SWC; Nest 12 ships ESM only, so @nestjs is transformed too. */
+module.exports = {
+  rootDir: '.',
+  testEnvironment: 'node',
+  testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/**/*.spec.ts', '<rootDir>/src/**/*.spec.ts'],
+  transform: {
+    '^.+\\.(t|j|mj)s$': ['@swc/jest', {
+      jsc: {
+        parser: { syntax: 'typescript', decorators: true },
+        transform: { legacyDecorator: true, decoratorMetadata: true },
+        target: 'es2022',
+      },
+      module: { type: 'commonjs' },
+    }],
+  },
+  transformIgnorePatterns: ['/node_modules/(?!@nestjs/)'],
+  moduleNameMapper: {
+    '^@app/pg-queue$': '<rootDir>/libs/pg-queue/src',
+    '^@app/pg-queue/(.*)$': '<rootDir>/libs/pg-queue/src/$1',
+    '^(\\.{1,2}/.*)\\.js$': '$1',
+  },
+  testTimeout: 60000,
+};

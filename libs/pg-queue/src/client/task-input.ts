@@ -1,0 +1,82 @@
+import {
+  InvalidEnqueueOptionsError,
+  InvalidPayloadError,
+  InvalidQueueNameError,
+  PayloadTooLargeError,
+} from '../errors';
+import type { NewTaskRow } from '../sql/task.repository';
+import type { FollowUpOptions } from '../types';
+
+const QUEUE_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
+const INT32_MAX = 2_147_483_647;
+
+export function validateQueueName(queue: unknown): string {
+  if (typeof queue !== 'string' || !QUEUE_NAME.test(queue)) throw new InvalidQueueNameError(queue);
+  return queue;
+}
+
+/** JSON text of a payload, or a typed error for anything JSON would silently change or drop. */
+export function serialisePayload(queue: string, payload: unknown, maxBytes: number): string {
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(payload, (_key, value: unknown) => {
+      if (typeof value === 'function' || typeof value === 'symbol') {
+        throw new InvalidPayloadError(queue, `contains a ${typeof value}`);
+      }
+      if (typeof value === 'number' && !Number.isFinite(value)) {
+        throw new InvalidPayloadError(queue, `contains the number ${value}`);
+      }
+      return value;
+    });
+  } catch (err) {
+    if (err instanceof InvalidPayloadError) throw err;
+    throw new InvalidPayloadError(queue, (err as Error).message); // BigInt, cycles, throwing toJSON
+  }
+  if (json === undefined) throw new InvalidPayloadError(queue, 'payload is undefined');
+  // jsonb cannot store U+0000.
+  if (json.includes('\\u0000')) throw new InvalidPayloadError(queue, 'contains the character U+0000');
+  const bytes = Buffer.byteLength(json, 'utf8');
+  if (bytes > maxBytes) throw new PayloadTooLargeError(queue, bytes, maxBytes);
+  return json;
+}
+
+/** Validates one enqueue call and turns it into a row; throws before anything is written. */
+export function buildTaskRow(
+  queue: unknown,
+  payload: unknown,
+  options: FollowUpOptions | undefined,
+  defaults: { maxPayloadBytes: number; maxAttemptsFor: (queue: string) => number },
+  parentId: string | null = null,
+): NewTaskRow {
+  const name = validateQueueName(queue);
+  const o = options ?? {};
+  if (typeof o !== 'object') throw new InvalidEnqueueOptionsError('options', 'expected an object');
+  const priority = o.priority ?? 0;
+  if (!Number.isInteger(priority) || priority < -INT32_MAX || priority > INT32_MAX) {
+    throw new InvalidEnqueueOptionsError('priority', `expected a 32-bit integer, got ${JSON.stringify(priority)}`);
+  }
+  let runAt: Date | null = null;
+  if (o.runAt !== undefined) {
+    if (!(o.runAt instanceof Date) || Number.isNaN(o.runAt.getTime())) {
+      throw new InvalidEnqueueOptionsError('runAt', 'expected a valid Date');
+    }
+    runAt = o.runAt;
+  }
+  const delayMs = o.delayMs ?? 0;
+  if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0) {
+    throw new InvalidEnqueueOptionsError('delayMs', `expected a finite number >= 0, got ${JSON.stringify(delayMs)}`);
+  }
+  const maxAttempts = o.maxAttempts ?? defaults.maxAttemptsFor(name);
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000_000) {
+    throw new InvalidEnqueueOptionsError('maxAttempts', `expected an integer in [1, 1000000], got ${JSON.stringify(maxAttempts)}`);
+  }
+  return {
+    queue: name,
+    payloadJson: serialisePayload(name, payload, defaults.maxPayloadBytes),
+    priority,
+    runAt,
+    delayMs: Math.round(delayMs),
+    maxAttempts,
+    parentId,
+  };
+}

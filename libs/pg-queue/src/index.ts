@@ -1,0 +1,25 @@
+export { PgQueueModule } from './pg-queue.module';
+export { PG_QUEUE_OPTIONS } from './pg-queue.module-definition';
+export { DEFAULT_HANDLER_OPTIONS, type HandlerOptions, type PgQueueModuleOptions } from './pg-queue.options';
+export { TaskHandler, TASK_HANDLER_METADATA } from './decorators/task-handler.decorator';
+export { TaskQueue } from './client/task-queue.service';
+export { TaskHandlerRegistry, type RegisteredHandler } from './discovery/task-handler.registry';
+export { TaskEvents } from './observability/task-events';
+export { WorkerOrchestrator } from './worker/worker.orchestrator';
+export { printSchemaSql } from './sql/schema.sql';
+export type { TaskRow } from './sql/task.repository';
+export * from './errors';
+export type {
+  BackoffOptions,
+  EnqueueItem,
+  EnqueueOptions,
+  FollowUpOptions,
+  HandlerMode,
+  PrismaClientLike,
+  QueueStats,
+  SqlExecutor,
+  Task,
+  TaskContext,
+  TaskEvent,
+  TaskHandlerFn,
+} from './types';

@@ -1,0 +1,143 @@
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { HandlerConfigurationError, InvalidOptionsError } from './errors';
+import { validateSchemaName } from './sql/identifiers';
+import type { FinishedRetention } from './sql/complete.sql';
+import type { BackoffOptions, HandlerMode, PrismaClientLike } from './types';
+
+/** Per-handler settings; every field has a default (see DEFAULT_HANDLER_OPTIONS). */
+export interface HandlerOptions {
+  /** 'transactional' (default): exactly-once DB effects. 'lease': external side effects, long work. */
+  mode: HandlerMode;
+  /** Tasks of this queue running at once in this process (transactional: concurrent transactions). */
+  concurrency: number;
+  /** Tasks taken per claim (transactional: per transaction, each isolated by a savepoint). */
+  batchSize: number;
+  maxAttempts: number;
+  backoff: BackoffOptions;
+  /** A handler running longer fails that attempt with TaskTimeoutError (and is retried). */
+  timeoutMs: number;
+  /** Lease length; lease-mode workers extend it by heartbeat every leaseMs / 3. */
+  leaseMs: number;
+}
+
+export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
+  mode: 'transactional',
+  concurrency: 10,
+  batchSize: 10,
+  maxAttempts: 5,
+  backoff: { type: 'exponential', delayMs: 1000, maxDelayMs: 3_600_000, jitter: true },
+  timeoutMs: 30_000,
+  leaseMs: 60_000,
+};
+
+export interface PgQueueModuleOptions {
+  /** The app's own PrismaClient (with the @prisma/adapter-pg driver adapter). */
+  prisma: PrismaClientLike;
+  /** Connection string for the LISTEN connection. Without it workers only poll. */
+  databaseUrl?: string;
+  /** Postgres schema of the queue tables. Default 'pgqueue'. */
+  schema?: string;
+  /** Written to `locked_by`. Default host:pid:random. */
+  workerId?: string;
+  /** Start workers at bootstrap. false for API-only processes that only enqueue. Default true. */
+  autoStart?: boolean;
+  /** Fallback poll when no notification arrives. Default 2000 ms. */
+  pollIntervalMs?: number;
+  /** How long app.close() waits for running handlers before releasing their tasks. Default 10 s. */
+  shutdownTimeoutMs?: number;
+  /** Create/upgrade the queue tables at startup. Default true. */
+  installSchema?: boolean;
+  /** Largest accepted payload, as JSON bytes. Default 256 KiB. */
+  maxPayloadBytes?: number;
+  /** Stored error text is cut to this many bytes so rows never TOAST. Default 2048. */
+  maxErrorBytes?: number;
+  /** Finished tasks: moved to task_archive ('archive', default) or deleted. */
+  finished?: FinishedRetention;
+  /** How often each instance looks for expired leases. Default 5000 ms. */
+  rescueIntervalMs?: number;
+  /** Defaults for every handler, over the library's own. */
+  handlerDefaults?: Partial<HandlerOptions>;
+  /** Per-queue settings, over handlerDefaults and under the decorator's options. */
+  queues?: Record<string, Partial<HandlerOptions>>;
+}
+
+export interface ResolvedModuleOptions extends Required<Omit<PgQueueModuleOptions, 'databaseUrl' | 'handlerDefaults' | 'queues'>> {
+  databaseUrl?: string;
+  handlerDefaults: HandlerOptions;
+  queues: Record<string, Partial<HandlerOptions>>;
+}
+
+function positiveInt(option: string, value: unknown, { min = 1, max = Number.MAX_SAFE_INTEGER } = {}): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new InvalidOptionsError(option, `expected an integer in [${min}, ${max}], got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+export function defaultWorkerId(): string {
+  return `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+}
+
+export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedModuleOptions {
+  if (!options || typeof options !== 'object') throw new InvalidOptionsError('options', 'expected an object');
+  const prisma = options.prisma as unknown as Record<string, unknown> | undefined;
+  if (!prisma || typeof prisma.$queryRawUnsafe !== 'function' || typeof prisma.$transaction !== 'function') {
+    throw new InvalidOptionsError('prisma', 'expected a PrismaClient instance ($queryRawUnsafe and $transaction missing)');
+  }
+  if (options.databaseUrl !== undefined && (typeof options.databaseUrl !== 'string' || !/^postgres(ql)?:\/\//.test(options.databaseUrl))) {
+    throw new InvalidOptionsError('databaseUrl', 'expected a postgres:// or postgresql:// connection string');
+  }
+  if (options.workerId !== undefined && (typeof options.workerId !== 'string' || options.workerId.length === 0 || options.workerId.length > 200)) {
+    throw new InvalidOptionsError('workerId', 'expected a non-empty string of at most 200 characters');
+  }
+  if (options.finished !== undefined && options.finished !== 'archive' && options.finished !== 'delete') {
+    throw new InvalidOptionsError('finished', `expected 'archive' or 'delete', got ${JSON.stringify(options.finished)}`);
+  }
+  const handlerDefaults = resolveHandlerOptions('handlerDefaults', DEFAULT_HANDLER_OPTIONS, options.handlerDefaults);
+  const queues = options.queues ?? {};
+  for (const [queue, q] of Object.entries(queues)) resolveHandlerOptions(`queues.${queue}`, handlerDefaults, q);
+  return {
+    prisma: options.prisma,
+    databaseUrl: options.databaseUrl,
+    schema: validateSchemaName(options.schema ?? 'pgqueue'),
+    workerId: options.workerId ?? defaultWorkerId(),
+    autoStart: options.autoStart ?? true,
+    pollIntervalMs: positiveInt('pollIntervalMs', options.pollIntervalMs ?? 2000, { min: 10 }),
+    shutdownTimeoutMs: positiveInt('shutdownTimeoutMs', options.shutdownTimeoutMs ?? 10_000, { min: 0 }),
+    installSchema: options.installSchema ?? true,
+    maxPayloadBytes: positiveInt('maxPayloadBytes', options.maxPayloadBytes ?? 256 * 1024, { max: 100 * 1024 * 1024 }),
+    maxErrorBytes: positiveInt('maxErrorBytes', options.maxErrorBytes ?? 2048, { min: 64, max: 1024 * 1024 }),
+    finished: options.finished ?? 'archive',
+    rescueIntervalMs: positiveInt('rescueIntervalMs', options.rescueIntervalMs ?? 5000, { min: 10 }),
+    handlerDefaults,
+    queues,
+  };
+}
+
+/** Layers partial options over a base and validates the result; `where` names the source in errors. */
+export function resolveHandlerOptions(where: string, base: HandlerOptions, over?: Partial<HandlerOptions>): HandlerOptions {
+  const merged: HandlerOptions = { ...base, ...over, backoff: { ...base.backoff, ...over?.backoff } };
+  const fail = (option: string, reason: string): never => {
+    throw new HandlerConfigurationError(`pg-queue: ${where}: invalid option "${option}": ${reason}`);
+  };
+  const int = (option: keyof HandlerOptions, min: number, max = 1_000_000_000) => {
+    const v = merged[option];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+      fail(option, `expected an integer in [${min}, ${max}], got ${JSON.stringify(v)}`);
+    }
+  };
+  if (merged.mode !== 'transactional' && merged.mode !== 'lease') fail('mode', `expected 'transactional' or 'lease', got ${JSON.stringify(merged.mode)}`);
+  int('concurrency', 1, 1000);
+  int('batchSize', 1, 1000);
+  int('maxAttempts', 1, 1_000_000);
+  int('timeoutMs', 1);
+  int('leaseMs', 100);
+  const b = merged.backoff;
+  if (!['fixed', 'linear', 'exponential'].includes(b.type)) fail('backoff.type', `expected fixed, linear or exponential, got ${JSON.stringify(b.type)}`);
+  if (typeof b.delayMs !== 'number' || !(b.delayMs >= 0)) fail('backoff.delayMs', 'expected a number >= 0');
+  if (b.maxDelayMs !== undefined && (typeof b.maxDelayMs !== 'number' || b.maxDelayMs < b.delayMs)) {
+    fail('backoff.maxDelayMs', 'expected a number >= delayMs');
+  }
+  return merged;
+}

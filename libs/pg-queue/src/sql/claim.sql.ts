@@ -1,0 +1,53 @@
+import { quoteIdent } from './identifiers';
+
+/**
+ * Claiming work. A claim is its own committed statement: it takes a lease (locked_by, a fresh
+ * lease_token, locked_until) and counts the attempt *before* the handler runs, so a task that
+ * crashes its whole process is still counted and ends `dead` instead of looping forever.
+ *
+ * Lock decisions:
+ * - `FOR UPDATE SKIP LOCKED` in a CTE: concurrent claimers take disjoint rows without waiting on
+ *   each other; the CTE keeps the LIMIT applied before the UPDATE (an optimisation fence).
+ * - The scan walks task_claim_idx (queue, priority, run_at, id) WHERE state = 'pending', so the cost
+ *   does not depend on how many running, dead or finished tasks exist.
+ *
+ * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms.
+ */
+export function claimStatements(schema: string) {
+  const s = quoteIdent(schema);
+  return {
+    claim: `
+WITH next AS (
+  SELECT id FROM ${s}.task
+  WHERE queue = $1 AND state = 'pending' AND run_at <= now()
+  ORDER BY priority, run_at, id
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE ${s}.task t
+SET state = 'running',
+    attempt = t.attempt + 1,
+    locked_by = $3,
+    lease_token = gen_random_uuid(),
+    locked_until = now() + $4 * interval '1 millisecond',
+    started_at = now(),
+    finished_at = NULL
+FROM next
+WHERE t.id = next.id
+RETURNING t.id::text AS id, t.queue, t.payload, t.priority, t.run_at, t.attempt, t.max_attempts,
+          t.created_at, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id`,
+
+    /**
+     * Transactional mode, first statement of the handler transaction: re-check that each lease is
+     * still ours and row-lock it until commit. A plain FOR UPDATE (no SKIP): nothing else holds
+     * these rows for long, and while we hold them no rescuer or claimer can take them over.
+     * Parameters: $1 id[], $2 lease_token[].
+     */
+    lockLeases: `
+SELECT t.id::text AS id
+FROM ${s}.task t
+JOIN unnest($1::bigint[], $2::uuid[]) AS l(id, token) ON t.id = l.id AND t.lease_token = l.token
+WHERE t.state = 'running'
+FOR UPDATE OF t`,
+  };
+}

@@ -1,0 +1,100 @@
+import { quoteIdent } from './identifiers';
+
+/**
+ * The queue's tables, as an ordered list of migrations. The installer applies the ones a database
+ * lacks, under an advisory lock, and records them in `schema_version`; `printSchemaSql()` emits the
+ * same text for teams who keep it in `prisma/migrations`.
+ *
+ * Layout decisions:
+ * - `task` is the hot table: only pending, running and dead rows. Finished rows move to
+ *   `task_archive` (or are deleted), so the claim index never grows with history.
+ * - The claim index is partial on `state = 'pending'`: claim order (priority, run_at, id) is the
+ *   index order, and running/dead rows are not in it at all.
+ * - Error text is truncated by the library before it is written, so rows stay under the TOAST limit.
+ */
+export interface SchemaMigration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export function schemaMigrations(schema: string): SchemaMigration[] {
+  const s = quoteIdent(schema);
+  return [
+    {
+      version: 1,
+      name: 'tasks',
+      sql: `
+CREATE TABLE ${s}.task (
+  id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  queue         text        NOT NULL,
+  state         text        NOT NULL DEFAULT 'pending'
+                CHECK (state IN ('pending', 'running', 'dead')),
+  payload       jsonb       NOT NULL,
+  priority      integer     NOT NULL DEFAULT 0,
+  run_at        timestamptz NOT NULL DEFAULT now(),
+  attempt       integer     NOT NULL DEFAULT 0,
+  max_attempts  integer     NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+  locked_by     text,
+  lease_token   uuid,
+  locked_until  timestamptz,
+  last_error    text,
+  parent_id     bigint,
+  created_at    timestamptz NOT NULL DEFAULT now(),
+  started_at    timestamptz,
+  finished_at   timestamptz
+) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
+
+-- Claim: the next pending tasks of a queue in (priority, run_at, id) order.
+CREATE INDEX task_claim_idx ON ${s}.task (queue, priority, run_at, id) WHERE state = 'pending';
+-- Rescue: running tasks whose lease ran out.
+CREATE INDEX task_lease_idx ON ${s}.task (locked_until) WHERE state = 'running';
+-- Inspection of dead tasks per queue.
+CREATE INDEX task_dead_idx ON ${s}.task (queue, finished_at) WHERE state = 'dead';
+
+CREATE TABLE ${s}.task_archive (
+  id            bigint      PRIMARY KEY,
+  queue         text        NOT NULL,
+  state         text        NOT NULL CHECK (state IN ('done', 'cancelled')),
+  payload       jsonb       NOT NULL,
+  priority      integer     NOT NULL,
+  run_at        timestamptz NOT NULL,
+  attempt       integer     NOT NULL,
+  max_attempts  integer     NOT NULL,
+  last_error    text,
+  parent_id     bigint,
+  created_at    timestamptz NOT NULL,
+  started_at    timestamptz,
+  finished_at   timestamptz NOT NULL
+);
+-- Pruning and per-hour throughput.
+CREATE INDEX task_archive_finished_idx ON ${s}.task_archive (finished_at);
+CREATE INDEX task_archive_parent_idx ON ${s}.task_archive (parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX task_parent_idx ON ${s}.task (parent_id) WHERE parent_id IS NOT NULL;
+`,
+    },
+  ];
+}
+
+/** Everything needed to create the schema from nothing, including the version bookkeeping. */
+export function schemaBootstrapSql(schema: string): string {
+  const s = quoteIdent(schema);
+  return `
+CREATE SCHEMA IF NOT EXISTS ${s};
+CREATE TABLE IF NOT EXISTS ${s}.schema_version (
+  version     integer     PRIMARY KEY,
+  name        text        NOT NULL,
+  applied_at  timestamptz NOT NULL DEFAULT now()
+);`;
+}
+
+/** The full SQL, for `prisma/migrations` users: bootstrap plus every migration, each recorded. */
+export function printSchemaSql(schema: string): string {
+  const s = quoteIdent(schema);
+  const parts = [`-- pg-queue schema "${schema}"`, schemaBootstrapSql(schema).trim()];
+  for (const m of schemaMigrations(schema)) {
+    parts.push(`-- migration ${m.version}: ${m.name}`, m.sql.trim());
+    parts.push(`INSERT INTO ${s}.schema_version (version, name) VALUES (${m.version}, '${m.name}') ON CONFLICT DO NOTHING;`);
+  }
+  return parts.join('\n\n') + '\n';
+}

@@ -1,0 +1,114 @@
+/**
+ * The structural slice of a PrismaClient the library needs. Any PrismaClient (with the
+ * `@prisma/adapter-pg` driver adapter) satisfies it, so the library never imports generated code.
+ */
+export interface SqlExecutor {
+  $queryRawUnsafe<T = unknown>(query: string, ...values: unknown[]): PromiseLike<T>;
+  $executeRawUnsafe(query: string, ...values: unknown[]): PromiseLike<number>;
+}
+
+export interface TransactionOptionsLike {
+  maxWait?: number;
+  timeout?: number;
+}
+
+export interface PrismaClientLike extends SqlExecutor {
+  $transaction<R>(fn: (tx: any) => Promise<R>, options?: TransactionOptionsLike): Promise<R>;
+  $disconnect(): Promise<void>;
+}
+
+/** A claimed task as the handler sees it. */
+export interface Task<P = unknown> {
+  /** bigint id, as a string. */
+  readonly id: string;
+  readonly queue: string;
+  readonly payload: P;
+  /** 1 on the first attempt; counted when the task was claimed. */
+  readonly attempt: number;
+  readonly maxAttempts: number;
+  readonly priority: number;
+  readonly runAt: Date;
+  readonly createdAt: Date;
+  /** The task whose handler enqueued this one, if any. */
+  readonly parentId: string | null;
+}
+
+export type HandlerMode = 'transactional' | 'lease';
+
+export interface BackoffOptions {
+  type: 'fixed' | 'linear' | 'exponential';
+  /** Delay after the first failure. */
+  delayMs: number;
+  /** Upper bound for any delay. */
+  maxDelayMs?: number;
+  /** Spread retries over [delay/2, delay] so failing tasks do not retry in lockstep. */
+  jitter?: boolean;
+}
+
+/** Options for one enqueue. */
+export interface EnqueueOptions<TTx = unknown> {
+  /**
+   * A Prisma transaction client: the insert joins that transaction and commits (or rolls back)
+   * with the caller's business writes. Without it the insert commits on its own.
+   */
+  tx?: TTx;
+  /** Do not run before this instant. */
+  runAt?: Date;
+  /** Do not run before now + delayMs (database clock). Ignored when runAt is given. */
+  delayMs?: number;
+  /** Lower runs first. Default 0. */
+  priority?: number;
+  /** Default: the queue's handler setting when it is registered here, else the module default. */
+  maxAttempts?: number;
+}
+
+/** A follow-up enqueued from a handler: committed together with the parent's completion. */
+export type FollowUpOptions = Omit<EnqueueOptions, 'tx'>;
+
+export interface EnqueueItem<P = unknown> {
+  queue: string;
+  payload: P;
+  options?: FollowUpOptions;
+}
+
+/** What a handler gets besides its task. */
+export interface TaskContext<TTx = SqlExecutor> {
+  /**
+   * The Prisma transaction client (transactional mode). Writes made through it commit together
+   * with the task's completion, or not at all. Reading it in lease mode throws.
+   */
+  readonly tx: TTx;
+  /** Enqueue a follow-up task; it is committed exactly when this task's completion is. */
+  enqueue<P = unknown>(queue: string, payload: P, options?: FollowUpOptions): Promise<void>;
+  /** Extend the lease now (lease mode; also done automatically). Throws LeaseLostError if lost. */
+  heartbeat(): Promise<void>;
+  /** Fires on timeout, shutdown past the deadline, or a lost lease. */
+  readonly signal: AbortSignal;
+  readonly workerId: string;
+  readonly mode: HandlerMode;
+}
+
+export type TaskHandlerFn<P = any, TTx = any> = (task: Task<P>, ctx: TaskContext<TTx>) => Promise<void>;
+
+export interface QueueStats {
+  queue: string;
+  pending: number;
+  running: number;
+  dead: number;
+  done: number;
+  cancelled: number;
+  /** Age of the oldest pending task that is due, in ms; null when none is waiting. */
+  oldestPendingMs: number | null;
+}
+
+/** Task events, published on `TaskQueue.events$`. */
+export interface TaskEvent {
+  type: 'claimed' | 'completed' | 'failed' | 'dead' | 'released' | 'lease-lost';
+  queue: string;
+  taskId: string;
+  attempt: number;
+  workerId: string;
+  at: Date;
+  durationMs?: number;
+  error?: string;
+}

@@ -1,0 +1,36 @@
+/**
+ * Error text as stored in `last_error`: message plus a short stack, cut to a byte budget at a
+ * character boundary, so a row stays under Postgres' TOAST threshold however long the error.
+ */
+export function errorText(err: unknown, maxBytes: number): string {
+  let text: string;
+  if (err instanceof Error) {
+    const stack = err.stack ?? '';
+    const frames = stack.split('\n').slice(1, 6).join('\n');
+    text = `${err.name}: ${err.message}${frames ? `\n${frames}` : ''}`;
+  } else {
+    try {
+      text = typeof err === 'string' ? err : JSON.stringify(err) ?? String(err);
+    } catch {
+      text = String(err);
+    }
+  }
+  return truncateUtf8(text.replace(/\u0000/g, ''), maxBytes);
+}
+
+export function truncateUtf8(text: string, maxBytes: number): string {
+  if (Buffer.byteLength(text, 'utf8') <= maxBytes) return text;
+  const marker = '…[truncated]';
+  const budget = maxBytes - Buffer.byteLength(marker, 'utf8');
+  const buf = Buffer.from(text, 'utf8').subarray(0, Math.max(0, budget));
+  // Drop a trailing partial multi-byte character: find the last lead byte, check its length.
+  let end = buf.length;
+  if (end > 0) {
+    let p = end - 1;
+    while (p > 0 && (buf[p] & 0xc0) === 0x80) p--;
+    const lead = buf[p];
+    const len = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+    if (p + len > end) end = p;
+  }
+  return buf.subarray(0, end).toString('utf8') + marker;
+}

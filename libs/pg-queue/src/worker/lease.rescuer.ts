@@ -1,0 +1,46 @@
+import type { Logger } from '@nestjs/common';
+import type { TaskRepository } from '../sql/task.repository';
+import type { SqlExecutor } from '../types';
+
+/**
+ * Periodically returns tasks with expired leases to the queue (or to `dead` after their last
+ * attempt). Every instance runs it; SKIP LOCKED keeps them from contending, and rows held by a live
+ * transactional handler are locked, hence skipped.
+ */
+export class LeaseRescuer {
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly db: SqlExecutor,
+    private readonly repo: TaskRepository,
+    private readonly intervalMs: number,
+    private readonly logger: Logger,
+  ) {}
+
+  start(): void {
+    const tick = () => {
+      this.timer = setTimeout(async () => {
+        await this.rescueOnce();
+        if (this.timer) tick();
+      }, this.intervalMs * (0.8 + Math.random() * 0.4));
+      this.timer.unref();
+    };
+    tick();
+  }
+
+  stop(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  async rescueOnce(): Promise<{ rescued: number; dead: number }> {
+    try {
+      const res = await this.repo.rescueExpired(this.db);
+      if (res.rescued > 0) this.logger.warn(`rescued ${res.rescued} task(s) with expired leases (${res.dead} now dead)`);
+      return res;
+    } catch (err) {
+      this.logger.error(`lease rescue failed: ${(err as Error).message}`);
+      return { rescued: 0, dead: 0 };
+    }
+  }
+}

@@ -1,0 +1,118 @@
+import { LeaseLostError, ShutdownAbortError } from '../errors';
+import type { RegisteredHandler } from '../discovery/task-handler.registry';
+import type { Attempt } from './attempt';
+import { CompletionBatcher } from './completion.batcher';
+import { invokeHandler } from './handler.invoker';
+import { createTaskContext } from './task-context.factory';
+import { failureOf, publish, type WorkerDeps } from './worker.deps';
+
+/**
+ * Lease mode: the handler runs outside any transaction while the worker keeps its lease alive
+ * (automatic heartbeat every leaseMs / 3, plus ctx.heartbeat()). Completion, failure and heartbeat
+ * are fenced by the lease token, so a worker that lost its lease changes nothing; follow-ups are
+ * inserted by the same statement as the fenced completion. At-least-once: an attempt whose lease
+ * expires mid-way may run again elsewhere, so external effects need an idempotency key.
+ */
+export class LeaseRunner {
+  private readonly active = new Set<Attempt>();
+  private readonly batcher: CompletionBatcher;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly deps: WorkerDeps,
+    private readonly handler: RegisteredHandler,
+  ) {
+    this.batcher = new CompletionBatcher(deps.prisma, deps.repo, handler.options.batchSize);
+  }
+
+  async run(a: Attempt): Promise<void> {
+    this.active.add(a);
+    this.ensureHeartbeat();
+    try {
+      await this.attempt(a);
+    } finally {
+      this.active.delete(a);
+      if (this.active.size === 0) this.stopHeartbeat();
+    }
+  }
+
+  /** Shutdown past the deadline: signal every running handler; their tasks are released. */
+  abortAll(): void {
+    for (const a of this.active) a.controller.abort(new ShutdownAbortError());
+  }
+
+  flush(): Promise<void> {
+    return this.batcher.flush();
+  }
+
+  private async attempt(a: Attempt): Promise<void> {
+    const ctx = createTaskContext(a, {
+      mode: 'lease',
+      workerId: this.deps.workerId,
+      rowDefaults: this.deps.rowDefaults,
+      heartbeat: () => this.heartbeatOne(a),
+    });
+    a.beginRun();
+    publish(this.deps, a, 'claimed');
+    const { outcome } = invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
+    const result = await outcome;
+    a.finished = true;
+    try {
+      if (result.kind === 'ok') {
+        const completed = await this.batcher.complete(a.lease, a.followUps);
+        publish(this.deps, a, completed ? 'completed' : 'lease-lost');
+        return;
+      }
+      if (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError) {
+        await this.deps.repo.release(this.deps.prisma, [a.lease]);
+        publish(this.deps, a, 'released');
+        return;
+      }
+      if (result.kind === 'aborted' && result.reason instanceof LeaseLostError) {
+        publish(this.deps, a, 'lease-lost');
+        return;
+      }
+      const error = result.kind === 'error' ? result.error : result.reason;
+      const failure = failureOf(a, error, this.handler, this.deps.maxErrorBytes);
+      const state = await this.batcher.fail(failure);
+      publish(this.deps, a, state === null ? 'lease-lost' : state === 'dead' ? 'dead' : 'failed', failure.error);
+    } catch (err) {
+      // Could not record the outcome: the lease will expire and the task be retried (at-least-once).
+      this.deps.logger.error(`could not record task ${a.task.id} of "${a.task.queue}": ${(err as Error).message}`);
+    }
+  }
+
+  private async heartbeatOne(a: Attempt): Promise<void> {
+    if (a.controller.signal.aborted) throw new LeaseLostError(a.task.id);
+    const held = await this.deps.repo.heartbeat(this.deps.prisma, [a.lease], this.handler.options.leaseMs);
+    if (!held.has(a.task.id)) {
+      const lost = new LeaseLostError(a.task.id);
+      a.controller.abort(lost);
+      throw lost;
+    }
+  }
+
+  private ensureHeartbeat(): void {
+    if (this.heartbeatTimer) return;
+    const every = Math.max(50, Math.floor(this.handler.options.leaseMs / 3));
+    this.heartbeatTimer = setInterval(() => void this.heartbeatAll(), every);
+    this.heartbeatTimer.unref();
+  }
+
+  private stopHeartbeat(): void {
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = null;
+  }
+
+  /** One statement extends every lease this runner holds; the ones not extended were lost. */
+  private async heartbeatAll(): Promise<void> {
+    const running = [...this.active].filter((a) => !a.finished && !a.controller.signal.aborted);
+    if (running.length === 0) return;
+    try {
+      const held = await this.deps.repo.heartbeat(this.deps.prisma, running.map((a) => a.lease), this.handler.options.leaseMs);
+      for (const a of running) if (!held.has(a.task.id) && !a.finished) a.controller.abort(new LeaseLostError(a.task.id));
+    } catch (err) {
+      this.deps.logger.warn(`heartbeat failed for queue "${this.handler.queue}": ${(err as Error).message}`);
+    }
+  }
+}

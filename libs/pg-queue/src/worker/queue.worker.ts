@@ -1,0 +1,191 @@
+import type { RegisteredHandler } from '../discovery/task-handler.registry';
+import { ShutdownAbortError } from '../errors';
+import { Attempt, byClaimOrder } from './attempt';
+import { LeaseRunner } from './lease.runner';
+import { TransactionalRunner } from './transactional.runner';
+import type { WorkerDeps } from './worker.deps';
+
+/**
+ * Runs one queue in this process.
+ *
+ *   idle ──wake (NOTIFY / poll / slot freed)──▶ claiming ──rows──▶ dispatch ─┐
+ *     ▲                                             │ none / short batch      │ full batch and
+ *     └─────────────────────────────────────────────┘                        │ capacity left
+ *                                                   ◀────────────────────────┘
+ *   stop(): stop claiming → wait for running work until the deadline → abort the rest
+ *           (transactional: roll back; lease: signal) → release unfinished tasks uncounted.
+ *
+ * Capacity is counted in tasks for lease mode and in concurrent transactions for transactional mode.
+ * A wake that arrives while a claim is in flight is remembered by sequence number, never lost.
+ */
+export class QueueWorker {
+  private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  private claiming = false;
+  private wakeSeq = 0;
+  private claimedSeq = -1;
+  private busy = 0;
+  private readonly work = new Set<Promise<void>>();
+  private pollTimer: NodeJS.Timeout | null = null;
+  private retryTimer: NodeJS.Timeout | null = null;
+  private readonly lease: LeaseRunner | null;
+  private readonly transactional: TransactionalRunner | null;
+
+  constructor(
+    readonly handler: RegisteredHandler,
+    private readonly deps: WorkerDeps,
+    private readonly pollIntervalMs: number,
+  ) {
+    const o = handler.options;
+    this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler) : null;
+    this.transactional = o.mode === 'transactional' ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle') : null;
+  }
+
+  get queue(): string {
+    return this.handler.queue;
+  }
+
+  start(): void {
+    if (this.state !== 'idle') return;
+    this.state = 'running';
+    this.schedulePoll();
+    this.wake();
+  }
+
+  /** Something may be claimable: a notification, the poll timer, a retry. */
+  wake(): void {
+    this.wakeSeq++;
+    void this.fill();
+  }
+
+  /** Stops claiming, waits for running work until `deadline` (epoch ms), then aborts what is left. */
+  async stop(deadline: number): Promise<void> {
+    if (this.state === 'stopped') return;
+    this.state = 'stopping';
+    if (this.pollTimer) clearTimeout(this.pollTimer);
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    const finished = await this.settleWithin(Math.max(0, deadline - Date.now()));
+    if (!finished) {
+      this.lease?.abortAll();
+      this.abortTransactional();
+      await this.settleWithin(Number.MAX_SAFE_INTEGER);
+    }
+    await this.lease?.flush();
+    this.state = 'stopped';
+  }
+
+  /**
+   * Test helper: claims and runs due tasks inline until none is left; returns how many attempts ran.
+   * Works whether or not the worker was started.
+   */
+  async drain(): Promise<number> {
+    let ran = 0;
+    for (;;) {
+      await this.settleWithin(Number.MAX_SAFE_INTEGER);
+      const rows = await this.claim(this.handler.options.batchSize);
+      if (rows.length === 0 && this.work.size === 0) return ran;
+      ran += rows.length;
+      if (rows.length > 0) await this.dispatch(rows);
+    }
+  }
+
+  private capacity(): number {
+    const o = this.handler.options;
+    if (this.lease) {
+      const free = o.concurrency - this.busy;
+      // Refill in batches rather than one slot at a time.
+      return free >= Math.max(1, Math.floor(Math.min(o.batchSize, o.concurrency) / 2)) ? Math.min(o.batchSize, free) : 0;
+    }
+    return this.busy < o.concurrency ? o.batchSize : 0;
+  }
+
+  private async fill(): Promise<void> {
+    if (this.claiming || this.state !== 'running') return;
+    this.claiming = true;
+    try {
+      while (this.state === 'running' && this.claimedSeq !== this.wakeSeq) {
+        const want = this.capacity();
+        if (want === 0) break;
+        const seq = this.wakeSeq;
+        const rows = await this.claim(want);
+        // A short batch means the queue is empty for now, unless a wake came in meanwhile.
+        if (rows.length < want) this.claimedSeq = seq;
+        if (rows.length > 0) void this.dispatch(rows);
+      }
+    } catch (err) {
+      this.deps.logger.error(`claim failed for queue "${this.queue}": ${(err as Error).message}`);
+      this.retryTimer ??= setTimeout(() => {
+        this.retryTimer = null;
+        this.wake();
+      }, 1000);
+      this.retryTimer.unref();
+    } finally {
+      this.claiming = false;
+    }
+  }
+
+  private async claim(limit: number): Promise<Attempt[]> {
+    const o = this.handler.options;
+    const rows = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs);
+    return rows.map((r) => new Attempt(r)).sort(byClaimOrder);
+  }
+
+  private dispatch(attempts: Attempt[]): Promise<void> {
+    const runs = this.lease
+      ? attempts.map((a) => this.track(1, () => this.lease!.run(a)))
+      : [this.track(1, () => this.transactional!.run(attempts))];
+    return Promise.all(runs).then(() => undefined);
+  }
+
+  private track(units: number, run: () => Promise<void>): Promise<void> {
+    this.busy += units;
+    const p = run()
+      .catch((err: unknown) => this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`))
+      .finally(() => {
+        this.busy -= units;
+        this.work.delete(p);
+        // A slot freed up: claim more if the queue may still have work.
+        void this.fill();
+      });
+    this.work.add(p);
+    return p;
+  }
+
+  private abortTransactional(): void {
+    if (!this.transactional) return;
+    // Running transactional attempts see the abort and roll their transaction back.
+    for (const a of this.transactionalAttempts) a.controller.abort(new ShutdownAbortError());
+  }
+
+  /** Attempts currently inside a transactional batch, for shutdown aborts. */
+  private get transactionalAttempts(): Attempt[] {
+    return this.transactional?.active() ?? [];
+  }
+
+  private async settleWithin(ms: number): Promise<boolean> {
+    const deadline = Date.now() + ms;
+    while (this.work.size > 0) {
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = await Promise.race([
+        Promise.allSettled([...this.work]).then(() => false),
+        new Promise<boolean>((resolve) => {
+          timer = setTimeout(() => resolve(true), Math.min(left, 2 ** 31 - 1));
+        }),
+      ]);
+      clearTimeout(timer);
+      if (timedOut) return this.work.size === 0;
+    }
+    return true;
+  }
+
+  private schedulePoll(): void {
+    const jittered = this.pollIntervalMs * (0.9 + Math.random() * 0.2);
+    this.pollTimer = setTimeout(() => {
+      if (this.state !== 'running') return;
+      this.wake();
+      this.schedulePoll();
+    }, jittered);
+    this.pollTimer.unref();
+  }
+}

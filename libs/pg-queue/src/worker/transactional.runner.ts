@@ -1,0 +1,214 @@
+import { LeaseLostError, ShutdownAbortError, TaskTimeoutError } from '../errors';
+import type { RegisteredHandler } from '../discovery/task-handler.registry';
+import type { Failure, Lease } from '../sql/task.repository';
+import type { SqlExecutor } from '../types';
+import type { Attempt } from './attempt';
+import { invokeHandler } from './handler.invoker';
+import { createTaskContext } from './task-context.factory';
+import { TransactionGate } from './transaction.gate';
+import { failureOf, publish, type WorkerDeps } from './worker.deps';
+
+/** Past this, a batch transaction stops starting tasks and commits; the rest get a new transaction. */
+const TX_BUDGET_MS = 200;
+/** How long a timed-out handler may take to settle before its whole transaction is rolled back. */
+const SETTLE_GRACE_MS = 250;
+
+type Result = { ok: true } | { ok: false; failure: Failure };
+
+/** Thrown inside the transaction to roll all of it back. */
+class RollbackAll extends Error {
+  constructor(readonly why: 'stuck-handler' | 'shutdown', readonly attempt: Attempt) {
+    super(why);
+  }
+}
+
+/**
+ * Transactional mode: a claimed batch runs inside one Prisma interactive transaction.
+ *
+ *   BEGIN
+ *   lock leases (FOR UPDATE, fenced by token)      -- lost leases are skipped
+ *   for each task: [SAVEPOINT] handler [RELEASE | ROLLBACK TO]
+ *   complete successes + insert their follow-ups    -- one statement
+ *   record failures (retry / dead)                  -- one statement
+ *   COMMIT
+ *
+ * Each task is isolated by its savepoint: one failure never undoes a neighbour's success. A crash
+ * anywhere before COMMIT leaves no trace of the handlers' writes; the attempts stay counted by the
+ * claim, and the leases expire into a retry. A handler that times out and does not stop, or a
+ * shutdown past its deadline, rolls the whole transaction back: neighbours are then re-run in a new
+ * transaction (their first run left nothing behind), or on shutdown released uncounted.
+ */
+export class TransactionalRunner {
+  private readonly running = new Set<Attempt>();
+
+  constructor(
+    private readonly deps: WorkerDeps,
+    private readonly handler: RegisteredHandler,
+    private readonly isStopping: () => boolean,
+  ) {}
+
+  async run(batch: Attempt[]): Promise<void> {
+    for (const a of batch) this.running.add(a);
+    try {
+      let todo = batch;
+      while (todo.length > 0) {
+        if (this.isStopping()) {
+          await this.release(todo);
+          return;
+        }
+        todo = await this.runTransaction(todo);
+      }
+    } finally {
+      for (const a of batch) this.running.delete(a);
+    }
+  }
+
+  /** Attempts in a batch this runner holds (for shutdown aborts). */
+  active(): Attempt[] {
+    return [...this.running];
+  }
+
+  /** Runs one transaction; returns the attempts that still need one. */
+  private async runTransaction(attempts: Attempt[]): Promise<Attempt[]> {
+    const results = new Map<Attempt, Result>();
+    const later: Attempt[] = [];
+    let held = new Set<string>();
+    let current: Attempt | null = null;
+    const { timeoutMs } = this.handler.options;
+    let failedStates = new Map<string, 'pending' | 'dead'>();
+    try {
+      await this.deps.prisma.$transaction(
+        async (tx: SqlExecutor) => {
+          held = await this.deps.repo.lockLeases(tx, attempts.map((a) => a.lease));
+          const began = Date.now();
+          for (const a of attempts) {
+            if (!held.has(a.task.id)) {
+              publish(this.deps, a, 'lease-lost');
+              continue;
+            }
+            if (results.size > 0 && (Date.now() - began > TX_BUDGET_MS || this.isStopping())) {
+              later.push(a);
+              continue;
+            }
+            current = a;
+            results.set(a, await this.runOne(tx, a));
+            current = null;
+          }
+          failedStates = await this.finish(tx, results);
+        },
+        { maxWait: 10_000, timeout: timeoutMs + TX_BUDGET_MS + 10_000 },
+      );
+    } catch (err) {
+      return this.recover(err, attempts.filter((a) => held.has(a.task.id)), results, later, current);
+    }
+    this.announce(results, failedStates);
+    return later;
+  }
+
+  private async runOne(tx: SqlExecutor, a: Attempt): Promise<Result> {
+    const gate = new TransactionGate(tx);
+    const ctx = createTaskContext(a, {
+      mode: 'transactional',
+      workerId: this.deps.workerId,
+      rowDefaults: this.deps.rowDefaults,
+      tx: gate.client(),
+      heartbeat: async () => {
+        if (a.controller.signal.aborted) throw new LeaseLostError(a.task.id);
+      },
+    });
+    a.beginRun();
+    publish(this.deps, a, 'claimed');
+    const { outcome, settled } = invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
+    const result = await outcome;
+    a.finished = true;
+    gate.close(new LeaseLostError(a.task.id));
+    if (result.kind === 'ok') {
+      try {
+        await gate.release();
+        return { ok: true };
+      } catch (err) {
+        // The handler swallowed a failed statement: the savepoint's work is unusable.
+        await gate.rollback();
+        return this.failed(a, err);
+      }
+    }
+    if (result.kind === 'error') {
+      await gate.rollback();
+      return this.failed(a, result.error);
+    }
+    if (result.reason instanceof ShutdownAbortError) throw new RollbackAll('shutdown', a);
+    const stopped = await Promise.race([settled.then(() => true), delay(SETTLE_GRACE_MS).then(() => false)]);
+    if (!stopped) throw new RollbackAll('stuck-handler', a);
+    await gate.rollback();
+    return this.failed(a, result.reason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs));
+  }
+
+  private failed(a: Attempt, error: unknown): Result {
+    a.followUps.length = 0;
+    return { ok: false, failure: failureOf(a, error, this.handler, this.deps.maxErrorBytes) };
+  }
+
+  /** Completes the successes (with their follow-ups) and records the failures; returns each failure's new state. */
+  private async finish(tx: SqlExecutor, results: Map<Attempt, Result>): Promise<Map<string, 'pending' | 'dead'>> {
+    const done: Attempt[] = [];
+    const failures: Failure[] = [];
+    for (const [a, r] of results) {
+      if (r.ok) done.push(a);
+      else failures.push(r.failure);
+    }
+    if (done.length > 0) await this.deps.repo.complete(tx, done.map((a) => a.lease), done.flatMap((a) => a.followUps));
+    return failures.length > 0 ? this.deps.repo.fail(tx, failures) : new Map();
+  }
+
+  private announce(results: Map<Attempt, Result>, failedStates: Map<string, 'pending' | 'dead'>): void {
+    for (const [a, r] of results) {
+      if (r.ok) publish(this.deps, a, 'completed');
+      else publish(this.deps, a, failedStates.get(a.task.id) === 'dead' ? 'dead' : 'failed', r.failure.error);
+    }
+  }
+
+  /** Nothing of the transaction committed. Decide what each held attempt needs now. */
+  private async recover(err: unknown, attempts: Attempt[], results: Map<Attempt, Result>, later: Attempt[], current: Attempt | null): Promise<Attempt[]> {
+    if (err instanceof RollbackAll && err.why === 'shutdown') {
+      await this.release(attempts);
+      return [];
+    }
+    if (err instanceof RollbackAll) {
+      // Record the stuck attempt's failure on its own; everyone else runs again.
+      const stuck = err.attempt;
+      const timeout = stuck.controller.signal.reason ?? new TaskTimeoutError(stuck.task.id, this.handler.options.timeoutMs);
+      await this.recordOutsideTransaction([failureOf(stuck, timeout, this.handler, this.deps.maxErrorBytes)]);
+      publish(this.deps, stuck, stuck.isLastAttempt ? 'dead' : 'failed', String(timeout));
+      return attempts.filter((a) => a !== stuck);
+    }
+    // The transaction itself failed (connection lost, commit refused, ...): count the attempts
+    // that ran as failed with that error; the ones never started go again.
+    this.deps.logger.error(`transaction for queue "${this.handler.queue}" failed: ${(err as Error)?.message ?? err}`);
+    const ran = [...results.keys(), ...(current ? [current] : [])];
+    await this.recordOutsideTransaction(ran.map((a) => failureOf(a, err, this.handler, this.deps.maxErrorBytes)));
+    for (const a of ran) publish(this.deps, a, 'failed', String(err));
+    return later;
+  }
+
+  private async recordOutsideTransaction(failures: Failure[]): Promise<void> {
+    try {
+      await this.deps.repo.fail(this.deps.prisma, failures);
+    } catch (err) {
+      // The database is unreachable: the leases will expire and the rescuer retries the tasks.
+      this.deps.logger.error(`could not record failed attempts: ${(err as Error).message}`);
+    }
+  }
+
+  private async release(attempts: Attempt[]): Promise<void> {
+    try {
+      await this.deps.repo.release(this.deps.prisma, attempts.map((a) => a.lease));
+      for (const a of attempts) publish(this.deps, a, 'released');
+    } catch (err) {
+      this.deps.logger.error(`could not release tasks on shutdown: ${(err as Error).message}`);
+    }
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}

@@ -1,0 +1,66 @@
+import type { Logger } from '@nestjs/common';
+import createPostgresSubscriber, { type Subscriber } from 'pg-listen';
+
+/**
+ * Holds the one LISTEN connection of this process (Prisma cannot LISTEN) and turns notifications
+ * into worker wake-ups. pg-listen reconnects after a dropped connection; since notifications sent
+ * while disconnected are lost, every reconnect wakes all workers once. Polling stays on as the
+ * fallback either way.
+ */
+export class WakeupListener {
+  private subscriber: Subscriber | null = null;
+  private connected = false;
+
+  constructor(
+    private readonly databaseUrl: string,
+    private readonly channel: string,
+    private readonly onQueue: (queue: string) => void,
+    private readonly onReconnect: () => void,
+    private readonly logger: Logger,
+  ) {}
+
+  get isConnected(): boolean {
+    return this.connected;
+  }
+
+  async start(): Promise<void> {
+    const subscriber = createPostgresSubscriber(
+      { connectionString: this.databaseUrl, keepAlive: true, application_name: 'pg-queue listener' },
+      {
+        parse: (payload: string) => payload,
+        retryInterval: (attempt: number) => Math.min(5000, 100 * 2 ** attempt),
+        retryTimeout: Number.POSITIVE_INFINITY,
+        paranoidChecking: 30_000,
+      },
+    );
+    this.subscriber = subscriber;
+    subscriber.notifications.on(this.channel, (queue: string) => this.onQueue(queue));
+    subscriber.events.on('connected', () => {
+      const wasDown = !this.connected;
+      this.connected = true;
+      if (wasDown) this.onReconnect();
+    });
+    subscriber.events.on('reconnect', (attempt: number) => {
+      this.connected = false;
+      this.logger.warn(`LISTEN connection lost; reconnecting (attempt ${attempt}); polling meanwhile`);
+    });
+    subscriber.events.on('error', (err: Error) => {
+      this.connected = false;
+      this.logger.error(`LISTEN connection failed: ${err.message}; polling only`);
+    });
+    try {
+      await subscriber.connect();
+      await subscriber.listenTo(this.channel);
+      this.connected = true;
+    } catch (err) {
+      this.logger.error(`LISTEN unavailable (${(err as Error).message}); falling back to polling`);
+    }
+  }
+
+  async stop(): Promise<void> {
+    const s = this.subscriber;
+    this.subscriber = null;
+    this.connected = false;
+    if (s) await s.close().catch(() => undefined);
+  }
+}

@@ -1,0 +1,44 @@
+import type { Logger } from '@nestjs/common';
+import type { buildTaskRow } from '../client/task-input';
+import { NonRetryableError } from '../errors';
+import type { TaskEvents } from '../observability/task-events';
+import type { RegisteredHandler } from '../discovery/task-handler.registry';
+import type { Failure, TaskRepository } from '../sql/task.repository';
+import type { PrismaClientLike, TaskEvent } from '../types';
+import type { Attempt } from './attempt';
+import { backoffDelayMs } from './backoff';
+import { errorText } from './error-text';
+
+/** What a queue worker and its runners share. */
+export interface WorkerDeps {
+  prisma: PrismaClientLike;
+  repo: TaskRepository;
+  workerId: string;
+  events: TaskEvents;
+  logger: Logger;
+  maxErrorBytes: number;
+  rowDefaults: Parameters<typeof buildTaskRow>[3];
+}
+
+/** The failure record of an attempt: fatal errors and last attempts go to dead (the SQL decides). */
+export function failureOf(attempt: Attempt, error: unknown, handler: RegisteredHandler, maxErrorBytes: number): Failure {
+  return {
+    ...attempt.lease,
+    error: errorText(error, maxErrorBytes),
+    delayMs: backoffDelayMs(handler.options.backoff, attempt.task.attempt),
+    fatal: error instanceof NonRetryableError,
+  };
+}
+
+export function publish(deps: WorkerDeps, attempt: Attempt, type: TaskEvent['type'], error?: string): void {
+  deps.events.publish({
+    type,
+    queue: attempt.task.queue,
+    taskId: attempt.task.id,
+    attempt: attempt.task.attempt,
+    workerId: deps.workerId,
+    at: new Date(),
+    durationMs: attempt.startedAt ? Date.now() - attempt.startedAt : undefined,
+    error,
+  });
+}

@@ -1,0 +1,147 @@
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { TaskQueue } from '../client/task-queue.service';
+import { TaskHandlerRegistry } from '../discovery/task-handler.registry';
+import { PgQueueError } from '../errors';
+import { TaskEvents } from '../observability/task-events';
+import type { ResolvedModuleOptions } from '../pg-queue.options';
+import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
+import { installSchema } from '../sql/schema.installer';
+import { TaskRepository } from '../sql/task.repository';
+import { LeaseRescuer } from './lease.rescuer';
+import { QueueWorker } from './queue.worker';
+import { WakeupListener } from './wakeup.listener';
+import type { WorkerDeps } from './worker.deps';
+
+/**
+ * Starts and stops the queue machinery with the Nest application:
+ * - onModuleInit: install/upgrade the schema (so enqueue works from any later hook);
+ * - onApplicationBootstrap: one QueueWorker per registered handler, the LISTEN connection and the
+ *   lease rescuer (unless autoStart is false);
+ * - onModuleDestroy: drain. Nest may destroy the app's PrismaService before this module, so the
+ *   client's `$disconnect` is wrapped to wait for the drain first: work never loses its pool.
+ */
+@Injectable()
+export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap, OnModuleDestroy {
+  private readonly logger = new Logger('PgQueue');
+  private readonly workers = new Map<string, QueueWorker>();
+  private listener: WakeupListener | null = null;
+  private rescuer: LeaseRescuer | null = null;
+  private started = false;
+  private shutdownPromise: Promise<void> | null = null;
+  private readonly deps: WorkerDeps;
+
+  constructor(
+    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
+    private readonly repo: TaskRepository,
+    private readonly registry: TaskHandlerRegistry,
+    events: TaskEvents,
+    queue: TaskQueue,
+  ) {
+    this.deps = {
+      prisma: options.prisma,
+      repo,
+      workerId: options.workerId,
+      events,
+      logger: this.logger,
+      maxErrorBytes: options.maxErrorBytes,
+      rowDefaults: queue.rowDefaults(),
+    };
+  }
+
+  async onModuleInit(): Promise<void> {
+    this.holdDisconnectUntilDrained();
+    if (this.options.installSchema) await installSchema(this.options.prisma, this.options.schema);
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    if (this.options.autoStart) await this.start();
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    await this.shutdown();
+  }
+
+  /** Starts workers for every registered handler (called at bootstrap unless autoStart is false). */
+  async start(): Promise<void> {
+    if (this.started) return;
+    if (this.shutdownPromise) throw new PgQueueError('pg-queue: cannot start after shutdown');
+    this.started = true;
+    if (this.options.databaseUrl) {
+      this.listener = new WakeupListener(
+        this.options.databaseUrl,
+        this.repo.channel,
+        (queue) => this.workers.get(queue)?.wake(),
+        () => this.wakeAll(),
+        this.logger,
+      );
+      await this.listener.start();
+    }
+    for (const handler of this.registry.all()) this.worker(handler.queue).start();
+    this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger);
+    this.rescuer.start();
+  }
+
+  /** Stops claiming, drains within shutdownTimeoutMs, releases the rest. Idempotent. */
+  shutdown(): Promise<void> {
+    this.shutdownPromise ??= (async () => {
+      const deadline = Date.now() + this.options.shutdownTimeoutMs;
+      this.rescuer?.stop();
+      await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
+      await this.listener?.stop();
+    })();
+    return this.shutdownPromise;
+  }
+
+  /** Runs due tasks of one queue (or every registered queue) inline until none is left. */
+  async drain(queue?: string): Promise<number> {
+    const queues = queue ? [queue] : this.registry.all().map((h) => h.queue);
+    let total = 0;
+    for (let again = true; again; ) {
+      again = false;
+      for (const q of queues) {
+        const ran = await this.worker(q).drain();
+        total += ran;
+        if (ran > 0) again = true; // follow-ups may have landed in an earlier queue
+      }
+    }
+    return total;
+  }
+
+  /** Returns expired leases to the queue now (the rescuer also does it every rescueIntervalMs). */
+  rescueExpired(): Promise<{ rescued: number; dead: number }> {
+    return (this.rescuer ?? new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger)).rescueOnce();
+  }
+
+  get listening(): boolean {
+    return this.listener?.isConnected ?? false;
+  }
+
+  private wakeAll(): void {
+    for (const w of this.workers.values()) w.wake();
+  }
+
+  private worker(queue: string): QueueWorker {
+    let w = this.workers.get(queue);
+    if (!w) {
+      const handler = this.registry.get(queue);
+      if (!handler) throw new PgQueueError(`pg-queue: no handler for queue "${queue}" in this process`);
+      w = new QueueWorker(handler, this.deps, this.options.pollIntervalMs);
+      this.workers.set(queue, w);
+    }
+    return w;
+  }
+
+  private holdDisconnectUntilDrained(): void {
+    const prisma = this.options.prisma as unknown as { $disconnect: () => Promise<void> };
+    const disconnect = prisma.$disconnect;
+    if (typeof disconnect !== 'function') return;
+    Object.defineProperty(prisma, '$disconnect', {
+      configurable: true,
+      writable: true,
+      value: async () => {
+        if (this.started) await this.shutdown();
+        return disconnect.call(prisma);
+      },
+    });
+  }
+}

@@ -1,0 +1,48 @@
+// `npm test`: unit, integration and e2e specs against a real PostgreSQL. With DATABASE_URL unset
+// it starts a throwaway local cluster (see local-postgres.js) and removes it afterwards.
+// Ends with the plain line `tests: N passed, N failed` read from Jest's --json report, and fails
+// when no test ran.
+const { spawnSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { startLocalPostgres } = require('./local-postgres');
+
+async function main() {
+  const env = { ...process.env };
+  let pg = null;
+  if (!env.DATABASE_URL) {
+    // Durability settings off: these clusters are thrown away, and tests must not wait on fsync.
+    pg = await startLocalPostgres({ label: 'test', settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' } });
+    env.DATABASE_URL = pg.url;
+    console.log(`test database: local PostgreSQL on port ${pg.port}`);
+  }
+  const stop = () => pg && pg.stop();
+  process.on('SIGINT', () => { stop(); process.exit(130); });
+  process.on('SIGTERM', () => { stop(); process.exit(143); });
+
+  const report = path.join(os.tmpdir(), `pgqueue-jest-${process.pid}.json`);
+  const jest = require.resolve('jest/bin/jest');
+  const res = spawnSync(process.execPath, [jest, '--json', `--outputFile=${report}`, ...process.argv.slice(2)], { stdio: 'inherit', env });
+  stop();
+
+  let passed = 0;
+  let failed = 0;
+  let suitesFailed = 0;
+  try {
+    const r = JSON.parse(fs.readFileSync(report, 'utf8'));
+    passed = r.numPassedTests;
+    failed = r.numFailedTests;
+    suitesFailed = r.numFailedTestSuites;
+    fs.rmSync(report, { force: true });
+  } catch (err) {
+    console.error(`could not read jest's report: ${err.message}`);
+  }
+  console.log(`tests: ${passed} passed, ${failed} failed`);
+  if (res.status !== 0 || failed > 0 || suitesFailed > 0 || passed === 0) process.exit(res.status || 1);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,28 @@
+import { Module } from '@nestjs/common';
+import { PgQueueModule } from '@app/pg-queue';
+import { EmailHandlers } from './emails/email.handlers';
+import { OrderHandlers } from './orders/order.handlers';
+import { OrdersController } from './orders/orders.controller';
+import { OrdersService } from './orders/orders.service';
+import { PaymentGateway } from './payments/payment-gateway';
+import { PaymentHandlers } from './payments/payment.handlers';
+import { PrismaModule } from './prisma/prisma.module';
+import { PrismaService } from './prisma/prisma.service';
+
+/** Orders → payment → email, each step a queue task. */
+@Module({
+  imports: [
+    PrismaModule,
+    PgQueueModule.forRootAsync({
+      inject: [PrismaService],
+      useFactory: (prisma: PrismaService) => ({
+        prisma,
+        databaseUrl: process.env.DATABASE_URL,
+        autoStart: process.env.PGQUEUE_AUTOSTART !== 'false',
+      }),
+    }),
+  ],
+  controllers: [OrdersController],
+  providers: [OrdersService, PaymentGateway, OrderHandlers, PaymentHandlers, EmailHandlers],
+})
+export class AppModule {}

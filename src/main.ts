@@ -1,0 +1,10 @@
+import { NestFactory } from '@nestjs/core';
+import { AppModule } from './app.module';
+
+async function bootstrap(): Promise<void> {
+  const app = await NestFactory.create(AppModule);
+  app.enableShutdownHooks(); // SIGTERM drains the queue before Prisma disconnects
+  await app.listen(Number(process.env.PORT ?? 3000), '127.0.0.1');
+}
+
+void bootstrap();

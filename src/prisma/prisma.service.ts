@@ -1,0 +1,17 @@
+import { Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { PrismaClient } from '../generated/prisma/client';
+
+/** The app's one PrismaClient; pg-queue runs its SQL through it too. */
+@Injectable()
+export class PrismaService extends PrismaClient implements OnModuleDestroy {
+  constructor() {
+    const url = process.env.DATABASE_URL;
+    if (!url) throw new Error('DATABASE_URL is not set');
+    super({ adapter: new PrismaPg({ connectionString: url, max: Number(process.env.DB_POOL_SIZE ?? 20) }) });
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    await this.$disconnect();
+  }
+}
