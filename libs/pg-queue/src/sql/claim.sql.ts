@@ -41,12 +41,16 @@ RETURNING t.id::text AS id, t.queue, t.payload, t.priority, t.run_at, t.attempt,
      * Transactional mode, first statement of the handler transaction: re-check that each lease is
      * still ours and row-lock it until commit. A plain FOR UPDATE (no SKIP): nothing else holds
      * these rows for long, and while we hold them no rescuer or claimer can take them over.
-     * Parameters: $1 id[], $2 lease_token[].
+     * The same statement bounds how long this transaction may sit idle: a worker that stalls
+     * (paused, partitioned) mid-handler has its transaction ended by the server, which releases the
+     * rows to the rescuer and rolls back the stalled attempt's writes.
+     * Parameters: $1 id[], $2 lease_token[], $3 idle-in-transaction limit in ms (text).
      */
     lockLeases: `
 SELECT t.id::text AS id
 FROM ${s}.task t
 JOIN unnest($1::bigint[], $2::uuid[]) AS l(id, token) ON t.id = l.id AND t.lease_token = l.token
+CROSS JOIN (SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS idle_limit
 WHERE t.state = 'running'
 FOR UPDATE OF t`,
   };

@@ -105,8 +105,13 @@ export class TaskRepository {
   }
 
   /** Row-locks the leases still held; returns the ids that are. */
-  async lockLeases(tx: SqlExecutor, leases: Lease[]): Promise<Set<string>> {
-    const rows = await tx.$queryRawUnsafe<{ id: string }[]>(this.claimSql.lockLeases, leases.map((l) => l.id), leases.map((l) => l.token));
+  async lockLeases(tx: SqlExecutor, leases: Lease[], idleLimitMs: number): Promise<Set<string>> {
+    const rows = await tx.$queryRawUnsafe<{ id: string }[]>(
+      this.claimSql.lockLeases,
+      leases.map((l) => l.id),
+      leases.map((l) => l.token),
+      String(Math.ceil(idleLimitMs)),
+    );
     return new Set(rows.map((r) => r.id));
   }
 
@@ -161,7 +166,7 @@ export class TaskRepository {
 
   async rescueExpired(db: SqlExecutor, limit = 1000): Promise<{ rescued: number; dead: number }> {
     const [res] = await db.$queryRawUnsafe<{ rescued: number; dead: number }[]>(this.maintainSql.rescueExpired, limit, this.channel);
-    return res;
+    return { rescued: res.rescued, dead: res.dead };
   }
 
   stats(db: SqlExecutor) {

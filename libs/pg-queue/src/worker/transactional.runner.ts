@@ -10,6 +10,8 @@ import { failureOf, publish, type WorkerDeps } from './worker.deps';
 
 /** Past this, a batch transaction stops starting tasks and commits; the rest get a new transaction. */
 const TX_BUDGET_MS = 200;
+/** Server-side idle-in-transaction limit beyond the handler timeout (see lockLeases). */
+const IDLE_GRACE_MS = 1000;
 /** How long a timed-out handler may take to settle before its whole transaction is rolled back. */
 const SETTLE_GRACE_MS = 250;
 
@@ -79,7 +81,7 @@ export class TransactionalRunner {
     try {
       await this.deps.prisma.$transaction(
         async (tx: SqlExecutor) => {
-          held = await this.deps.repo.lockLeases(tx, attempts.map((a) => a.lease));
+          held = await this.deps.repo.lockLeases(tx, attempts.map((a) => a.lease), timeoutMs + IDLE_GRACE_MS);
           const began = Date.now();
           for (const a of attempts) {
             if (!held.has(a.task.id)) {
@@ -156,7 +158,12 @@ export class TransactionalRunner {
       if (r.ok) done.push(a);
       else failures.push(r.failure);
     }
-    if (done.length > 0) await this.deps.repo.complete(tx, done.map((a) => a.lease), done.flatMap((a) => a.followUps));
+    if (done.length > 0) {
+      const completed = await this.deps.repo.complete(tx, done.map((a) => a.lease), done.flatMap((a) => a.followUps));
+      // The rows are locked by this transaction, so this cannot happen; if it ever does, commit nothing.
+      const lost = done.find((a) => !completed.has(a.task.id));
+      if (lost) throw new LeaseLostError(lost.task.id);
+    }
     return failures.length > 0 ? this.deps.repo.fail(tx, failures) : new Map();
   }
 
@@ -177,25 +184,34 @@ export class TransactionalRunner {
       // Record the stuck attempt's failure on its own; everyone else runs again.
       const stuck = err.attempt;
       const timeout = stuck.controller.signal.reason ?? new TaskTimeoutError(stuck.task.id, this.handler.options.timeoutMs);
-      await this.recordOutsideTransaction([failureOf(stuck, timeout, this.handler, this.deps.maxErrorBytes)]);
-      publish(this.deps, stuck, stuck.isLastAttempt ? 'dead' : 'failed', String(timeout));
+      const states = await this.recordOutsideTransaction([failureOf(stuck, timeout, this.handler, this.deps.maxErrorBytes)]);
+      this.announceFailures([stuck], states, String(timeout));
       return attempts.filter((a) => a !== stuck);
     }
     // The transaction itself failed (connection lost, commit refused, ...): count the attempts
     // that ran as failed with that error; the ones never started go again.
     this.deps.logger.error(`transaction for queue "${this.handler.queue}" failed: ${(err as Error)?.message ?? err}`);
     const ran = [...results.keys(), ...(current ? [current] : [])];
-    await this.recordOutsideTransaction(ran.map((a) => failureOf(a, err, this.handler, this.deps.maxErrorBytes)));
-    for (const a of ran) publish(this.deps, a, 'failed', String(err));
+    const states = await this.recordOutsideTransaction(ran.map((a) => failureOf(a, err, this.handler, this.deps.maxErrorBytes)));
+    this.announceFailures(ran, states, String(err));
     return later;
   }
 
-  private async recordOutsideTransaction(failures: Failure[]): Promise<void> {
+  private async recordOutsideTransaction(failures: Failure[]): Promise<Map<string, 'pending' | 'dead'> | null> {
     try {
-      await this.deps.repo.fail(this.deps.prisma, failures);
+      return await this.deps.repo.fail(this.deps.prisma, failures);
     } catch (err) {
       // The database is unreachable: the leases will expire and the rescuer retries the tasks.
       this.deps.logger.error(`could not record failed attempts: ${(err as Error).message}`);
+      return null;
+    }
+  }
+
+  /** A failure that matched no row means the lease had already been taken over. */
+  private announceFailures(attempts: Attempt[], states: Map<string, 'pending' | 'dead'> | null, error: string): void {
+    for (const a of attempts) {
+      const state = states?.get(a.task.id);
+      publish(this.deps, a, state === 'dead' ? 'dead' : state === 'pending' || states === null ? 'failed' : 'lease-lost', error);
     }
   }
 
