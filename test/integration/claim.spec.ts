@@ -1,0 +1,84 @@
+import { TaskRepository, type NewTaskRow } from '../../libs/pg-queue/src/sql/task.repository';
+import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+const row = (n: number, over: Partial<NewTaskRow> = {}): NewTaskRow => ({
+  queue: 'claim.q', payloadJson: JSON.stringify({ n }), priority: 0, runAt: null, delayMs: 0, maxAttempts: 5, parentId: null, ...over,
+});
+
+describe('claim statement', () => {
+  let db: TestDatabase;
+  const repo = new TaskRepository('pgqueue', 'archive');
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await installSchema(db.prisma(), 'pgqueue');
+  });
+  afterAll(() => db.drop());
+  beforeEach(() => db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive'));
+
+  it('two workers on separate Prisma clients never claim the same task', async () => {
+    const total = 3000;
+    const ids = await repo.insert(db.prisma(), Array.from({ length: total }, (_, i) => row(i)));
+    const clients = [db.prisma(8), db.prisma(8)];
+    const claimedBy = new Map<string, string[]>();
+    // 2 clients x 4 concurrent claim loops each, batches of 7.
+    await Promise.all(
+      clients.flatMap((client, c) =>
+        Array.from({ length: 4 }, async (_, l) => {
+          const worker = `w${c}.${l}`;
+          for (;;) {
+            const rows = await repo.claim(client, 'claim.q', 7, worker, 60_000);
+            if (rows.length === 0) return;
+            for (const r of rows) claimedBy.set(r.id, [...(claimedBy.get(r.id) ?? []), worker]);
+          }
+        }),
+      ),
+    );
+    const duplicates = [...claimedBy].filter(([, by]) => by.length > 1);
+    expect(duplicates).toEqual([]);
+    expect(claimedBy.size).toBe(total);
+    expect(new Set(claimedBy.keys())).toEqual(new Set(ids));
+    const [{ attempts }] = await db.sql("SELECT array_agg(DISTINCT attempt) AS attempts FROM pgqueue.task WHERE state = 'running'");
+    expect(attempts).toEqual([1]);
+    // both clients got work
+    const byClient = new Set([...claimedBy.values()].map(([w]) => w.split('.')[0]));
+    expect(byClient).toEqual(new Set(['w0', 'w1']));
+  });
+
+  it('claims in priority, then run_at, then id order, and never a task that is not due', async () => {
+    const past = new Date(Date.now() - 60_000);
+    await repo.insert(db.prisma(), [
+      row(1, { priority: 5 }),
+      row(2, { priority: 1 }),
+      row(3, { priority: 1, runAt: past }),
+      row(4, { priority: 0, delayMs: 60_000 }),
+      row(5, { priority: 1 }),
+    ]);
+    const rows = await repo.claim(db.prisma(), 'claim.q', 10, 'w', 1000);
+    const order = rows
+      .sort((a, b) => a.priority - b.priority || a.run_at.getTime() - b.run_at.getTime() || Number(a.id) - Number(b.id))
+      .map((r) => (r.payload as { n: number }).n);
+    expect(order).toEqual([3, 2, 5, 1]);
+  });
+
+  it('counts the attempt and takes a lease at claim time', async () => {
+    const [id] = await repo.insert(db.prisma(), [row(1)]);
+    const [claimed] = await repo.claim(db.prisma(), 'claim.q', 1, 'host:1:abc', 30_000);
+    expect(claimed).toMatchObject({ id, attempt: 1 });
+    const [t] = await db.sql('SELECT state, locked_by, lease_token::text, extract(epoch FROM locked_until - now()) AS left_s FROM pgqueue.task WHERE id = $1', [id]);
+    expect(t).toMatchObject({ state: 'running', locked_by: 'host:1:abc', lease_token: claimed.lease_token });
+    expect(Number(t.left_s)).toBeGreaterThan(25);
+  });
+
+  it('installs the schema once however many instances start at the same moment', async () => {
+    const fresh = await createTestDatabase();
+    try {
+      const results = await Promise.all(Array.from({ length: 5 }, () => installSchema(fresh.prisma(2), 'pgqueue_race')));
+      expect(results.filter((r) => r.length > 0)).toHaveLength(1);
+      expect(await fresh.sql('SELECT version FROM pgqueue_race.schema_version')).toEqual([{ version: 1 }]);
+    } finally {
+      await fresh.drop();
+    }
+  });
+});
