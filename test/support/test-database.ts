@@ -6,8 +6,11 @@ import { PrismaClient } from '../../src/generated/prisma/client';
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { migrate } = require('../../scripts/migrate.js') as { migrate: (url: string) => Promise<string[]> };
 
+// Captured at load: e2e specs point DATABASE_URL at their own database for the example app.
+const SERVER_URL = process.env.DATABASE_URL;
+
 export function serverUrl(): string {
-  const url = process.env.DATABASE_URL;
+  const url = SERVER_URL;
   if (!url) throw new Error('DATABASE_URL is not set: run the tests with `npm test`');
   return url;
 }
