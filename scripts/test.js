@@ -1,4 +1,4 @@
-// `npm test`: unit, integration and e2e specs against a real PostgreSQL. With DATABASE_URL unset
+// `npm test`: a type check, then unit, integration and e2e specs against a real PostgreSQL. With DATABASE_URL unset
 // it starts a throwaway local cluster (see local-postgres.js) and removes it afterwards.
 // Ends with the plain line `tests: N passed, N failed` read from Jest's --json report, and fails
 // when no test ran.
@@ -10,6 +10,12 @@ const { startLocalPostgres } = require('./local-postgres');
 
 async function main() {
   const env = { ...process.env };
+  // Jest compiles with SWC, which strips types without checking them: check them first.
+  const tsc = spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', 'tsconfig.json', '--noEmit'], { stdio: 'inherit' });
+  if (tsc.status !== 0) {
+    console.log('tests: 0 passed, 1 failed (type check)');
+    process.exit(1);
+  }
   let pg = null;
   if (!env.DATABASE_URL) {
     // Durability settings off: these clusters are thrown away, and tests must not wait on fsync.

@@ -35,12 +35,12 @@ describe('example app: orders → payment → email', () => {
     gateway.failureRate = 0;
     const res = await post({ customer: 'ada', amountCents: 4200 });
     expect(res.status).toBe(201);
-    const order = await res.json();
+    const order = (await res.json()) as { id: number };
     const [task] = await db.sql("SELECT queue, payload FROM pgqueue.task WHERE queue = 'order.confirm'");
     expect(task).toEqual({ queue: 'order.confirm', payload: { orderId: order.id } });
 
     expect(await drainQueue(app)).toBe(3);
-    const done = await (await fetch(`${base}/orders/${order.id}`)).json();
+    const done = (await (await fetch(`${base}/orders/${order.id}`)).json()) as { emails: unknown[] };
     expect(done).toMatchObject({ status: 'completed', payment: { externalRef: `order-${order.id}`, amountCents: 4200 } });
     expect(done.emails).toHaveLength(1);
     const chain = await db.sql('SELECT queue, parent_id::text FROM pgqueue.task_archive ORDER BY id');
@@ -54,7 +54,7 @@ describe('example app: orders → payment → email', () => {
   });
 
   it('a gateway outage retries the capture with backoff; the customer is charged once', async () => {
-    const order = await (await post({ customer: 'bob', amountCents: 999 })).json();
+    const order = (await (await post({ customer: 'bob', amountCents: 999 })).json()) as { id: number };
     gateway.failureRate = 1;
     await drainQueue(app);
     const [pending] = await db.sql("SELECT state, attempt, last_error FROM pgqueue.task WHERE queue = 'payment.capture'");

@@ -57,6 +57,16 @@ export class InvalidEnqueueOptionsError extends PgQueueError {
   }
 }
 
+/** An argument of an operator call (id, filter, limit) that cannot be right. */
+export class InvalidArgumentError extends PgQueueError {
+  constructor(
+    readonly argument: string,
+    reason: string,
+  ) {
+    super(`pg-queue: invalid argument "${argument}": ${reason}`);
+  }
+}
+
 /** Two `@TaskHandler` methods for one queue in one application, or a handler with bad options. */
 export class HandlerConfigurationError extends PgQueueError {}
 
@@ -83,6 +93,13 @@ export class TaskTimeoutError extends PgQueueError {
     readonly timeoutMs: number,
   ) {
     super(`pg-queue: task ${taskId} timed out after ${timeoutMs} ms`);
+  }
+}
+
+/** The task was cancelled while its handler ran (`TaskQueue.cancel`); the attempt is abandoned. */
+export class TaskCancelledError extends PgQueueError {
+  constructor(readonly taskId: string) {
+    super(`pg-queue: task ${taskId} was cancelled`);
   }
 }
 

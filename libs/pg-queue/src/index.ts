@@ -7,10 +7,12 @@ export { TaskHandlerRegistry, type RegisteredHandler } from './discovery/task-ha
 export { TaskEvents } from './observability/task-events';
 export { WorkerOrchestrator } from './worker/worker.orchestrator';
 export { printSchemaSql } from './sql/schema.sql';
-export type { TaskRow } from './sql/task.repository';
+export type { TaskRow, TaskState } from './sql/operator.repository';
+export type { CancelResult } from './client/task-queue.service';
 export * from './errors';
 export type {
   BackoffOptions,
+  ChainStage,
   EnqueueItem,
   EnqueueOptions,
   FollowUpOptions,

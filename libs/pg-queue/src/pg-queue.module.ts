@@ -7,6 +7,8 @@ import { TaskEvents } from './observability/task-events';
 import { ConfigurableModuleClass, PG_QUEUE_OPTIONS } from './pg-queue.module-definition';
 import { type PgQueueModuleOptions, type ResolvedModuleOptions, resolveModuleOptions } from './pg-queue.options';
 import { RESOLVED_OPTIONS } from './pg-queue.tokens';
+import { OperatorRepository } from './sql/operator.repository';
+import { ScheduleRepository } from './sql/schedule.repository';
 import { TaskRepository } from './sql/task.repository';
 import { WorkerOrchestrator } from './worker/worker.orchestrator';
 
@@ -41,6 +43,16 @@ import { WorkerOrchestrator } from './worker/worker.orchestrator';
       provide: TaskRepository,
       inject: [RESOLVED_OPTIONS],
       useFactory: (options: ResolvedModuleOptions) => new TaskRepository(options.schema, options.finished),
+    },
+    {
+      provide: OperatorRepository,
+      inject: [RESOLVED_OPTIONS],
+      useFactory: (options: ResolvedModuleOptions) => new OperatorRepository(options.schema),
+    },
+    {
+      provide: ScheduleRepository,
+      inject: [RESOLVED_OPTIONS],
+      useFactory: (options: ResolvedModuleOptions) => new ScheduleRepository(options.schema),
     },
     TaskHandlerRegistry,
     TaskHandlerExplorer,

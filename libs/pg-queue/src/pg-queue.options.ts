@@ -19,6 +19,11 @@ export interface HandlerOptions {
   timeoutMs: number;
   /** Lease length; lease-mode workers extend it by heartbeat every leaseMs / 3. */
   leaseMs: number;
+  /**
+   * Per-group FIFO: a task waiting for its retry holds back the later tasks of its group (true,
+   * default), or lets them run meanwhile (false). A dead task always releases its group.
+   */
+  retryBlocksGroup: boolean;
 }
 
 export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
@@ -29,6 +34,7 @@ export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
   backoff: { type: 'exponential', delayMs: 1000, maxDelayMs: 3_600_000, jitter: true },
   timeoutMs: 30_000,
   leaseMs: 60_000,
+  retryBlocksGroup: true,
 };
 
 export interface PgQueueModuleOptions {
@@ -133,6 +139,7 @@ export function resolveHandlerOptions(where: string, base: HandlerOptions, over?
   int('maxAttempts', 1, 1_000_000);
   int('timeoutMs', 1);
   int('leaseMs', 100);
+  if (typeof merged.retryBlocksGroup !== 'boolean') fail('retryBlocksGroup', 'expected a boolean');
   const b = merged.backoff;
   if (!['fixed', 'linear', 'exponential'].includes(b.type)) fail('backoff.type', `expected fixed, linear or exponential, got ${JSON.stringify(b.type)}`);
   if (typeof b.delayMs !== 'number' || !(b.delayMs >= 0)) fail('backoff.delayMs', 'expected a number >= 0');

@@ -60,15 +60,31 @@ export interface EnqueueOptions<TTx = unknown> {
   priority?: number;
   /** Default: the queue's handler setting when it is registered here, else the module default. */
   maxAttempts?: number;
+  /**
+   * Dedup key: at most one pending-or-running task per (queue, key), enforced by a unique index.
+   * Enqueue returns the existing task's id when the key is live.
+   */
+  key?: string;
+  /**
+   * With `key`, when a task with that key is live: 'ignore' (default) keeps it; 'replace' updates a
+   * pending task's payload, runAt, priority; 'rerun' does the same for a pending task and, for a
+   * running one, runs it exactly once more after the current run, with the newest payload.
+   */
+  onConflict?: 'ignore' | 'replace' | 'rerun';
+  /** Tasks of one group run one at a time, in enqueue order; groups run in parallel. */
+  group?: string;
 }
 
-/** A follow-up enqueued from a handler: committed together with the parent's completion. */
-export type FollowUpOptions = Omit<EnqueueOptions, 'tx'>;
+/**
+ * A follow-up enqueued from a handler: committed together with the parent's completion. A `key`
+ * here always behaves as onConflict 'ignore'.
+ */
+export type FollowUpOptions = Omit<EnqueueOptions, 'tx' | 'onConflict'>;
 
 export interface EnqueueItem<P = unknown> {
   queue: string;
   payload: P;
-  options?: FollowUpOptions;
+  options?: Omit<EnqueueOptions, 'tx'>;
 }
 
 /** What a handler gets besides its task. */
@@ -90,6 +106,20 @@ export interface TaskContext<TTx = SqlExecutor> {
 
 export type TaskHandlerFn<P = any, TTx = any> = (task: Task<P>, ctx: TaskContext<TTx>) => Promise<void>;
 
+/** One stage of a pipeline, as returned by `TaskQueue.chain()`. */
+export interface ChainStage {
+  stage: number;
+  id: string;
+  queue: string;
+  state: string;
+  parentId: string | null;
+  attempt: number;
+  createdAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+  lastError: string | null;
+}
+
 export interface QueueStats {
   queue: string;
   pending: number;
@@ -103,7 +133,7 @@ export interface QueueStats {
 
 /** Task events, published on `TaskQueue.events$`. */
 export interface TaskEvent {
-  type: 'claimed' | 'completed' | 'failed' | 'dead' | 'released' | 'lease-lost';
+  type: 'claimed' | 'completed' | 'failed' | 'dead' | 'cancelled' | 'released' | 'lease-lost';
   queue: string;
   taskId: string;
   attempt: number;

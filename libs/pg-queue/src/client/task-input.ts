@@ -5,7 +5,7 @@ import {
   PayloadTooLargeError,
 } from '../errors';
 import type { NewTaskRow } from '../sql/task.repository';
-import type { FollowUpOptions } from '../types';
+import type { EnqueueOptions } from '../types';
 
 const QUEUE_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
 const INT32_MAX = 2_147_483_647;
@@ -44,7 +44,7 @@ export function serialisePayload(queue: string, payload: unknown, maxBytes: numb
 export function buildTaskRow(
   queue: unknown,
   payload: unknown,
-  options: FollowUpOptions | undefined,
+  options: Omit<EnqueueOptions, 'tx'> | undefined,
   defaults: { maxPayloadBytes: number; maxAttemptsFor: (queue: string) => number },
   parentId: string | null = null,
 ): NewTaskRow {
@@ -70,6 +70,15 @@ export function buildTaskRow(
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000_000) {
     throw new InvalidEnqueueOptionsError('maxAttempts', `expected an integer in [1, 1000000], got ${JSON.stringify(maxAttempts)}`);
   }
+  const dedupKey = optionalText('key', o.key);
+  const groupKey = optionalText('group', o.group);
+  const onConflict = o.onConflict ?? 'ignore';
+  if (!['ignore', 'replace', 'rerun'].includes(onConflict)) {
+    throw new InvalidEnqueueOptionsError('onConflict', `expected 'ignore', 'replace' or 'rerun', got ${JSON.stringify(onConflict)}`);
+  }
+  if (o.onConflict !== undefined && dedupKey === null) {
+    throw new InvalidEnqueueOptionsError('onConflict', 'only applies together with a key');
+  }
   return {
     queue: name,
     payloadJson: serialisePayload(name, payload, defaults.maxPayloadBytes),
@@ -78,5 +87,16 @@ export function buildTaskRow(
     delayMs: Math.round(delayMs),
     maxAttempts,
     parentId,
+    dedupKey,
+    groupKey,
+    onConflict,
   };
+}
+
+function optionalText(option: string, value: unknown): string | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'string' || value.length === 0 || value.length > 512 || value.includes('\u0000')) {
+    throw new InvalidEnqueueOptionsError(option, 'expected a non-empty string of at most 512 characters');
+  }
+  return value;
 }

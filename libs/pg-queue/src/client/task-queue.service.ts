@@ -1,13 +1,20 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { Observable } from 'rxjs';
-import { InvalidEnqueueOptionsError } from '../errors';
+import { InvalidArgumentError, InvalidEnqueueOptionsError } from '../errors';
 import { TaskHandlerRegistry } from '../discovery/task-handler.registry';
 import { TaskEvents } from '../observability/task-events';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
-import { TaskRepository, type TaskRow } from '../sql/task.repository';
-import type { EnqueueItem, EnqueueOptions, QueueStats, SqlExecutor, TaskEvent } from '../types';
-import { buildTaskRow } from './task-input';
+import { OperatorRepository, type TaskRow, type TaskState } from '../sql/operator.repository';
+import { TaskRepository } from '../sql/task.repository';
+import type { ChainStage, EnqueueItem, EnqueueOptions, QueueStats, SqlExecutor, TaskEvent } from '../types';
+import { buildTaskRow, validateQueueName } from './task-input';
+
+const STATES: TaskState[] = ['pending', 'running', 'dead', 'done', 'cancelled'];
+
+/** What `cancel()` did: cancelled at once (it was not running), requested (the running attempt
+ * is being aborted and the task will end cancelled), or nothing (already finished, or unknown). */
+export type CancelResult = 'cancelled' | 'requested' | 'not-cancellable';
 
 /**
  * Enqueue and inspect tasks. Pass `{ tx }` to join a Prisma interactive transaction: the task
@@ -26,6 +33,7 @@ export class TaskQueue {
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
     private readonly repo: TaskRepository,
+    private readonly operator: OperatorRepository,
     private readonly registry: TaskHandlerRegistry,
     private readonly taskEvents: TaskEvents,
   ) {}
@@ -53,12 +61,79 @@ export class TaskQueue {
 
   /** One task by id, from the hot table or the archive. */
   get(id: string): Promise<TaskRow | null> {
-    return this.repo.get(this.options.prisma, id);
+    return this.operator.get(this.options.prisma, taskId(id));
+  }
+
+  /**
+   * A page of tasks, newest first. Pass the last id of a page as `cursor` for the next one.
+   * @example const page = await queue.list({ queue: 'email.send', state: 'dead', limit: 50 });
+   */
+  async list(filter: { queue?: string; state?: TaskState; cursor?: string; limit?: number } = {}): Promise<TaskRow[]> {
+    if (filter.state !== undefined && !STATES.includes(filter.state)) {
+      throw new InvalidArgumentError('state', `expected one of ${STATES.join(', ')}`);
+    }
+    const limit = filter.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidArgumentError('limit', 'expected an integer in [1, 10000]');
+    return await this.operator.list(this.options.prisma, {
+      queue: filter.queue === undefined ? null : validateQueueName(filter.queue),
+      state: filter.state ?? null,
+      cursor: filter.cursor === undefined ? null : taskId(filter.cursor),
+      limit,
+    });
+  }
+
+  /** Every stage of the pipeline `id` belongs to (root first), with states and timings. */
+  async chain(id: string): Promise<ChainStage[]> {
+    const rows = await this.operator.chain(this.options.prisma, taskId(id));
+    return rows.map((r) => ({
+      stage: r.stage,
+      id: r.id,
+      queue: r.queue,
+      state: r.state,
+      parentId: r.parent_id,
+      attempt: r.attempt,
+      createdAt: r.created_at,
+      startedAt: r.started_at,
+      finishedAt: r.finished_at,
+      lastError: r.last_error,
+    }));
+  }
+
+  /**
+   * Cancels a task. Pending (or dead) → cancelled now. Running → its handler's signal fires and the
+   * task ends cancelled whatever the attempt's outcome; in transactional mode its writes roll back.
+   */
+  async cancel(id: string): Promise<CancelResult> {
+    const res = await this.operator.cancel(this.options.prisma, taskId(id));
+    return res.cancelled > 0 ? 'cancelled' : res.requested > 0 ? 'requested' : 'not-cancellable';
+  }
+
+  /** Puts a dead or cancelled task back to pending with its attempts reset. */
+  async retry(id: string): Promise<boolean> {
+    return (await this.operator.retry(this.options.prisma, { ids: [taskId(id)], queue: null, errorLike: null })).length === 1;
+  }
+
+  /** Retries every dead or cancelled task of a queue, optionally only those whose error matches (ILIKE). */
+  retryDead(filter: { queue: string; errorLike?: string }): Promise<string[]> {
+    return this.operator.retry(this.options.prisma, { ids: null, queue: validateQueueName(filter.queue), errorLike: filter.errorLike ?? null });
+  }
+
+  /** Changes a pending task's priority (lower runs first); false when it is not pending. */
+  setPriority(id: string, priority: number): Promise<boolean> {
+    if (!Number.isInteger(priority) || Math.abs(priority) > 2_147_483_647) {
+      throw new InvalidArgumentError('priority', 'expected a 32-bit integer');
+    }
+    return this.operator.setPriority(this.options.prisma, taskId(id), priority);
+  }
+
+  /** The seed's `select error_text, count(*) … group by 1 order by 2 desc`, for failing and dead tasks. */
+  topErrors(queue: string, limit = 20) {
+    return this.operator.topErrors(this.options.prisma, validateQueueName(queue), limit);
   }
 
   /** Counts by state and the age of the oldest due task, per queue. */
   async stats(): Promise<QueueStats[]> {
-    const rows = await this.repo.stats(this.options.prisma);
+    const rows = await this.operator.stats(this.options.prisma);
     const byQueue = new Map<string, QueueStats>();
     for (const r of rows) {
       let s = byQueue.get(r.queue);
@@ -88,4 +163,9 @@ export class TaskQueue {
       maxAttemptsFor: (queue: string) => this.registry.optionsFor(queue).maxAttempts,
     };
   }
+}
+
+function taskId(id: unknown): string {
+  if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id)) throw new InvalidArgumentError('id', `expected a task id, got ${JSON.stringify(id)}`);
+  return id;
 }

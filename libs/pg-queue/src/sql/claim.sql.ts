@@ -11,18 +11,25 @@ import { quoteIdent } from './identifiers';
  * - The scan walks task_claim_idx (queue, priority, run_at, id) WHERE state = 'pending', so the cost
  *   does not depend on how many running, dead or finished tasks exist.
  *
- * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms.
+ * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 a retry holds back its group.
  */
 export function claimStatements(schema: string) {
   const s = quoteIdent(schema);
   return {
     claim: `
 WITH next AS (
-  SELECT id FROM ${s}.task
-  WHERE queue = $1 AND state = 'pending' AND run_at <= now()
-  ORDER BY priority, run_at, id
+  SELECT t.id FROM ${s}.task t
+  WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
+    -- Per-group FIFO: only a group's head runs, and only while nothing of its group runs.
+    -- With $5 = false a task waiting for its retry does not hold back the rest of its group.
+    AND (t.group_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${s}.task g
+      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+        AND (g.state = 'running' OR (g.id < t.id AND ($5 OR g.attempt = 0)))
+    ))
+  ORDER BY t.priority, t.run_at, t.id
   LIMIT $2
-  FOR UPDATE SKIP LOCKED
+  FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE ${s}.task t
 SET state = 'running',
@@ -35,7 +42,8 @@ SET state = 'running',
 FROM next
 WHERE t.id = next.id
 RETURNING t.id::text AS id, t.queue, t.payload, t.priority, t.run_at, t.attempt, t.max_attempts,
-          t.created_at, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id`,
+          t.created_at, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
+          t.group_key, t.dedup_key`,
 
     /**
      * Transactional mode, first statement of the handler transaction: re-check that each lease is

@@ -1,82 +1,118 @@
 import { quoteIdent } from './identifiers';
+import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput } from './fragments.sql';
 
 /**
  * Finishing attempts. Every statement is fenced by (id, lease_token): a worker whose lease was lost
- * matches no row and changes nothing. All take arrays, so a batch of tasks finishes in one round trip.
+ * matches no row and changes nothing. All take arrays, so a batch of tasks finishes in one round
+ * trip. A pending cancel request (task_cancel) turns any outcome into `cancelled`.
  */
 export type FinishedRetention = 'archive' | 'delete';
+
+/** Joins the fenced leases with their cancel requests. */
+const target = (s: string, columns = '$1::bigint[], $2::uuid[]', alias = 'l(id, token)') => `
+  SELECT l.*, (c.task_id IS NOT NULL) AS cancelled
+  FROM unnest(${columns}) AS ${alias}
+  LEFT JOIN ${s}.task_cancel c ON c.task_id = l.id`;
 
 export function completeStatements(schema: string, retention: FinishedRetention) {
   const s = quoteIdent(schema);
   const keepHistory = retention === 'archive'
     ? `, archived AS (
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
-                                 last_error, parent_id, created_at, started_at, finished_at)
-  SELECT id, queue, 'done', payload, priority, run_at, attempt, max_attempts,
-         last_error, parent_id, created_at, started_at, now()
+                                 last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at)
+  SELECT id, queue, CASE WHEN cancelled THEN 'cancelled' ELSE 'done' END, payload, priority, run_at, attempt,
+         max_attempts, last_error, parent_id, dedup_key, group_key, created_at, started_at, now()
   FROM done
 )`
     : '';
   return {
     /**
-     * Success: the finished rows leave the hot table (archived or deleted) and their follow-up
-     * tasks are inserted in the same statement, only for parents whose fence held, so follow-ups
-     * commit exactly when their parent's completion does.
-     * Parameters: $1 id[], $2 lease_token[]; follow-ups as in insertMany: $3 queue[], $4 payload[],
-     * $5 priority[], $6 run_at[], $7 delay_ms[], $8 max_attempts[], $9 parent_id[]; $10 channel.
+     * Success. A task re-enqueued with onConflict 'rerun' while it ran goes back to pending with
+     * its newest payload; the rest leave the hot table (archived or deleted). Follow-ups are
+     * inserted in the same statement, only for parents whose fence held, so they commit exactly
+     * when their parent's completion does.
+     * Parameters: $1 id[], $2 lease_token[]; follow-ups $3..$11 as in enqueue; $12 channel.
+     * A lease in none of the three result lists either was lost or raced a concurrent rerun
+     * request (lease mode); the caller retries it once.
      */
     complete: `
-WITH done AS (
-  DELETE FROM ${s}.task t
-  USING unnest($1::bigint[], $2::uuid[]) AS l(id, token)
+WITH target AS (${target(s)}
+), rerun AS (
+  UPDATE ${s}.task t
+  SET state = 'pending', payload = t.rerun_payload, rerun_payload = NULL, attempt = 0, run_at = now(),
+      locked_by = NULL, lease_token = NULL, locked_until = NULL, last_error = NULL, finished_at = now()
+  FROM target l
   WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
-  RETURNING t.*
-)${keepHistory}, follow_ups AS (
-  INSERT INTO ${s}.task (queue, payload, priority, run_at, max_attempts, parent_id)
-  SELECT f.queue, f.payload, f.priority,
-         coalesce(f.run_at, now() + f.delay_ms * interval '1 millisecond'),
-         f.max_attempts, f.parent_id
-  FROM unnest($3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::bigint[], $8::int[], $9::bigint[])
-    AS f(queue, payload, priority, run_at, delay_ms, max_attempts, parent_id)
-  WHERE f.parent_id IN (SELECT id FROM done)
-  RETURNING queue
-), notified AS (
-  SELECT pg_notify($10, queue) FROM (SELECT DISTINCT queue FROM follow_ups) q
-)
-SELECT coalesce((SELECT array_agg(id::text) FROM done), '{}') AS done_ids,
+    AND t.rerun_payload IS NOT NULL AND NOT l.cancelled
+  RETURNING t.id, t.queue, t.run_at
+), done AS (
+  DELETE FROM ${s}.task t
+  USING target l
+  WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
+    AND (t.rerun_payload IS NULL OR l.cancelled)
+  RETURNING t.*, l.cancelled
+)${keepHistory}, uncancel AS (
+  DELETE FROM ${s}.task_cancel c USING done d WHERE c.task_id = d.id AND d.cancelled
+), follow_ups AS (
+  INSERT INTO ${s}.task (${TASK_COLUMNS})
+  SELECT ${INPUT_VALUES} FROM (${taskInput(3)}) f
+  WHERE f.parent_id IN (SELECT id FROM done WHERE NOT cancelled UNION ALL SELECT id FROM rerun)
+  ORDER BY f.ord
+  ${ON_LIVE_KEY} DO NOTHING
+  RETURNING queue, run_at
+), ${notifyCte('SELECT queue, run_at FROM follow_ups UNION ALL SELECT queue, run_at FROM rerun', '$12')}
+SELECT coalesce((SELECT array_agg(id::text) FROM done WHERE NOT cancelled), '{}') AS done_ids,
+       coalesce((SELECT array_agg(id::text) FROM done WHERE cancelled), '{}') AS cancelled_ids,
+       coalesce((SELECT array_agg(id::text) FROM rerun), '{}') AS rerun_ids,
        (SELECT count(*) FROM notified)::int AS notified`,
 
     /**
-     * Failure: retry at now + delay, or `dead` when the error is fatal or attempts are used up.
+     * Failure: retry at now + delay, or `dead` when the error is fatal or attempts are used up. A
+     * newer payload from a rerun request supersedes the failed run: it starts over with that one.
      * Parameters: $1 id[], $2 lease_token[], $3 error[] (already truncated), $4 delay_ms[], $5 fatal[].
      */
     fail: `
-UPDATE ${s}.task t
-SET state = CASE WHEN f.fatal OR t.attempt >= t.max_attempts THEN 'dead' ELSE 'pending' END,
-    run_at = CASE WHEN f.fatal OR t.attempt >= t.max_attempts THEN t.run_at
-                  ELSE now() + f.delay_ms * interval '1 millisecond' END,
-    last_error = f.error,
-    locked_by = NULL, lease_token = NULL, locked_until = NULL,
-    finished_at = now()
-FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::boolean[]) AS f(id, token, error, delay_ms, fatal)
-WHERE t.id = f.id AND t.lease_token = f.token AND t.state = 'running'
-RETURNING t.id::text AS id, t.state`,
+WITH target AS (${target(s, '$1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::boolean[]', 'l(id, token, error, delay_ms, fatal)')}
+), failed AS (
+  UPDATE ${s}.task t
+  SET state = CASE WHEN l.cancelled THEN 'cancelled'
+                   WHEN t.rerun_payload IS NOT NULL THEN 'pending'
+                   WHEN l.fatal OR t.attempt >= t.max_attempts THEN 'dead'
+                   ELSE 'pending' END,
+      run_at = CASE WHEN l.cancelled OR t.rerun_payload IS NOT NULL THEN now()
+                    WHEN l.fatal OR t.attempt >= t.max_attempts THEN t.run_at
+                    ELSE now() + l.delay_ms * interval '1 millisecond' END,
+      payload = coalesce(t.rerun_payload, t.payload),
+      attempt = CASE WHEN t.rerun_payload IS NOT NULL AND NOT l.cancelled THEN 0 ELSE t.attempt END,
+      rerun_payload = NULL,
+      last_error = l.error,
+      locked_by = NULL, lease_token = NULL, locked_until = NULL,
+      finished_at = now()
+  FROM target l
+  WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
+  RETURNING t.id, t.state
+), uncancel AS (
+  DELETE FROM ${s}.task_cancel c USING failed f WHERE c.task_id = f.id AND f.state = 'cancelled'
+)
+SELECT id::text AS id, state FROM failed`,
 
     /**
-     * Shutdown: give unfinished tasks back without counting the attempt.
+     * Shutdown: give unfinished tasks back without counting the attempt (or cancel them if asked).
      * Parameters: $1 id[], $2 lease_token[], $3 channel.
      */
     release: `
-WITH released AS (
+WITH target AS (${target(s)}
+), released AS (
   UPDATE ${s}.task t
-  SET state = 'pending', attempt = greatest(t.attempt - 1, 0),
+  SET state = CASE WHEN l.cancelled THEN 'cancelled' ELSE 'pending' END,
+      attempt = greatest(t.attempt - 1, 0),
       locked_by = NULL, lease_token = NULL, locked_until = NULL
-  FROM unnest($1::bigint[], $2::uuid[]) AS l(id, token)
+  FROM target l
   WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
-  RETURNING t.id, t.queue
-), notified AS (
-  SELECT pg_notify($3, queue) FROM (SELECT DISTINCT queue FROM released) q
-)
+  RETURNING t.id, t.queue, t.state, t.run_at
+), uncancel AS (
+  DELETE FROM ${s}.task_cancel c USING released r WHERE c.task_id = r.id AND r.state = 'cancelled'
+), ${notifyCte("SELECT queue, run_at FROM released WHERE state = 'pending'", '$3')}
 SELECT coalesce((SELECT array_agg(id::text) FROM released), '{}') AS released_ids,
        (SELECT count(*) FROM notified)::int AS notified`,
 

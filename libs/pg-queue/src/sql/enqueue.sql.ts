@@ -1,33 +1,64 @@
 import { quoteIdent } from './identifiers';
+import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput } from './fragments.sql';
 
 /**
  * Inserting tasks. One statement serves one task or thousands: rows arrive as parallel arrays
  * (unnest), so a bulk enqueue is one round trip. The NOTIFY is sent once per distinct queue and
  * Postgres delivers it only when the surrounding transaction commits, so a worker never wakes for a
- * task it cannot see yet (and never for one that was rolled back).
+ * task it cannot see yet (and never for one that was rolled back). Its payload is the queue name,
+ * plus `@<epoch ms>` when the earliest new task is not yet due, so idle workers can set a timer.
  *
- * Parameters: $1 queue[], $2 payload jsonb[], $3 priority[], $4 run_at[] (NULL = now + delay),
- * $5 delay_ms[], $6 max_attempts[], $7 parent_id[], $8 notify channel.
- * Ids come back in input order: identity values are drawn in the order unnest yields rows.
+ * Parameters (all statements): $1 queue[], $2 payload jsonb[], $3 priority[], $4 run_at[]
+ * (NULL = now + delay), $5 delay_ms[], $6 max_attempts[], $7 parent_id[], $8 dedup_key[],
+ * $9 group_key[], $10 notify channel.
  */
+export type ConflictMode = 'ignore' | 'replace' | 'rerun';
+
+const NOTIFY = `, ${notifyCte('SELECT queue, run_at FROM inserted', '$10')}`;
+
+/** On a live duplicate key: keep the existing task (ignore), update it if pending (replace), or
+ * also schedule one more run after the current one if it is running (rerun). */
+const ON_CONFLICT: Record<ConflictMode, string> = {
+  ignore: 'DO NOTHING',
+  replace: `DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
+                          run_at = EXCLUDED.run_at, max_attempts = EXCLUDED.max_attempts
+            WHERE task.state = 'pending'`,
+  rerun: `DO UPDATE SET
+      payload      = CASE WHEN task.state = 'pending' THEN EXCLUDED.payload ELSE task.payload END,
+      priority     = CASE WHEN task.state = 'pending' THEN EXCLUDED.priority ELSE task.priority END,
+      run_at       = CASE WHEN task.state = 'pending' THEN EXCLUDED.run_at ELSE task.run_at END,
+      max_attempts = CASE WHEN task.state = 'pending' THEN EXCLUDED.max_attempts ELSE task.max_attempts END,
+      rerun_payload = CASE WHEN task.state = 'running' THEN EXCLUDED.payload END`,
+};
+
 export function enqueueStatements(schema: string) {
   const s = quoteIdent(schema);
-  return {
-    insertMany: `
-WITH input AS (
-  SELECT * FROM unnest($1::text[], $2::jsonb[], $3::int[], $4::timestamptz[], $5::bigint[], $6::int[], $7::bigint[])
-    AS i(queue, payload, priority, run_at, delay_ms, max_attempts, parent_id)
+  const keyed = (mode: ConflictMode) => `
+WITH input AS (${taskInput(1)}
 ), inserted AS (
-  INSERT INTO ${s}.task (queue, payload, priority, run_at, max_attempts, parent_id)
-  SELECT queue, payload, priority,
-         coalesce(run_at, now() + delay_ms * interval '1 millisecond'),
-         max_attempts, parent_id
-  FROM input
-  RETURNING id, queue
-), notified AS (
-  SELECT pg_notify($8, queue) FROM (SELECT DISTINCT queue FROM inserted) q
-)
-SELECT array_agg(id::text ORDER BY id) AS ids, (SELECT count(*) FROM notified)::int AS notified
-FROM inserted`,
+  INSERT INTO ${s}.task AS task (${TASK_COLUMNS})
+  SELECT ${INPUT_VALUES} FROM input ORDER BY ord
+  ${ON_LIVE_KEY} ${ON_CONFLICT[mode]}
+  RETURNING id, queue, dedup_key, run_at, (xmax = 0) AS created
+)${NOTIFY}
+-- A row whose conflicting task committed after this statement's snapshot gets a NULL id: retried.
+SELECT coalesce(ins.id, live.id)::text AS id, coalesce(ins.created, false) AS created,
+       (SELECT count(*) FROM notified)::int AS notified
+FROM input i
+LEFT JOIN inserted ins ON ins.queue = i.queue AND ins.dedup_key = i.dedup_key
+LEFT JOIN ${s}.task live ON ins.id IS NULL AND live.queue = i.queue AND live.dedup_key = i.dedup_key
+                        AND live.state IN ('pending', 'running')
+ORDER BY i.ord`;
+  return {
+    /** Tasks without dedup keys. Ids come back in input order (identity drawn in unnest order). */
+    insertMany: `
+WITH input AS (${taskInput(1)}
+), inserted AS (
+  INSERT INTO ${s}.task (${TASK_COLUMNS})
+  SELECT ${INPUT_VALUES} FROM input ORDER BY ord
+  RETURNING id, queue, run_at
+)${NOTIFY}
+SELECT array_agg(id::text ORDER BY id) AS ids, (SELECT count(*) FROM notified)::int AS notified FROM inserted`,
+    keyed: { ignore: keyed('ignore'), replace: keyed('replace'), rerun: keyed('rerun') } satisfies Record<ConflictMode, string>,
   };
 }

@@ -1,4 +1,5 @@
 import { quoteIdent } from './identifiers';
+import { notifyCte } from './fragments.sql';
 
 /**
  * Housekeeping that any instance may run at any time; SKIP LOCKED keeps instances (and live
@@ -9,29 +10,31 @@ export function maintainStatements(schema: string) {
   return {
     /**
      * Hung-task recovery: running tasks whose lease ran out go back to pending, or to dead when the
-     * lost attempt was the last one (a task that kills its worker every time cannot loop forever).
-     * A transactional handler still inside its transaction holds the row lock and is skipped.
+     * lost attempt was the last one (a task that kills its worker every time cannot loop forever),
+     * or to cancelled when that was asked for. A transactional handler still inside its transaction
+     * holds the row lock and is skipped.
      * Parameters: $1 batch limit, $2 channel.
      */
     rescueExpired: `
 WITH expired AS (
-  SELECT id FROM ${s}.task
-  WHERE state = 'running' AND locked_until < now()
-  ORDER BY locked_until
+  SELECT t.id, (c.task_id IS NOT NULL) AS cancelled
+  FROM ${s}.task t LEFT JOIN ${s}.task_cancel c ON c.task_id = t.id
+  WHERE t.state = 'running' AND t.locked_until < now()
+  ORDER BY t.locked_until
   LIMIT $1
-  FOR UPDATE SKIP LOCKED
+  FOR UPDATE OF t SKIP LOCKED
 ), rescued AS (
   UPDATE ${s}.task t
-  SET state = CASE WHEN t.attempt >= t.max_attempts THEN 'dead' ELSE 'pending' END,
+  SET state = CASE WHEN e.cancelled THEN 'cancelled' WHEN t.attempt >= t.max_attempts THEN 'dead' ELSE 'pending' END,
       last_error = 'lease expired: worker ' || coalesce(t.locked_by, '?') || ' did not finish attempt ' || t.attempt,
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       run_at = now(), finished_at = now()
-  FROM expired
-  WHERE t.id = expired.id
-  RETURNING t.id, t.queue, t.state
-), notified AS (
-  SELECT pg_notify($2, queue) FROM (SELECT DISTINCT queue FROM rescued WHERE state = 'pending') q
-)
+  FROM expired e
+  WHERE t.id = e.id
+  RETURNING t.id, t.queue, t.state, t.run_at
+), uncancel AS (
+  DELETE FROM ${s}.task_cancel c USING rescued r WHERE c.task_id = r.id AND r.state = 'cancelled'
+), ${notifyCte("SELECT queue, run_at FROM rescued WHERE state = 'pending'", '$2')}
 SELECT count(*)::int AS rescued,
        count(*) FILTER (WHERE state = 'dead')::int AS dead,
        (SELECT count(*) FROM notified)::int AS notified

@@ -73,6 +73,52 @@ CREATE INDEX task_archive_parent_idx ON ${s}.task_archive (parent_id) WHERE pare
 CREATE INDEX task_parent_idx ON ${s}.task (parent_id) WHERE parent_id IS NOT NULL;
 `,
     },
+    {
+      version: 2,
+      name: 'scheduling',
+      sql: `
+-- Dedup keys: at most one pending-or-running task per (queue, key), enforced by the database.
+-- rerun_payload holds the newest payload for a running task re-enqueued with onConflict 'rerun'.
+ALTER TABLE ${s}.task
+  ADD COLUMN dedup_key text,
+  ADD COLUMN group_key text,
+  ADD COLUMN rerun_payload jsonb;
+ALTER TABLE ${s}.task DROP CONSTRAINT task_state_check;
+ALTER TABLE ${s}.task ADD CONSTRAINT task_state_check CHECK (state IN ('pending', 'running', 'dead', 'cancelled'));
+ALTER TABLE ${s}.task_archive
+  ADD COLUMN dedup_key text,
+  ADD COLUMN group_key text;
+CREATE UNIQUE INDEX task_dedup_idx ON ${s}.task (queue, dedup_key)
+  WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running');
+-- Per-group FIFO: "is there an earlier or running task of this group?" is an index probe.
+CREATE INDEX task_group_idx ON ${s}.task (queue, group_key, id)
+  WHERE group_key IS NOT NULL AND state IN ('pending', 'running');
+
+-- Cancel requests for running tasks. A separate table because a transactional handler holds its
+-- task row locked: the request must land without waiting for it.
+CREATE TABLE ${s}.task_cancel (
+  task_id       bigint      PRIMARY KEY,
+  requested_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- Schedules declared in code. A tick is claimed (SKIP LOCKED) and advanced in the same
+-- transaction that enqueues its task, so each tick enqueues exactly once across instances.
+CREATE TABLE ${s}.schedule (
+  name          text        PRIMARY KEY,
+  queue         text        NOT NULL,
+  cron          text,
+  every_ms      bigint      CHECK (every_ms IS NULL OR every_ms > 0),
+  tz            text,
+  payload       jsonb       NOT NULL DEFAULT '{}',
+  missed        text        NOT NULL DEFAULT 'skip' CHECK (missed IN ('skip', 'once')),
+  next_run_at   timestamptz NOT NULL,
+  last_run_at   timestamptz,
+  updated_at    timestamptz NOT NULL DEFAULT now(),
+  CHECK ((cron IS NULL) <> (every_ms IS NULL))
+);
+CREATE INDEX schedule_due_idx ON ${s}.schedule (next_run_at);
+`,
+    },
   ];
 }
 

@@ -1,9 +1,8 @@
-import type { SqlExecutor } from '../types';
+import type { PrismaClientLike, SqlExecutor } from '../types';
 import { claimStatements } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
-import { enqueueStatements } from './enqueue.sql';
+import { enqueueStatements, type ConflictMode } from './enqueue.sql';
 import { notifyChannel } from './identifiers';
-import { inspectStatements } from './inspect.sql';
 import { maintainStatements } from './maintain.sql';
 
 /** A row to insert; the payload is already serialised and size-checked. */
@@ -15,6 +14,10 @@ export interface NewTaskRow {
   delayMs: number;
   maxAttempts: number;
   parentId: string | null;
+  dedupKey: string | null;
+  groupKey: string | null;
+  /** What to do when `dedupKey` is live already; only read when dedupKey is set. */
+  onConflict: ConflictMode;
 }
 
 export interface ClaimedRow {
@@ -28,6 +31,8 @@ export interface ClaimedRow {
   created_at: Date;
   lease_token: string;
   parent_id: string | null;
+  group_key: string | null;
+  dedup_key: string | null;
 }
 
 export interface Lease {
@@ -35,29 +40,20 @@ export interface Lease {
   token: string;
 }
 
+export type FailedState = 'pending' | 'dead' | 'cancelled';
+
 export interface Failure extends Lease {
   error: string;
   delayMs: number;
   fatal: boolean;
 }
 
-export interface TaskRow {
-  id: string;
-  queue: string;
-  state: 'pending' | 'running' | 'dead' | 'done' | 'cancelled';
-  payload: unknown;
-  priority: number;
-  run_at: Date;
-  attempt: number;
-  max_attempts: number;
-  last_error: string | null;
-  locked_by: string | null;
-  locked_until: Date | null;
-  parent_id: string | null;
-  created_at: Date;
-  started_at: Date | null;
-  finished_at: Date | null;
+export interface CompleteResult {
+  done: Set<string>;
+  cancelled: Set<string>;
+  rerun: Set<string>;
 }
+
 
 /** Parallel arrays for the unnest-based inserts; column order matches the statements. */
 function taskColumns(rows: NewTaskRow[]): unknown[] {
@@ -69,8 +65,22 @@ function taskColumns(rows: NewTaskRow[]): unknown[] {
     rows.map((r) => r.delayMs),
     rows.map((r) => r.maxAttempts),
     rows.map((r) => r.parentId),
+    rows.map((r) => r.dedupKey),
+    rows.map((r) => r.groupKey),
   ];
 }
+
+/** Rows of one enqueue call, split by the statement that inserts them, with their input positions. */
+function splitByConflictMode(rows: NewTaskRow[]): Map<ConflictMode | 'plain', { index: number; row: NewTaskRow }[]> {
+  const parts = new Map<ConflictMode | 'plain', { index: number; row: NewTaskRow }[]>();
+  rows.forEach((row, index) => {
+    const part = row.dedupKey === null ? 'plain' : row.onConflict;
+    parts.set(part, [...(parts.get(part) ?? []), { index, row }]);
+  });
+  return parts;
+}
+
+const MAX_KEYED_RETRIES = 5;
 
 /**
  * The only place that runs the queue's SQL. Statement texts are built once per schema; every value
@@ -82,7 +92,6 @@ export class TaskRepository {
   private readonly claimSql;
   private readonly completeSql;
   private readonly maintainSql;
-  private readonly inspectSql;
   readonly channel: string;
 
   constructor(readonly schema: string, retention: FinishedRetention) {
@@ -90,18 +99,65 @@ export class TaskRepository {
     this.claimSql = claimStatements(schema);
     this.completeSql = completeStatements(schema, retention);
     this.maintainSql = maintainStatements(schema);
-    this.inspectSql = inspectStatements(schema);
     this.channel = notifyChannel(schema);
   }
 
+  /**
+   * Inserts tasks and returns their ids in input order; for a live dedup key, the existing task's
+   * id. Several statements (plain rows and each conflict mode) run in one transaction: the caller's
+   * when `db` is a transaction client, else a new one.
+   */
   async insert(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
     if (rows.length === 0) return [];
+    const parts = splitByConflictMode(rows);
+    const root = db as Partial<PrismaClientLike>;
+    if (parts.size === 1 && parts.has('plain')) return this.insertPlain(db, rows);
+    if (parts.size > 1 && typeof root.$transaction === 'function') {
+      return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows.length, parts));
+    }
+    return this.insertParts(db, rows.length, parts);
+  }
+
+  private async insertPlain(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
     const [res] = await db.$queryRawUnsafe<{ ids: string[] }[]>(this.enqueueSql.insertMany, ...taskColumns(rows), this.channel);
     return res.ids;
   }
 
-  claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number): PromiseLike<ClaimedRow[]> {
-    return db.$queryRawUnsafe<ClaimedRow[]>(this.claimSql.claim, queue, limit, workerId, leaseMs);
+  private async insertParts(db: SqlExecutor, count: number, parts: ReturnType<typeof splitByConflictMode>): Promise<string[]> {
+    const ids: string[] = new Array(count);
+    for (const [mode, part] of parts) {
+      if (mode === 'plain') {
+        const got = await this.insertPlain(db, part.map((p) => p.row));
+        part.forEach((p, i) => (ids[p.index] = got[i]));
+      } else {
+        await this.insertKeyed(db, mode, part, ids);
+      }
+    }
+    return ids;
+  }
+
+  /**
+   * A conflicting task that committed after the statement's snapshot is invisible to it and comes
+   * back without an id; such rows are simply sent again (the key is then either visible or free).
+   * replace/rerun may not touch one row twice in a statement, so duplicates in the input collapse
+   * onto their last occurrence.
+   */
+  private async insertKeyed(db: SqlExecutor, mode: ConflictMode, part: { index: number; row: NewTaskRow }[], ids: string[]): Promise<void> {
+    const last = new Map<string, { index: number; row: NewTaskRow }>();
+    for (const p of part) last.set(`${p.row.queue}\u0000${p.row.dedupKey}`, p);
+    let todo = mode === 'ignore' ? part : [...last.values()];
+    for (let attempt = 0; todo.length > 0; attempt++) {
+      if (attempt === MAX_KEYED_RETRIES) throw new Error(`pg-queue: could not settle dedup keys after ${attempt} tries`);
+      const res = await db.$queryRawUnsafe<{ id: string | null }[]>(this.enqueueSql.keyed[mode], ...taskColumns(todo.map((p) => p.row)), this.channel);
+      const missing: typeof todo = [];
+      todo.forEach((p, i) => (res[i].id === null ? missing.push(p) : (ids[p.index] = res[i].id!)));
+      todo = missing;
+    }
+    for (const p of part) ids[p.index] ??= ids[last.get(`${p.row.queue}\u0000${p.row.dedupKey}`)!.index];
+  }
+
+  claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, retryBlocksGroup = true): PromiseLike<ClaimedRow[]> {
+    return db.$queryRawUnsafe<ClaimedRow[]>(this.claimSql.claim, queue, limit, workerId, leaseMs, retryBlocksGroup);
   }
 
   /** Row-locks the leases still held; returns the ids that are. */
@@ -115,23 +171,26 @@ export class TaskRepository {
     return new Set(rows.map((r) => r.id));
   }
 
-  /** Completes the leases still held and inserts their follow-ups; returns the completed ids. */
-  async complete(db: SqlExecutor, leases: Lease[], followUps: NewTaskRow[]): Promise<Set<string>> {
-    if (leases.length === 0) return new Set();
-    const [res] = await db.$queryRawUnsafe<{ done_ids: string[] }[]>(
+  /**
+   * Completes the leases still held and inserts their follow-ups. A lease in none of the result
+   * sets was lost (or, in lease mode, raced a rerun request: see complete.sql).
+   */
+  async complete(db: SqlExecutor, leases: Lease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
+    if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set() };
+    const [res] = await db.$queryRawUnsafe<{ done_ids: string[]; cancelled_ids: string[]; rerun_ids: string[] }[]>(
       this.completeSql.complete,
       leases.map((l) => l.id),
       leases.map((l) => l.token),
       ...taskColumns(followUps),
       this.channel,
     );
-    return new Set(res.done_ids);
+    return { done: new Set(res.done_ids), cancelled: new Set(res.cancelled_ids), rerun: new Set(res.rerun_ids) };
   }
 
   /** Records failed attempts; returns the new state of each task whose lease still held. */
-  async fail(db: SqlExecutor, failures: Failure[]): Promise<Map<string, 'pending' | 'dead'>> {
+  async fail(db: SqlExecutor, failures: Failure[]): Promise<Map<string, FailedState>> {
     if (failures.length === 0) return new Map();
-    const rows = await db.$queryRawUnsafe<{ id: string; state: 'pending' | 'dead' }[]>(
+    const rows = await db.$queryRawUnsafe<{ id: string; state: FailedState }[]>(
       this.completeSql.fail,
       failures.map((f) => f.id),
       failures.map((f) => f.token),
@@ -167,14 +226,5 @@ export class TaskRepository {
   async rescueExpired(db: SqlExecutor, limit = 1000): Promise<{ rescued: number; dead: number }> {
     const [res] = await db.$queryRawUnsafe<{ rescued: number; dead: number }[]>(this.maintainSql.rescueExpired, limit, this.channel);
     return { rescued: res.rescued, dead: res.dead };
-  }
-
-  stats(db: SqlExecutor) {
-    return db.$queryRawUnsafe<{ queue: string; state: string; count: number; oldest_pending_ms: number | null }[]>(this.inspectSql.stats);
-  }
-
-  async get(db: SqlExecutor, id: string): Promise<TaskRow | null> {
-    const rows = await db.$queryRawUnsafe<TaskRow[]>(this.inspectSql.get, id);
-    return rows[0] ?? null;
   }
 }

@@ -11,6 +11,7 @@ export class Attempt {
   /** Set once the handler has returned; later ctx.enqueue calls are refused. */
   finished = false;
   startedAt = 0;
+  readonly groupKey: string | null;
 
   constructor(row: ClaimedRow) {
     this.task = {
@@ -25,6 +26,7 @@ export class Attempt {
       parentId: row.parent_id,
     };
     this.lease = { id: row.id, token: row.lease_token };
+    this.groupKey = row.group_key;
   }
 
   /** Resets per-run state: a transactional attempt whose transaction rolled back runs again. */

@@ -1,9 +1,17 @@
-import type { Failure, Lease, NewTaskRow, TaskRepository } from '../sql/task.repository';
+import type { FailedState, Failure, Lease, NewTaskRow, TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
 interface Pending<T> {
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
+}
+
+export type CompletionOutcome = 'done' | 'rerun' | 'cancelled' | 'lost';
+
+interface Completion extends Pending<CompletionOutcome> {
+  lease: Lease;
+  followUps: NewTaskRow[];
+  retried: boolean;
 }
 
 /**
@@ -12,8 +20,8 @@ interface Pending<T> {
  * still fenced by its own lease token, so one lost lease never blocks its neighbours.
  */
 export class CompletionBatcher {
-  private completions: (Pending<boolean> & { lease: Lease; followUps: NewTaskRow[] })[] = [];
-  private failures: (Pending<'pending' | 'dead' | null> & { failure: Failure })[] = [];
+  private completions: Completion[] = [];
+  private failures: (Pending<FailedState | null> & { failure: Failure })[] = [];
   private scheduled = false;
   private readonly inFlight = new Set<Promise<void>>();
 
@@ -23,16 +31,15 @@ export class CompletionBatcher {
     private readonly maxBatch: number,
   ) {}
 
-  /** Resolves true once completed, false when the lease was lost (nothing written). */
-  complete(lease: Lease, followUps: NewTaskRow[]): Promise<boolean> {
+  complete(lease: Lease, followUps: NewTaskRow[]): Promise<CompletionOutcome> {
     return new Promise((resolve, reject) => {
-      this.completions.push({ lease, followUps, resolve, reject });
+      this.completions.push({ lease, followUps, resolve, reject, retried: false });
       this.schedule();
     });
   }
 
   /** Resolves with the task's new state, or null when the lease was lost. */
-  fail(failure: Failure): Promise<'pending' | 'dead' | null> {
+  fail(failure: Failure): Promise<FailedState | null> {
     return new Promise((resolve, reject) => {
       this.failures.push({ failure, resolve, reject });
       this.schedule();
@@ -41,8 +48,10 @@ export class CompletionBatcher {
 
   /** Writes whatever is queued and waits for every write in flight. */
   async flush(): Promise<void> {
-    this.write();
-    await Promise.allSettled([...this.inFlight]);
+    while (this.completions.length + this.failures.length + this.inFlight.size > 0) {
+      this.write();
+      await Promise.allSettled([...this.inFlight]);
+    }
   }
 
   private schedule(): void {
@@ -65,8 +74,19 @@ export class CompletionBatcher {
     this.failures = [];
     if (completions.length > 0) {
       this.track(async () => {
-        const done = await this.repo.complete(this.db, completions.map((c) => c.lease), completions.flatMap((c) => c.followUps));
-        for (const c of completions) c.resolve(done.has(c.lease.id));
+        const res = await this.repo.complete(this.db, completions.map((c) => c.lease), completions.flatMap((c) => c.followUps));
+        for (const c of completions) {
+          const id = c.lease.id;
+          if (res.done.has(id)) c.resolve('done');
+          else if (res.rerun.has(id)) c.resolve('rerun');
+          else if (res.cancelled.has(id)) c.resolve('cancelled');
+          else if (!c.retried) {
+            // Lost, or raced a rerun request that landed mid-statement: one more try tells which.
+            c.retried = true;
+            this.completions.push(c);
+            this.schedule();
+          } else c.resolve('lost');
+        }
       }, completions);
     }
     if (failures.length > 0) {

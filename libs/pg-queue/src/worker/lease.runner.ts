@@ -4,7 +4,7 @@ import type { Attempt } from './attempt';
 import { CompletionBatcher } from './completion.batcher';
 import { invokeHandler } from './handler.invoker';
 import { createTaskContext } from './task-context.factory';
-import { failureOf, publish, type WorkerDeps } from './worker.deps';
+import { failureOf, publish, publishOutcome, type WorkerDeps } from './worker.deps';
 
 /**
  * Lease mode: the handler runs outside any transaction while the worker keeps its lease alive
@@ -21,6 +21,8 @@ export class LeaseRunner {
   constructor(
     private readonly deps: WorkerDeps,
     private readonly handler: RegisteredHandler,
+    /** Asks the worker to look for due tasks again in `ms` (a retry's backoff). */
+    private readonly wakeIn: (ms: number) => void,
   ) {
     this.batcher = new CompletionBatcher(deps.prisma, deps.repo, handler.options.batchSize);
   }
@@ -36,9 +38,9 @@ export class LeaseRunner {
     }
   }
 
-  /** Shutdown past the deadline: signal every running handler; their tasks are released. */
-  abortAll(): void {
-    for (const a of this.active) a.controller.abort(new ShutdownAbortError());
+  /** Attempts whose handlers are running here. */
+  running(): Iterable<Attempt> {
+    return this.active;
   }
 
   flush(): Promise<void> {
@@ -59,8 +61,7 @@ export class LeaseRunner {
     a.finished = true;
     try {
       if (result.kind === 'ok') {
-        const completed = await this.batcher.complete(a.lease, a.followUps);
-        publish(this.deps, a, completed ? 'completed' : 'lease-lost');
+        publishOutcome(this.deps, a, await this.batcher.complete(a.lease, a.followUps));
         return;
       }
       if (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError) {
@@ -75,7 +76,8 @@ export class LeaseRunner {
       const error = result.kind === 'error' ? result.error : result.reason;
       const failure = failureOf(a, error, this.handler, this.deps.maxErrorBytes);
       const state = await this.batcher.fail(failure);
-      publish(this.deps, a, state === null ? 'lease-lost' : state === 'dead' ? 'dead' : 'failed', failure.error);
+      publishOutcome(this.deps, a, state ?? 'lost', failure.error);
+      if (state === 'pending') this.wakeIn(failure.delayMs);
     } catch (err) {
       // Could not record the outcome: the lease will expire and the task be retried (at-least-once).
       this.deps.logger.error(`could not record task ${a.task.id} of "${a.task.queue}": ${(err as Error).message}`);

@@ -1,5 +1,5 @@
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import { ShutdownAbortError } from '../errors';
+import { ShutdownAbortError, TaskCancelledError } from '../errors';
 import { Attempt, byClaimOrder } from './attempt';
 import { LeaseRunner } from './lease.runner';
 import { TransactionalRunner } from './transactional.runner';
@@ -27,6 +27,8 @@ export class QueueWorker {
   private readonly work = new Set<Promise<void>>();
   private pollTimer: NodeJS.Timeout | null = null;
   private retryTimer: NodeJS.Timeout | null = null;
+  /** Earliest known future due time (a retry's backoff, a delayed task) and its timer. */
+  private dueTimer: { at: number; timer: NodeJS.Timeout } | null = null;
   private readonly lease: LeaseRunner | null;
   private readonly transactional: TransactionalRunner | null;
 
@@ -36,8 +38,10 @@ export class QueueWorker {
     private readonly pollIntervalMs: number,
   ) {
     const o = handler.options;
-    this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler) : null;
-    this.transactional = o.mode === 'transactional' ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle') : null;
+    const wakeIn = (ms: number) => this.wakeAt(Date.now() + ms);
+    this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
+    this.transactional =
+      o.mode === 'transactional' ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn) : null;
   }
 
   get queue(): string {
@@ -57,16 +61,38 @@ export class QueueWorker {
     void this.fill();
   }
 
+  /** A task becomes due at `at` (epoch ms): wake then, unless an earlier wake-up is already set. */
+  wakeAt(at: number): void {
+    if (this.state !== 'running') return;
+    if (at <= Date.now()) return this.wake();
+    if (this.dueTimer && this.dueTimer.at <= at) return;
+    if (this.dueTimer) clearTimeout(this.dueTimer.timer);
+    const timer = setTimeout(() => {
+      this.dueTimer = null;
+      this.wake();
+    }, at - Date.now() + 5);
+    timer.unref();
+    this.dueTimer = { at, timer };
+  }
+
+  /** A running task of this queue was cancelled: abort its handler if it runs here. */
+  cancel(taskId: string): boolean {
+    const attempt = this.running().find((a) => a.task.id === taskId && !a.finished);
+    attempt?.controller.abort(new TaskCancelledError(taskId));
+    return attempt !== undefined;
+  }
+
   /** Stops claiming, waits for running work until `deadline` (epoch ms), then aborts what is left. */
   async stop(deadline: number): Promise<void> {
     if (this.state === 'stopped') return;
     this.state = 'stopping';
     if (this.pollTimer) clearTimeout(this.pollTimer);
     if (this.retryTimer) clearTimeout(this.retryTimer);
+    if (this.dueTimer) clearTimeout(this.dueTimer.timer);
     const finished = await this.settleWithin(Math.max(0, deadline - Date.now()));
     if (!finished) {
-      this.lease?.abortAll();
-      this.abortTransactional();
+      // Transactional attempts see the abort and roll their transaction back; lease attempts are released.
+      for (const a of this.running()) a.controller.abort(new ShutdownAbortError());
       await this.settleWithin(Number.MAX_SAFE_INTEGER);
     }
     await this.lease?.flush();
@@ -86,6 +112,10 @@ export class QueueWorker {
       ran += rows.length;
       if (rows.length > 0) await this.dispatch(rows);
     }
+  }
+
+  private running(): Attempt[] {
+    return [...(this.lease?.running() ?? []), ...(this.transactional?.active() ?? [])];
   }
 
   private capacity(): number {
@@ -125,7 +155,7 @@ export class QueueWorker {
 
   private async claim(limit: number): Promise<Attempt[]> {
     const o = this.handler.options;
-    const rows = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs);
+    const rows = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.retryBlocksGroup);
     return rows.map((r) => new Attempt(r)).sort(byClaimOrder);
   }
 
@@ -133,7 +163,10 @@ export class QueueWorker {
     const runs = this.lease
       ? attempts.map((a) => this.track(1, () => this.lease!.run(a)))
       : [this.track(1, () => this.transactional!.run(attempts))];
-    return Promise.all(runs).then(() => undefined);
+    return Promise.all(runs).then(() => {
+      // A finished group task lets the next task of its group run; no NOTIFY announces that.
+      if (attempts.some((a) => a.groupKey !== null)) this.wake();
+    });
   }
 
   private track(units: number, run: () => Promise<void>): Promise<void> {
@@ -148,17 +181,6 @@ export class QueueWorker {
       });
     this.work.add(p);
     return p;
-  }
-
-  private abortTransactional(): void {
-    if (!this.transactional) return;
-    // Running transactional attempts see the abort and roll their transaction back.
-    for (const a of this.transactionalAttempts) a.controller.abort(new ShutdownAbortError());
-  }
-
-  /** Attempts currently inside a transactional batch, for shutdown aborts. */
-  private get transactionalAttempts(): Attempt[] {
-    return this.transactional?.active() ?? [];
   }
 
   private async settleWithin(ms: number): Promise<boolean> {

@@ -6,7 +6,7 @@ import type { Attempt } from './attempt';
 import { invokeHandler } from './handler.invoker';
 import { createTaskContext } from './task-context.factory';
 import { TransactionGate } from './transaction.gate';
-import { failureOf, publish, type WorkerDeps } from './worker.deps';
+import { failureOf, publish, publishOutcome, type Outcome, type WorkerDeps } from './worker.deps';
 
 /** Past this, a batch transaction stops starting tasks and commits; the rest get a new transaction. */
 const TX_BUDGET_MS = 200;
@@ -47,6 +47,8 @@ export class TransactionalRunner {
     private readonly deps: WorkerDeps,
     private readonly handler: RegisteredHandler,
     private readonly isStopping: () => boolean,
+    /** Asks the worker to look for due tasks again in `ms` (a retry's backoff). */
+    private readonly wakeIn: (ms: number) => void,
   ) {}
 
   async run(batch: Attempt[]): Promise<void> {
@@ -77,7 +79,7 @@ export class TransactionalRunner {
     let held = new Set<string>();
     let current: Attempt | null = null;
     const { timeoutMs } = this.handler.options;
-    let failedStates = new Map<string, 'pending' | 'dead'>();
+    let outcomes = new Map<string, Outcome>();
     try {
       await this.deps.prisma.$transaction(
         async (tx: SqlExecutor) => {
@@ -96,14 +98,14 @@ export class TransactionalRunner {
             results.set(a, await this.runOne(tx, a));
             current = null;
           }
-          failedStates = await this.finish(tx, results);
+          outcomes = await this.finish(tx, results);
         },
         { maxWait: 10_000, timeout: timeoutMs + TX_BUDGET_MS + 10_000 },
       );
     } catch (err) {
       return this.recover(err, attempts.filter((a) => held.has(a.task.id)), results, later, current);
     }
-    this.announce(results, failedStates);
+    this.announce(results, outcomes);
     return later;
   }
 
@@ -150,8 +152,9 @@ export class TransactionalRunner {
     return { ok: false, failure: failureOf(a, error, this.handler, this.deps.maxErrorBytes) };
   }
 
-  /** Completes the successes (with their follow-ups) and records the failures; returns each failure's new state. */
-  private async finish(tx: SqlExecutor, results: Map<Attempt, Result>): Promise<Map<string, 'pending' | 'dead'>> {
+  /** Completes the successes (with their follow-ups) and records the failures, in this transaction. */
+  private async finish(tx: SqlExecutor, results: Map<Attempt, Result>): Promise<Map<string, Outcome>> {
+    const outcomes = new Map<string, Outcome>();
     const done: Attempt[] = [];
     const failures: Failure[] = [];
     for (const [a, r] of results) {
@@ -159,18 +162,24 @@ export class TransactionalRunner {
       else failures.push(r.failure);
     }
     if (done.length > 0) {
-      const completed = await this.deps.repo.complete(tx, done.map((a) => a.lease), done.flatMap((a) => a.followUps));
-      // The rows are locked by this transaction, so this cannot happen; if it ever does, commit nothing.
-      const lost = done.find((a) => !completed.has(a.task.id));
-      if (lost) throw new LeaseLostError(lost.task.id);
+      const res = await this.deps.repo.complete(tx, done.map((a) => a.lease), done.flatMap((a) => a.followUps));
+      for (const a of done) {
+        const id = a.task.id;
+        const outcome = res.done.has(id) ? 'done' : res.rerun.has(id) ? 'rerun' : res.cancelled.has(id) ? 'cancelled' : null;
+        // The rows are locked by this transaction, so a lease cannot be missing; if one ever is, commit nothing.
+        if (outcome === null) throw new LeaseLostError(id);
+        outcomes.set(id, outcome);
+      }
     }
-    return failures.length > 0 ? this.deps.repo.fail(tx, failures) : new Map();
+    if (failures.length > 0) for (const [id, state] of await this.deps.repo.fail(tx, failures)) outcomes.set(id, state);
+    return outcomes;
   }
 
-  private announce(results: Map<Attempt, Result>, failedStates: Map<string, 'pending' | 'dead'>): void {
+  private announce(results: Map<Attempt, Result>, outcomes: Map<string, Outcome>): void {
     for (const [a, r] of results) {
-      if (r.ok) publish(this.deps, a, 'completed');
-      else publish(this.deps, a, failedStates.get(a.task.id) === 'dead' ? 'dead' : 'failed', r.failure.error);
+      const outcome = outcomes.get(a.task.id) ?? 'lost';
+      publishOutcome(this.deps, a, outcome, r.ok ? undefined : r.failure.error);
+      if (outcome === 'pending' && !r.ok) this.wakeIn(r.failure.delayMs);
     }
   }
 
@@ -197,7 +206,7 @@ export class TransactionalRunner {
     return later;
   }
 
-  private async recordOutsideTransaction(failures: Failure[]): Promise<Map<string, 'pending' | 'dead'> | null> {
+  private async recordOutsideTransaction(failures: Failure[]): Promise<Map<string, Outcome> | null> {
     try {
       return await this.deps.repo.fail(this.deps.prisma, failures);
     } catch (err) {
@@ -208,11 +217,8 @@ export class TransactionalRunner {
   }
 
   /** A failure that matched no row means the lease had already been taken over. */
-  private announceFailures(attempts: Attempt[], states: Map<string, 'pending' | 'dead'> | null, error: string): void {
-    for (const a of attempts) {
-      const state = states?.get(a.task.id);
-      publish(this.deps, a, state === 'dead' ? 'dead' : state === 'pending' || states === null ? 'failed' : 'lease-lost', error);
-    }
+  private announceFailures(attempts: Attempt[], states: Map<string, Outcome> | null, error: string): void {
+    for (const a of attempts) publishOutcome(this.deps, a, states === null ? 'pending' : states.get(a.task.id) ?? 'lost', error);
   }
 
   private async release(attempts: Attempt[]): Promise<void> {

@@ -3,7 +3,7 @@ import type { buildTaskRow } from '../client/task-input';
 import { NonRetryableError } from '../errors';
 import type { TaskEvents } from '../observability/task-events';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { Failure, TaskRepository } from '../sql/task.repository';
+import type { FailedState, Failure, TaskRepository } from '../sql/task.repository';
 import type { PrismaClientLike, TaskEvent } from '../types';
 import type { Attempt } from './attempt';
 import { backoffDelayMs } from './backoff';
@@ -41,4 +41,20 @@ export function publish(deps: WorkerDeps, attempt: Attempt, type: TaskEvent['typ
     durationMs: attempt.startedAt ? Date.now() - attempt.startedAt : undefined,
     error,
   });
+}
+
+/** Where a finished attempt left its task. */
+export type Outcome = 'done' | 'rerun' | 'cancelled' | FailedState | 'lost';
+
+const EVENT_OF: Record<Outcome, TaskEvent['type']> = {
+  done: 'completed',
+  rerun: 'completed',
+  cancelled: 'cancelled',
+  pending: 'failed',
+  dead: 'dead',
+  lost: 'lease-lost',
+};
+
+export function publishOutcome(deps: WorkerDeps, attempt: Attempt, outcome: Outcome, error?: string): void {
+  publish(deps, attempt, EVENT_OF[outcome], error);
 }

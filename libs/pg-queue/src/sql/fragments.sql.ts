@@ -1,0 +1,29 @@
+/** SQL fragments shared by the statements that insert tasks and wake workers. */
+
+/**
+ * The wake-up NOTIFY, as a CTE over a source of (queue, run_at) rows: one notification per queue,
+ * payload `queue` or `queue@<epoch ms>` when the earliest row is not due yet. Postgres delivers it at
+ * commit. A SELECT CTE runs only when referenced: callers select count(*) FROM notified.
+ */
+export function notifyCte(source: string, channelParam: string): string {
+  return `notified AS (
+  SELECT pg_notify(${channelParam}, queue || CASE WHEN min(run_at) > now()
+                                   THEN '@' || (extract(epoch FROM min(run_at)) * 1000)::bigint ELSE '' END)
+  FROM (${source}) AS wake GROUP BY queue
+)`;
+}
+
+/** The columns and unnest input shared by every statement that inserts tasks ($first..$first+8). */
+export function taskInput(first: number): string {
+  const p = (i: number) => `$${first + i}`;
+  return `
+  SELECT i.*, coalesce(i.run_at_in, now() + i.delay_ms * interval '1 millisecond') AS due_at
+  FROM unnest(${p(0)}::text[], ${p(1)}::jsonb[], ${p(2)}::int[], ${p(3)}::timestamptz[], ${p(4)}::bigint[],
+              ${p(5)}::int[], ${p(6)}::bigint[], ${p(7)}::text[], ${p(8)}::text[])
+    WITH ORDINALITY AS i(queue, payload, priority, run_at_in, delay_ms, max_attempts, parent_id, dedup_key, group_key, ord)`;
+}
+
+export const TASK_COLUMNS = 'queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key';
+export const INPUT_VALUES = 'queue, payload, priority, due_at, max_attempts, parent_id, dedup_key, group_key';
+/** A live dedup key (see task_dedup_idx). */
+export const ON_LIVE_KEY = `ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running')`;

@@ -1,0 +1,60 @@
+import { quoteIdent } from './identifiers';
+import { notifyCte } from './fragments.sql';
+
+/** Operator actions on single tasks or sets of tasks (cancel, retry, priority). */
+export function operateStatements(schema: string) {
+  const s = quoteIdent(schema);
+  return {
+    /**
+     * Cancel. A pending (or dead) task moves to the archive as cancelled at once. A running task
+     * gets a cancel request (a row in task_cancel, which a transactional handler's row lock does not
+     * block) and a notification `!cancel <id>` so its worker aborts the handler; whatever the
+     * attempt's outcome, the task ends cancelled.
+     * Parameters: $1 id, $2 channel. Returns cancelled / requested (0 or 1 each).
+     */
+    cancel: `
+WITH now_cancelled AS (
+  DELETE FROM ${s}.task WHERE id = $1::bigint AND state IN ('pending', 'dead', 'cancelled') RETURNING *
+), archived AS (
+  INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
+                                 last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at)
+  SELECT id, queue, 'cancelled', payload, priority, run_at, attempt, max_attempts,
+         last_error, parent_id, dedup_key, group_key, created_at, started_at, now()
+  FROM now_cancelled
+), requested AS (
+  INSERT INTO ${s}.task_cancel (task_id)
+  SELECT id FROM ${s}.task WHERE id = $1::bigint AND state = 'running'
+  ON CONFLICT DO NOTHING
+  RETURNING task_id
+), signalled AS (
+  SELECT pg_notify($2, '!cancel ' || task_id) FROM requested
+)
+SELECT (SELECT count(*) FROM now_cancelled)::int AS cancelled,
+       (SELECT count(*) FROM requested)::int AS requested,
+       (SELECT count(*) FROM signalled)::int AS signalled`,
+
+    /**
+     * Retry dead or cancelled tasks still in the hot table: back to pending, attempts reset.
+     * Parameters: $1 id[] or NULL, $2 queue or NULL, $3 ILIKE pattern on last_error or NULL, $4 channel.
+     */
+    retry: `
+WITH retried AS (
+  UPDATE ${s}.task t
+  SET state = 'pending', attempt = 0, run_at = now(), finished_at = NULL
+  WHERE t.state IN ('dead', 'cancelled')
+    AND ($1::bigint[] IS NULL OR t.id = ANY ($1::bigint[]))
+    AND ($2::text IS NULL OR t.queue = $2::text)
+    AND ($3::text IS NULL OR t.last_error ILIKE $3::text)
+    -- a task of the same key enqueued since keeps its key: leave this one dead
+    AND (t.dedup_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${s}.task k
+      WHERE k.queue = t.queue AND k.dedup_key = t.dedup_key AND k.state IN ('pending', 'running')))
+  RETURNING t.id, t.queue, t.run_at
+), ${notifyCte('SELECT queue, run_at FROM retried', '$4')}
+SELECT coalesce((SELECT array_agg(id::text) FROM retried), '{}') AS ids, (SELECT count(*) FROM notified)::int AS notified`,
+
+    /** Change a pending task's priority. Parameters: $1 id, $2 priority. */
+    setPriority: `
+UPDATE ${s}.task SET priority = $2 WHERE id = $1::bigint AND state = 'pending' RETURNING id::text AS id`,
+  };
+}

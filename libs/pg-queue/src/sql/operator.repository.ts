@@ -1,0 +1,75 @@
+import type { SqlExecutor } from '../types';
+import { notifyChannel } from './identifiers';
+import { inspectStatements } from './inspect.sql';
+import { operateStatements } from './operate.sql';
+
+export type TaskState = 'pending' | 'running' | 'dead' | 'done' | 'cancelled';
+
+export interface TaskRow {
+  id: string;
+  queue: string;
+  state: TaskState;
+  payload: unknown;
+  priority: number;
+  run_at: Date;
+  attempt: number;
+  max_attempts: number;
+  last_error: string | null;
+  locked_by: string | null;
+  locked_until: Date | null;
+  parent_id: string | null;
+  dedup_key: string | null;
+  group_key: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+}
+
+/** Runs the operator and inspection statements (never on the claim/complete hot path). */
+export class OperatorRepository {
+  private readonly inspectSql;
+  private readonly operateSql;
+  private readonly channel: string;
+
+  constructor(schema: string) {
+    this.inspectSql = inspectStatements(schema);
+    this.operateSql = operateStatements(schema);
+    this.channel = notifyChannel(schema);
+  }
+
+  stats(db: SqlExecutor) {
+    return db.$queryRawUnsafe<{ queue: string; state: string; count: number; oldest_pending_ms: number | null }[]>(this.inspectSql.stats);
+  }
+
+  async get(db: SqlExecutor, id: string): Promise<TaskRow | null> {
+    const rows = await db.$queryRawUnsafe<TaskRow[]>(this.inspectSql.get, id);
+    return rows[0] ?? null;
+  }
+
+  list(db: SqlExecutor, filter: { queue: string | null; state: string | null; cursor: string | null; limit: number }) {
+    return db.$queryRawUnsafe<TaskRow[]>(this.inspectSql.list, filter.queue, filter.state, filter.cursor, filter.limit);
+  }
+
+  chain(db: SqlExecutor, id: string) {
+    return db.$queryRawUnsafe<(TaskRow & { stage: number })[]>(this.inspectSql.chain, id);
+  }
+
+  topErrors(db: SqlExecutor, queue: string, limit: number) {
+    return db.$queryRawUnsafe<{ error: string; count: number; dead: number; last_seen: Date }[]>(this.inspectSql.topErrors, queue, limit);
+  }
+
+  async cancel(db: SqlExecutor, id: string): Promise<{ cancelled: number; requested: number }> {
+    const [res] = await db.$queryRawUnsafe<{ cancelled: number; requested: number }[]>(this.operateSql.cancel, id, this.channel);
+    return { cancelled: res.cancelled, requested: res.requested };
+  }
+
+  async retry(db: SqlExecutor, filter: { ids: string[] | null; queue: string | null; errorLike: string | null }): Promise<string[]> {
+    const [res] = await db.$queryRawUnsafe<{ ids: string[] }[]>(this.operateSql.retry, filter.ids, filter.queue, filter.errorLike, this.channel);
+    return res.ids;
+  }
+
+  async setPriority(db: SqlExecutor, id: string, priority: number): Promise<boolean> {
+    const rows = await db.$queryRawUnsafe<unknown[]>(this.operateSql.setPriority, id, priority);
+    return rows.length === 1;
+  }
+}
