@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { HandlerConfigurationError, InvalidOptionsError } from './errors';
 import { validateSchemaName } from './sql/identifiers';
+import type { ScheduleDefinition } from './schedules/schedule.definition';
 import type { FinishedRetention } from './sql/complete.sql';
 import type { BackoffOptions, HandlerMode, PrismaClientLike } from './types';
 
@@ -66,9 +67,12 @@ export interface PgQueueModuleOptions {
   handlerDefaults?: Partial<HandlerOptions>;
   /** Per-queue settings, over handlerDefaults and under the decorator's options. */
   queues?: Record<string, Partial<HandlerOptions>>;
+  /** Periodic tasks declared here rather than on a handler (e.g. for a queue another process runs). */
+  schedules?: ScheduleDefinition[];
 }
 
-export interface ResolvedModuleOptions extends Required<Omit<PgQueueModuleOptions, 'databaseUrl' | 'handlerDefaults' | 'queues'>> {
+export interface ResolvedModuleOptions extends Required<Omit<PgQueueModuleOptions, 'databaseUrl' | 'handlerDefaults' | 'queues' | 'schedules'>> {
+  schedules: ScheduleDefinition[];
   databaseUrl?: string;
   handlerDefaults: HandlerOptions;
   queues: Record<string, Partial<HandlerOptions>>;
@@ -100,6 +104,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
   if (options.finished !== undefined && options.finished !== 'archive' && options.finished !== 'delete') {
     throw new InvalidOptionsError('finished', `expected 'archive' or 'delete', got ${JSON.stringify(options.finished)}`);
   }
+  if (options.schedules !== undefined && !Array.isArray(options.schedules)) throw new InvalidOptionsError('schedules', 'expected an array');
   const handlerDefaults = resolveHandlerOptions('handlerDefaults', DEFAULT_HANDLER_OPTIONS, options.handlerDefaults);
   const queues = options.queues ?? {};
   for (const [queue, q] of Object.entries(queues)) resolveHandlerOptions(`queues.${queue}`, handlerDefaults, q);
@@ -118,6 +123,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
     rescueIntervalMs: positiveInt('rescueIntervalMs', options.rescueIntervalMs ?? 5000, { min: 10 }),
     handlerDefaults,
     queues,
+    schedules: options.schedules ?? [],
   };
 }
 

@@ -1,12 +1,16 @@
 import { validateQueueName } from '../client/task-input';
 import type { HandlerOptions } from '../pg-queue.options';
+import type { ScheduleOptions } from '../schedules/schedule.definition';
+
+/** Handler settings, plus an optional schedule that enqueues this queue's tasks periodically. */
+export type TaskHandlerOptions = Partial<HandlerOptions> & { schedule?: ScheduleOptions };
 
 /** Metadata key under which @TaskHandler stores its arguments on the method. */
 export const TASK_HANDLER_METADATA = 'pg-queue:task-handler';
 
 export interface TaskHandlerMetadata {
   queue: string;
-  options: Partial<HandlerOptions>;
+  options: TaskHandlerOptions;
 }
 
 /**
@@ -24,8 +28,9 @@ export interface TaskHandlerMetadata {
  *   }
  * }
  * ```
+ * A periodic task: `@TaskHandler('reports.hourly', { schedule: { cron: '0 * * * *', tz: 'Europe/Berlin' } })`.
  */
-export function TaskHandler(queue: string, options: Partial<HandlerOptions> = {}): MethodDecorator {
+export function TaskHandler(queue: string, options: TaskHandlerOptions = {}): MethodDecorator {
   validateQueueName(queue);
   return (_target, _key, descriptor: PropertyDescriptor) => {
     const metadata: TaskHandlerMetadata = { queue, options };

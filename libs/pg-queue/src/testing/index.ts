@@ -23,3 +23,8 @@ export function drainQueue(app: INestApplicationContext, queue?: string): Promis
 export function rescueExpiredLeases(app: INestApplicationContext): Promise<{ rescued: number; dead: number }> {
   return app.get(WorkerOrchestrator, { strict: false }).rescueExpired();
 }
+
+/** Enqueues the due ticks of every schedule now, as the ticker would on time. */
+export function tickSchedules(app: INestApplicationContext): Promise<number> {
+  return app.get(WorkerOrchestrator, { strict: false }).tickSchedules();
+}

@@ -14,10 +14,22 @@ export class WakeupListener {
   constructor(
     private readonly databaseUrl: string,
     private readonly channel: string,
-    private readonly onQueue: (queue: string) => void,
-    private readonly onReconnect: () => void,
     private readonly logger: Logger,
+    private readonly on: {
+      /** Tasks of `queue` are due at `at` (epoch ms; now or later). */
+      wake: (queue: string, at: number) => void;
+      cancel: (taskId: string) => void;
+      reconnected: () => void;
+    },
   ) {}
+
+  /** Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`. */
+  private dispatch(payload: string): void {
+    if (payload.startsWith('!cancel ')) return this.on.cancel(payload.slice('!cancel '.length));
+    const at = payload.lastIndexOf('@');
+    if (at < 0) return this.on.wake(payload, Date.now());
+    this.on.wake(payload.slice(0, at), Number(payload.slice(at + 1)));
+  }
 
   get isConnected(): boolean {
     return this.connected;
@@ -34,11 +46,11 @@ export class WakeupListener {
       },
     );
     this.subscriber = subscriber;
-    subscriber.notifications.on(this.channel, (queue: string) => this.onQueue(queue));
+    subscriber.notifications.on(this.channel, (payload: string) => this.dispatch(payload));
     subscriber.events.on('connected', () => {
       const wasDown = !this.connected;
       this.connected = true;
-      if (wasDown) this.onReconnect();
+      if (wasDown) this.on.reconnected();
     });
     subscriber.events.on('reconnect', (attempt: number) => {
       this.connected = false;

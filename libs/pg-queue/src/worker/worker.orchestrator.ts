@@ -5,7 +5,9 @@ import { PgQueueError } from '../errors';
 import { TaskEvents } from '../observability/task-events';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
+import { ScheduleTicker } from '../schedules/schedule.ticker';
 import { installSchema } from '../sql/schema.installer';
+import { ScheduleRepository } from '../sql/schedule.repository';
 import { TaskRepository } from '../sql/task.repository';
 import { LeaseRescuer } from './lease.rescuer';
 import { QueueWorker } from './queue.worker';
@@ -15,8 +17,9 @@ import type { WorkerDeps } from './worker.deps';
 /**
  * Starts and stops the queue machinery with the Nest application:
  * - onModuleInit: install/upgrade the schema (so enqueue works from any later hook);
- * - onApplicationBootstrap: one QueueWorker per registered handler, the LISTEN connection and the
- *   lease rescuer (unless autoStart is false);
+ * - onApplicationBootstrap: validate the declared schedules; then (unless autoStart is false) one
+ *   QueueWorker per registered handler, the LISTEN connection, the lease rescuer and the schedule
+ *   ticker;
  * - onModuleDestroy: drain. Nest may destroy the app's PrismaService before this module, so the
  *   client's `$disconnect` is wrapped to wait for the drain first: work never loses its pool.
  */
@@ -26,6 +29,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private readonly workers = new Map<string, QueueWorker>();
   private listener: WakeupListener | null = null;
   private rescuer: LeaseRescuer | null = null;
+  private ticker: ScheduleTicker | null = null;
   private started = false;
   private shutdownPromise: Promise<void> | null = null;
   private readonly deps: WorkerDeps;
@@ -34,6 +38,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
     private readonly repo: TaskRepository,
     private readonly registry: TaskHandlerRegistry,
+    private readonly scheduleRepo: ScheduleRepository,
     events: TaskEvents,
     queue: TaskQueue,
   ) {
@@ -54,6 +59,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   }
 
   async onApplicationBootstrap(): Promise<void> {
+    this.registry.schedules(); // a bad schedule is a startup error, whether or not workers start
     if (this.options.autoStart) await this.start();
   }
 
@@ -67,18 +73,19 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     if (this.shutdownPromise) throw new PgQueueError('pg-queue: cannot start after shutdown');
     this.started = true;
     if (this.options.databaseUrl) {
-      this.listener = new WakeupListener(
-        this.options.databaseUrl,
-        this.repo.channel,
-        (queue) => this.workers.get(queue)?.wake(),
-        () => this.wakeAll(),
-        this.logger,
-      );
+      this.listener = new WakeupListener(this.options.databaseUrl, this.repo.channel, this.logger, {
+        wake: (queue, at) => this.workers.get(queue)?.wakeAt(at),
+        cancel: (taskId) => this.cancelRunning(taskId),
+        reconnected: () => this.wakeAll(),
+      });
       await this.listener.start();
     }
     for (const handler of this.registry.all()) this.worker(handler.queue).start();
     this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger);
     this.rescuer.start();
+    this.ticker = new ScheduleTicker(this.options.prisma, this.scheduleRepo, this.repo, (q) => this.registry.optionsFor(q).maxAttempts, this.logger);
+    await this.ticker.sync(this.registry.schedules(), this.registry.all().map((h) => h.queue));
+    this.ticker.start();
   }
 
   /** Stops claiming, drains within shutdownTimeoutMs, releases the rest. Idempotent. */
@@ -86,6 +93,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     this.shutdownPromise ??= (async () => {
       const deadline = Date.now() + this.options.shutdownTimeoutMs;
       this.rescuer?.stop();
+      await this.ticker?.stop();
       await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
       await this.listener?.stop();
     })();
@@ -110,6 +118,16 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   /** Returns expired leases to the queue now (the rescuer also does it every rescueIntervalMs). */
   rescueExpired(): Promise<{ rescued: number; dead: number }> {
     return (this.rescuer ?? new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger)).rescueOnce();
+  }
+
+  /** Enqueues the due ticks of every schedule now (the ticker also does it on time). */
+  tickSchedules(): Promise<number> {
+    return (this.ticker ?? new ScheduleTicker(this.options.prisma, this.scheduleRepo, this.repo, (q) => this.registry.optionsFor(q).maxAttempts, this.logger)).tickOnce();
+  }
+
+  /** A running task was cancelled somewhere: abort its handler if it runs in this process. */
+  cancelRunning(taskId: string): boolean {
+    return [...this.workers.values()].some((w) => w.cancel(taskId));
   }
 
   get listening(): boolean {
