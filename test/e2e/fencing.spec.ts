@@ -91,7 +91,7 @@ describe('fencing: a worker that lost its lease changes nothing', () => {
     const staleLease = [{ id, token: stale.lease_token }];
     const before = await qa.queue.get(id);
 
-    expect(await repo.heartbeat(prisma, staleLease, 60_000)).toEqual(new Set());
+    expect(await repo.heartbeat(prisma, staleLease, 60_000)).toEqual(new Map());
     expect(await repo.fail(prisma, [{ ...staleLease[0], error: 'x', delayMs: 0, fatal: true }])).toEqual(new Map());
     expect(await repo.release(prisma, staleLease)).toEqual(new Set());
     await expect(

@@ -70,19 +70,25 @@ export function nextTick(s: { cron: string | null; tz: string | null; everyMs: n
 }
 
 /**
- * Which ticks of a due schedule to enqueue now. Ticks at most `toleranceMs` late are on time and
- * each fires (a busy scheduler catches up exactly); older ones were missed (downtime): dropped, or
- * one catch-up task. Returns the ticks to fire and the next tick after `now`.
+ * How late a tick may be and still count as on time (fired, so a briefly busy ticker catches up
+ * exactly): twice the schedule's period, at least 2 s and at most 60 s. An older tick was missed
+ * (no instance was running): dropped, or folded into one catch-up task.
  */
+export function onTimeWindowMs(s: { cron: string | null; tz: string | null; everyMs: number | null }, at: Date): number {
+  const first = nextTick(s, at);
+  const period = nextTick(s, first).getTime() - first.getTime();
+  return Math.min(60_000, Math.max(2_000, 2 * period));
+}
+
+/** Which ticks of a due schedule to enqueue now, and the next tick after `now`. */
 export function dueTicks(
   s: { cron: string | null; tz: string | null; everyMs: number | null; missed: 'skip' | 'once' },
   nextRunAt: Date,
   now: Date,
-  toleranceMs: number,
 ): { fire: Date[]; next: Date } {
   const fire: Date[] = [];
   let tick = nextRunAt;
-  const onTimeFrom = now.getTime() - toleranceMs;
+  const onTimeFrom = now.getTime() - onTimeWindowMs(s, nextRunAt);
   if (tick.getTime() < onTimeFrom) {
     if (s.missed === 'once') fire.push(tick);
     // Jump past the missed ticks without walking them one by one.

@@ -4,8 +4,6 @@ import type { NewTaskRow, TaskRepository } from '../sql/task.repository';
 import type { PrismaClientLike, SqlExecutor } from '../types';
 import { dueTicks, nextTick, type ValidSchedule } from './schedule.definition';
 
-/** A tick later than this is "missed" (downtime) rather than merely late. */
-const LATE_TOLERANCE_MS = 10_000;
 const MAX_SLEEP_MS = 30_000;
 
 /**
@@ -56,7 +54,7 @@ export class ScheduleTicker {
       let enqueued = 0;
       for (const row of await this.schedules.lockDueSchedules(tx)) {
         const timing = { cron: row.cron, tz: row.tz, everyMs: row.every_ms, missed: row.missed };
-        const { fire, next } = dueTicks(timing, row.next_run_at, row.db_now, LATE_TOLERANCE_MS);
+        const { fire, next } = dueTicks(timing, row.next_run_at, row.db_now);
         const payloadJson = JSON.stringify(row.payload);
         const tasks: NewTaskRow[] = fire.map((tick) => ({
           queue: row.queue,

@@ -117,13 +117,14 @@ SELECT coalesce((SELECT array_agg(id::text) FROM released), '{}') AS released_id
        (SELECT count(*) FROM notified)::int AS notified`,
 
     /**
-     * Lease mode: extend the leases still held. Parameters: $1 id[], $2 lease_token[], $3 lease ms.
+     * Lease mode: extend the leases still held, and report cancel requests (the fallback when the
+     * `!cancel` notification was missed). Parameters: $1 id[], $2 lease_token[], $3 lease ms.
      */
     heartbeat: `
 UPDATE ${s}.task t
 SET locked_until = now() + $3 * interval '1 millisecond'
 FROM unnest($1::bigint[], $2::uuid[]) AS l(id, token)
 WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
-RETURNING t.id::text AS id`,
+RETURNING t.id::text AS id, EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id) AS cancelled`,
   };
 }

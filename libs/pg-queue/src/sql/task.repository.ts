@@ -212,15 +212,16 @@ export class TaskRepository {
     return new Set(res.released_ids);
   }
 
-  async heartbeat(db: SqlExecutor, leases: Lease[], leaseMs: number): Promise<Set<string>> {
-    if (leases.length === 0) return new Set();
-    const rows = await db.$queryRawUnsafe<{ id: string }[]>(
+  /** Extends the leases still held; returns them, each with whether a cancel was requested. */
+  async heartbeat(db: SqlExecutor, leases: Lease[], leaseMs: number): Promise<Map<string, { cancelled: boolean }>> {
+    if (leases.length === 0) return new Map();
+    const rows = await db.$queryRawUnsafe<{ id: string; cancelled: boolean }[]>(
       this.completeSql.heartbeat,
       leases.map((l) => l.id),
       leases.map((l) => l.token),
       leaseMs,
     );
-    return new Set(rows.map((r) => r.id));
+    return new Map(rows.map((r) => [r.id, { cancelled: r.cancelled }]));
   }
 
   async rescueExpired(db: SqlExecutor, limit = 1000): Promise<{ rescued: number; dead: number }> {

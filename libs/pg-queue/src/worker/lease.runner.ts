@@ -1,4 +1,4 @@
-import { LeaseLostError, ShutdownAbortError } from '../errors';
+import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Attempt } from './attempt';
 import { CompletionBatcher } from './completion.batcher';
@@ -87,11 +87,8 @@ export class LeaseRunner {
   private async heartbeatOne(a: Attempt): Promise<void> {
     if (a.controller.signal.aborted) throw new LeaseLostError(a.task.id);
     const held = await this.deps.repo.heartbeat(this.deps.prisma, [a.lease], this.handler.options.leaseMs);
-    if (!held.has(a.task.id)) {
-      const lost = new LeaseLostError(a.task.id);
-      a.controller.abort(lost);
-      throw lost;
-    }
+    this.applyHeartbeat(a, held);
+    if (a.controller.signal.aborted) throw a.controller.signal.reason;
   }
 
   private ensureHeartbeat(): void {
@@ -112,9 +109,16 @@ export class LeaseRunner {
     if (running.length === 0) return;
     try {
       const held = await this.deps.repo.heartbeat(this.deps.prisma, running.map((a) => a.lease), this.handler.options.leaseMs);
-      for (const a of running) if (!held.has(a.task.id) && !a.finished) a.controller.abort(new LeaseLostError(a.task.id));
+      for (const a of running) this.applyHeartbeat(a, held);
     } catch (err) {
       this.deps.logger.warn(`heartbeat failed for queue "${this.handler.queue}": ${(err as Error).message}`);
     }
+  }
+
+  private applyHeartbeat(a: Attempt, held: Map<string, { cancelled: boolean }>): void {
+    if (a.finished) return;
+    const lease = held.get(a.task.id);
+    if (!lease) a.controller.abort(new LeaseLostError(a.task.id));
+    else if (lease.cancelled) a.controller.abort(new TaskCancelledError(a.task.id));
   }
 }

@@ -1,4 +1,4 @@
-import { LeaseLostError, ShutdownAbortError, TaskTimeoutError } from '../errors';
+import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Failure, Lease } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
@@ -17,9 +17,16 @@ const SETTLE_GRACE_MS = 250;
 
 type Result = { ok: true } | { ok: false; failure: Failure };
 
-/** Thrown inside the transaction to roll all of it back. */
+/**
+ * Thrown inside the transaction to roll all of it back: a handler stuck past its timeout, a
+ * shutdown past its deadline, or tasks cancelled while they ran (their writes must not commit).
+ * `culprits` get a recorded outcome; the other attempts run again.
+ */
 class RollbackAll extends Error {
-  constructor(readonly why: 'stuck-handler' | 'shutdown', readonly attempt: Attempt) {
+  constructor(
+    readonly why: 'stuck-handler' | 'shutdown' | 'cancelled',
+    readonly culprits: Attempt[],
+  ) {
     super(why);
   }
 }
@@ -140,9 +147,9 @@ export class TransactionalRunner {
       await gate.rollback();
       return this.failed(a, result.error);
     }
-    if (result.reason instanceof ShutdownAbortError) throw new RollbackAll('shutdown', a);
+    if (result.reason instanceof ShutdownAbortError) throw new RollbackAll('shutdown', [a]);
     const stopped = await Promise.race([settled.then(() => true), delay(SETTLE_GRACE_MS).then(() => false)]);
-    if (!stopped) throw new RollbackAll('stuck-handler', a);
+    if (!stopped) throw new RollbackAll('stuck-handler', [a]);
     await gate.rollback();
     return this.failed(a, result.reason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs));
   }
@@ -163,9 +170,12 @@ export class TransactionalRunner {
     }
     if (done.length > 0) {
       const res = await this.deps.repo.complete(tx, done.map((a) => a.lease), done.flatMap((a) => a.followUps));
+      // Cancelled while running (the notification did not reach us in time): keep none of its writes.
+      const cancelled = done.filter((a) => res.cancelled.has(a.task.id));
+      if (cancelled.length > 0) throw new RollbackAll('cancelled', cancelled);
       for (const a of done) {
         const id = a.task.id;
-        const outcome = res.done.has(id) ? 'done' : res.rerun.has(id) ? 'rerun' : res.cancelled.has(id) ? 'cancelled' : null;
+        const outcome = res.done.has(id) ? 'done' : res.rerun.has(id) ? 'rerun' : null;
         // The rows are locked by this transaction, so a lease cannot be missing; if one ever is, commit nothing.
         if (outcome === null) throw new LeaseLostError(id);
         outcomes.set(id, outcome);
@@ -190,12 +200,14 @@ export class TransactionalRunner {
       return [];
     }
     if (err instanceof RollbackAll) {
-      // Record the stuck attempt's failure on its own; everyone else runs again.
-      const stuck = err.attempt;
-      const timeout = stuck.controller.signal.reason ?? new TaskTimeoutError(stuck.task.id, this.handler.options.timeoutMs);
-      const states = await this.recordOutsideTransaction([failureOf(stuck, timeout, this.handler, this.deps.maxErrorBytes)]);
-      this.announceFailures([stuck], states, String(timeout));
-      return attempts.filter((a) => a !== stuck);
+      // Record the culprits' outcome on its own (a cancel request turns it into cancelled); the
+      // others' work was rolled back with them, so they run again.
+      const reasonOf = (a: Attempt) =>
+        err.why === 'cancelled' ? new TaskCancelledError(a.task.id) : a.controller.signal.reason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs);
+      const failures = err.culprits.map((a) => failureOf(a, reasonOf(a), this.handler, this.deps.maxErrorBytes));
+      const states = await this.recordOutsideTransaction(failures);
+      for (const [i, a] of err.culprits.entries()) this.announceFailures([a], states, failures[i].error);
+      return attempts.filter((a) => !err.culprits.includes(a));
     }
     // The transaction itself failed (connection lost, commit refused, ...): count the attempts
     // that ran as failed with that error; the ones never started go again.

@@ -72,14 +72,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     if (this.started) return;
     if (this.shutdownPromise) throw new PgQueueError('pg-queue: cannot start after shutdown');
     this.started = true;
-    if (this.options.databaseUrl) {
-      this.listener = new WakeupListener(this.options.databaseUrl, this.repo.channel, this.logger, {
-        wake: (queue, at) => this.workers.get(queue)?.wakeAt(at),
-        cancel: (taskId) => this.cancelRunning(taskId),
-        reconnected: () => this.wakeAll(),
-      });
-      await this.listener.start();
-    }
+    await this.ensureListener();
     for (const handler of this.registry.all()) this.worker(handler.queue).start();
     this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger);
     this.rescuer.start();
@@ -102,6 +95,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
 
   /** Runs due tasks of one queue (or every registered queue) inline until none is left. */
   async drain(queue?: string): Promise<number> {
+    await this.ensureListener(); // cancel requests reach drained handlers too
     const queues = queue ? [queue] : this.registry.all().map((h) => h.queue);
     let total = 0;
     for (let again = true; again; ) {
@@ -132,6 +126,16 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
 
   get listening(): boolean {
     return this.listener?.isConnected ?? false;
+  }
+
+  private async ensureListener(): Promise<void> {
+    if (this.listener || !this.options.databaseUrl) return;
+    this.listener = new WakeupListener(this.options.databaseUrl, this.repo.channel, this.logger, {
+      wake: (queue, at) => this.workers.get(queue)?.wakeAt(at),
+      cancel: (taskId) => this.cancelRunning(taskId),
+      reconnected: () => this.wakeAll(),
+    });
+    await this.listener.start();
   }
 
   private wakeAll(): void {
