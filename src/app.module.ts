@@ -8,8 +8,9 @@ import { PaymentGateway } from './payments/payment-gateway';
 import { PaymentHandlers } from './payments/payment.handlers';
 import { PrismaModule } from './prisma/prisma.module';
 import { PrismaService } from './prisma/prisma.service';
+import { ReportHandlers } from './reports/report.handlers';
 
-/** Orders → payment → email, each step a queue task. */
+/** Orders → payment → email, each step a queue task; plus an hourly report. */
 @Module({
   imports: [
     PrismaModule,
@@ -23,6 +24,6 @@ import { PrismaService } from './prisma/prisma.service';
     }),
   ],
   controllers: [OrdersController],
-  providers: [OrdersService, PaymentGateway, OrderHandlers, PaymentHandlers, EmailHandlers],
+  providers: [OrdersService, PaymentGateway, OrderHandlers, PaymentHandlers, EmailHandlers, ReportHandlers],
 })
 export class AppModule {}

@@ -1,4 +1,4 @@
-import { BadRequestException, Body, Controller, Get, NotFoundException, Param, ParseIntPipe, Post } from '@nestjs/common';
+import { BadRequestException, Body, ConflictException, Controller, Get, NotFoundException, Param, ParseIntPipe, Patch, Post } from '@nestjs/common';
 import { OrdersService, type CreateOrderDto } from './orders.service';
 
 @Controller('orders')
@@ -12,6 +12,16 @@ export class OrdersController {
       throw new BadRequestException('amountCents must be a positive integer');
     }
     return this.orders.create({ customer: body.customer, amountCents: body.amountCents as number });
+  }
+
+  @Patch(':id')
+  async edit(@Param('id', ParseIntPipe) id: number, @Body() body: { amountCents?: number }) {
+    if (!Number.isInteger(body?.amountCents) || (body.amountCents as number) <= 0) {
+      throw new BadRequestException('amountCents must be a positive integer');
+    }
+    const order = await this.orders.edit(id, body.amountCents as number);
+    if (!order) throw new ConflictException('order is paid already (or does not exist)');
+    return order;
   }
 
   @Get(':id')

@@ -5,7 +5,6 @@ import { PaymentGateway } from './payment-gateway';
 
 export interface CapturePayment {
   orderId: number;
-  amountCents: number;
 }
 
 @Injectable()
@@ -29,7 +28,8 @@ export class PaymentHandlers {
     backoff: { type: 'exponential', delayMs: 50, maxDelayMs: 2_000, jitter: true },
   })
   async capture(task: Task<CapturePayment>, ctx: TaskContext): Promise<void> {
-    const { orderId, amountCents } = task.payload;
+    const { orderId } = task.payload;
+    const { amountCents } = await this.prisma.order.findUniqueOrThrow({ where: { id: orderId } });
     const externalRef = `order-${orderId}`;
     const chargeId = await this.gateway.charge(externalRef, amountCents);
     await this.prisma.$transaction([

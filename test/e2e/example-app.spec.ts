@@ -1,6 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { drainQueue } from '@app/pg-queue/testing';
+import { drainQueue, tickSchedules } from '@app/pg-queue/testing';
 import { AppModule } from '../../src/app.module';
 import { PaymentGateway } from '../../src/payments/payment-gateway';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -70,5 +70,33 @@ describe('example app: orders → payment → email', () => {
       await new Promise((r) => setTimeout(r, 25));
     }
     expect(await db.sql('SELECT count(*)::int AS n FROM payments WHERE order_id = $1', [order.id])).toEqual([{ n: 1 }]);
+  });
+
+  it('PATCH before confirmation replaces the pending confirmation (one task per order, by key)', async () => {
+    gateway.failureRate = 0;
+    const order = (await (await post({ customer: 'cy', amountCents: 100 })).json()) as { id: number };
+    const patch = (amountCents: number) =>
+      fetch(`${base}/orders/${order.id}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ amountCents }) });
+    expect((await patch(150)).status).toBe(200);
+    expect((await patch(175)).status).toBe(200);
+    const confirms = await db.sql("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'order.confirm' AND dedup_key = $1", [`order-${order.id}`]);
+    expect(confirms).toEqual([{ n: 1 }]);
+    await drainQueue(app);
+    const [row] = await db.sql('SELECT status, amount_cents, revision, confirmed_revision FROM orders WHERE id = $1', [order.id]);
+    expect(row).toEqual({ status: 'completed', amount_cents: 175, revision: 3, confirmed_revision: 3 });
+    expect(await db.sql('SELECT amount_cents FROM payments WHERE order_id = $1', [order.id])).toEqual([{ amount_cents: 175 }]);
+    expect((await patch(200)).status).toBe(409); // paid: no more edits
+  });
+
+  it('the hourly report runs from its schedule', async () => {
+    // the app stopped just after 10:00 yesterday and restarts now: one catch-up run (missed: 'once')
+    await tickSchedules(app);
+    await db.sql("UPDATE pgqueue.schedule SET next_run_at = date_trunc('hour', now()) - interval '1 day' WHERE name = 'reports.hourly'");
+    expect(await tickSchedules(app)).toBe(1);
+    await drainQueue(app);
+    const reports = await db.sql('SELECT orders FROM reports');
+    expect(reports).toHaveLength(1);
+    const [{ next }] = await db.sql("SELECT next_run_at > now() AS next FROM pgqueue.schedule WHERE name = 'reports.hourly'");
+    expect(next).toBe(true);
   });
 });

@@ -76,9 +76,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     for (const handler of this.registry.all()) this.worker(handler.queue).start();
     this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger);
     this.rescuer.start();
-    this.ticker = new ScheduleTicker(this.options.prisma, this.scheduleRepo, this.repo, (q) => this.registry.optionsFor(q).maxAttempts, this.logger);
-    await this.ticker.sync(this.registry.schedules(), this.registry.all().map((h) => h.queue));
-    this.ticker.start();
+    (await this.syncedTicker()).start();
   }
 
   /** Stops claiming, drains within shutdownTimeoutMs, releases the rest. Idempotent. */
@@ -115,8 +113,18 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   }
 
   /** Enqueues the due ticks of every schedule now (the ticker also does it on time). */
-  tickSchedules(): Promise<number> {
-    return (this.ticker ?? new ScheduleTicker(this.options.prisma, this.scheduleRepo, this.repo, (q) => this.registry.optionsFor(q).maxAttempts, this.logger)).tickOnce();
+  async tickSchedules(): Promise<number> {
+    return (await this.syncedTicker()).tickOnce();
+  }
+
+  /** The ticker, created on first use after declaring this process's schedules in the database. */
+  private async syncedTicker(): Promise<ScheduleTicker> {
+    if (!this.ticker) {
+      const ticker = new ScheduleTicker(this.options.prisma, this.scheduleRepo, this.repo, (q) => this.registry.optionsFor(q).maxAttempts, this.logger);
+      await ticker.sync(this.registry.schedules(), this.registry.all().map((h) => h.queue));
+      this.ticker = ticker;
+    }
+    return this.ticker;
   }
 
   /** A running task was cancelled somewhere: abort its handler if it runs in this process. */
