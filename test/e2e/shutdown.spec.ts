@@ -38,6 +38,12 @@ class SlowHandlers {
     log.push('handler.done');
   }
 
+  @TaskHandler('shutdown.buffered', { mode: 'lease', concurrency: 1, batchSize: 5, timeoutMs: 10_000 })
+  async buffered(_task: Task, ctx: TaskContext) {
+    started.lease.resolve();
+    await sleep(3000, ctx.signal);
+  }
+
   @TaskHandler('shutdown.lease', { mode: 'lease', timeoutMs: 10_000 })
   async lease(task: Task<Job>, ctx: TaskContext) {
     started.lease.resolve();
@@ -117,5 +123,17 @@ describe('graceful shutdown', () => {
     expect(task).toEqual({ state: 'pending', attempt: 0, locked_by: null });
     expect(await db.sql('SELECT count(*)::int AS n FROM orders WHERE customer = $1', [`shutdown-${id}`])).toEqual([{ n: 0 }]);
     await db.sql('DELETE FROM pgqueue.task WHERE id = $1', [id]);
+  });
+
+  it('lease mode: tasks claimed ahead of a free slot are released uncounted too', async () => {
+    const { app, queue } = await boot(300);
+    const ids = await queue.enqueueMany(Array.from({ length: 5 }, () => ({ queue: 'shutdown.buffered', payload: {} })));
+    await started.lease.promise;
+    const [{ running }] = await db.sql("SELECT count(*)::int AS running FROM pgqueue.task WHERE queue = 'shutdown.buffered' AND state = 'running'");
+    expect(running).toBe(5); // one runs, four wait in the local buffer
+    await app.close();
+    const rows = await db.sql('SELECT state, attempt FROM pgqueue.task WHERE id = ANY($1::bigint[])', [ids]);
+    expect(rows).toEqual(Array(5).fill({ state: 'pending', attempt: 0 }));
+    expect(log.filter((l) => l === 'event.released')).toHaveLength(5);
   });
 });

@@ -30,7 +30,7 @@ export interface HandlerOptions {
 export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
   mode: 'transactional',
   concurrency: 10,
-  batchSize: 10,
+  batchSize: 20,
   maxAttempts: 5,
   backoff: { type: 'exponential', delayMs: 1000, maxDelayMs: 3_600_000, jitter: true },
   timeoutMs: 30_000,

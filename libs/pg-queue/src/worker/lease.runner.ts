@@ -27,27 +27,41 @@ export class LeaseRunner {
     this.batcher = new CompletionBatcher(deps.prisma, deps.repo, handler.options.batchSize);
   }
 
-  async run(a: Attempt): Promise<void> {
+  /** Keeps a claimed attempt's lease alive from now on, before its handler starts. */
+  hold(a: Attempt): void {
     this.active.add(a);
     this.ensureHeartbeat();
+  }
+
+  /** Stops holding an attempt that will not run here (released on shutdown). */
+  unhold(a: Attempt): void {
+    this.active.delete(a);
+    if (this.active.size === 0) this.stopHeartbeat();
+  }
+
+  /**
+   * Runs the handler, then records the outcome. `handlerDone` is called as soon as the handler has
+   * settled, so the worker can start the next task while this one's completion is being written.
+   */
+  async run(a: Attempt, handlerDone: () => void = () => undefined): Promise<void> {
+    this.hold(a);
     try {
-      await this.attempt(a);
+      await this.attempt(a, handlerDone);
     } finally {
-      this.active.delete(a);
-      if (this.active.size === 0) this.stopHeartbeat();
+      this.unhold(a);
     }
   }
 
-  /** Attempts whose handlers are running here. */
-  running(): Iterable<Attempt> {
-    return this.active;
+  /** Attempts held here: running, or claimed and about to run. */
+  held(): Attempt[] {
+    return [...this.active];
   }
 
   flush(): Promise<void> {
     return this.batcher.flush();
   }
 
-  private async attempt(a: Attempt): Promise<void> {
+  private async attempt(a: Attempt, handlerDone: () => void): Promise<void> {
     const ctx = createTaskContext(a, {
       mode: 'lease',
       workerId: this.deps.workerId,
@@ -59,6 +73,7 @@ export class LeaseRunner {
     const { outcome } = invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
     const result = await outcome;
     a.finished = true;
+    handlerDone();
     try {
       if (result.kind === 'ok') {
         publishOutcome(this.deps, a, await this.batcher.complete(a.lease, a.followUps));
@@ -106,6 +121,7 @@ export class LeaseRunner {
   /** One statement extends every lease this runner holds; the ones not extended were lost. */
   private async heartbeatAll(): Promise<void> {
     const running = [...this.active].filter((a) => !a.finished && !a.controller.signal.aborted);
+    // (includes claimed attempts still waiting for a slot)
     if (running.length === 0) return;
     try {
       const held = await this.deps.repo.heartbeat(this.deps.prisma, running.map((a) => a.lease), this.handler.options.leaseMs);

@@ -3,7 +3,7 @@ import { ShutdownAbortError, TaskCancelledError } from '../errors';
 import { Attempt, byClaimOrder } from './attempt';
 import { LeaseRunner } from './lease.runner';
 import { TransactionalRunner } from './transactional.runner';
-import type { WorkerDeps } from './worker.deps';
+import { publish, type WorkerDeps } from './worker.deps';
 
 /**
  * Runs one queue in this process.
@@ -16,7 +16,10 @@ import type { WorkerDeps } from './worker.deps';
  *           (transactional: roll back; lease: signal) → release unfinished tasks uncounted.
  *
  * Capacity is counted in tasks for lease mode and in concurrent transactions for transactional mode.
- * A wake that arrives while a claim is in flight is remembered by sequence number, never lost.
+ * Lease mode claims ahead: up to one batch waits in a local buffer (its leases kept alive by the
+ * heartbeat) so that claiming a whole batch overlaps with running handlers instead of waiting for
+ * slots to free one by one. A wake that arrives while a claim is in flight is remembered by
+ * sequence number, never lost.
  */
 export class QueueWorker {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
@@ -24,6 +27,10 @@ export class QueueWorker {
   private wakeSeq = 0;
   private claimedSeq = -1;
   private busy = 0;
+  /** Lease mode: claimed attempts waiting for a free slot. */
+  private readonly buffer: Attempt[] = [];
+  /** Lease mode: attempts whose handler returned and whose outcome is being written. */
+  private recording = 0;
   private readonly work = new Set<Promise<void>>();
   private pollTimer: NodeJS.Timeout | null = null;
   private retryTimer: NodeJS.Timeout | null = null;
@@ -89,6 +96,7 @@ export class QueueWorker {
     if (this.pollTimer) clearTimeout(this.pollTimer);
     if (this.retryTimer) clearTimeout(this.retryTimer);
     if (this.dueTimer) clearTimeout(this.dueTimer.timer);
+    await this.releaseBuffered();
     const finished = await this.settleWithin(Math.max(0, deadline - Date.now()));
     if (!finished) {
       // Transactional attempts see the abort and roll their transaction back; lease attempts are released.
@@ -108,22 +116,23 @@ export class QueueWorker {
     for (;;) {
       await this.settleWithin(Number.MAX_SAFE_INTEGER);
       const rows = await this.claim(this.handler.options.batchSize);
-      if (rows.length === 0 && this.work.size === 0) return ran;
+      if (rows.length === 0 && this.work.size === 0 && this.buffer.length === 0) return ran;
       ran += rows.length;
-      if (rows.length > 0) await this.dispatch(rows);
+      if (rows.length > 0) this.dispatch(rows);
     }
   }
 
+  /** Attempts this worker holds: running, or (lease mode) waiting in the buffer. */
   private running(): Attempt[] {
-    return [...(this.lease?.running() ?? []), ...(this.transactional?.active() ?? [])];
+    return [...(this.lease?.held() ?? []), ...(this.transactional?.active() ?? [])];
   }
 
   private capacity(): number {
     const o = this.handler.options;
     if (this.lease) {
-      const free = o.concurrency - this.busy;
-      // Refill in batches rather than one slot at a time.
-      return free >= Math.max(1, Math.floor(Math.min(o.batchSize, o.concurrency) / 2)) ? Math.min(o.batchSize, free) : 0;
+      // Room for every slot plus one batch ahead; refill in half batches, not one slot at a time.
+      const room = o.concurrency + o.batchSize - this.busy - this.buffer.length - this.recording;
+      return room >= Math.ceil(o.batchSize / 2) ? Math.min(o.batchSize, room) : 0;
     }
     return this.busy < o.concurrency ? o.batchSize : 0;
   }
@@ -139,7 +148,7 @@ export class QueueWorker {
         const rows = await this.claim(want);
         // A short batch means the queue is empty for now, unless a wake came in meanwhile.
         if (rows.length < want) this.claimedSeq = seq;
-        if (rows.length > 0) void this.dispatch(rows);
+        if (rows.length > 0) this.dispatch(rows);
       }
     } catch (err) {
       this.deps.logger.error(`claim failed for queue "${this.queue}": ${(err as Error).message}`);
@@ -159,28 +168,77 @@ export class QueueWorker {
     return rows.map((r) => new Attempt(r)).sort(byClaimOrder);
   }
 
-  private dispatch(attempts: Attempt[]): Promise<void> {
-    const runs = this.lease
-      ? attempts.map((a) => this.track(1, () => this.lease!.run(a)))
-      : [this.track(1, () => this.transactional!.run(attempts))];
-    return Promise.all(runs).then(() => {
-      // A finished group task lets the next task of its group run; no NOTIFY announces that.
-      if (attempts.some((a) => a.groupKey !== null)) this.wake();
-    });
+  private dispatch(attempts: Attempt[]): void {
+    if (this.lease) {
+      for (const a of attempts) this.lease.hold(a);
+      this.buffer.push(...attempts);
+      this.pump();
+    } else {
+      this.track(attempts, () => this.transactional!.run(attempts));
+    }
   }
 
-  private track(units: number, run: () => Promise<void>): Promise<void> {
-    this.busy += units;
+  /** Lease mode: start buffered attempts while slots are free. */
+  private pump(): void {
+    const { concurrency } = this.handler.options;
+    while (this.lease && this.busy < concurrency && this.buffer.length > 0 && this.state !== 'stopping') {
+      this.startLease(this.buffer.shift()!);
+    }
+  }
+
+  /** A lease-mode slot is free again once the handler returns; writing the outcome runs on beside it. */
+  private startLease(a: Attempt): void {
+    this.busy += 1;
+    let slotFreed = false;
+    const freeSlot = () => {
+      if (slotFreed) return;
+      slotFreed = true;
+      this.busy -= 1;
+      this.recording += 1;
+      this.pump();
+    };
+    const p = this.lease!.run(a, freeSlot)
+      .catch((err: unknown) => this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`))
+      .finally(() => {
+        if (slotFreed) this.recording -= 1;
+        else this.busy -= 1;
+        this.afterWork(p, [a]);
+      });
+    this.work.add(p);
+  }
+
+  private track(attempts: Attempt[], run: () => Promise<void>): void {
+    this.busy += 1;
     const p = run()
       .catch((err: unknown) => this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`))
       .finally(() => {
-        this.busy -= units;
-        this.work.delete(p);
-        // A slot freed up: claim more if the queue may still have work.
-        void this.fill();
+        this.busy -= 1;
+        this.afterWork(p, attempts);
       });
     this.work.add(p);
-    return p;
+  }
+
+  private afterWork(p: Promise<void>, attempts: Attempt[]): void {
+    this.work.delete(p);
+    this.pump();
+    // A finished group task lets the next task of its group run; no NOTIFY announces that.
+    if (attempts.some((a) => a.groupKey !== null)) this.wakeSeq++;
+    // Room freed up: claim more if the queue may still have work.
+    void this.fill();
+  }
+
+  private async releaseBuffered(): Promise<void> {
+    const waiting = this.buffer.splice(0);
+    if (waiting.length === 0) return;
+    try {
+      await this.deps.repo.release(this.deps.prisma, waiting.map((a) => a.lease));
+    } catch (err) {
+      this.deps.logger.error(`could not release waiting tasks of "${this.queue}": ${(err as Error).message}`);
+    }
+    for (const a of waiting) {
+      this.lease?.unhold(a);
+      publish(this.deps, a, 'released');
+    }
   }
 
   private async settleWithin(ms: number): Promise<boolean> {
