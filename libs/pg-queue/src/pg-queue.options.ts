@@ -67,11 +67,18 @@ export interface PgQueueModuleOptions {
   handlerDefaults?: Partial<HandlerOptions>;
   /** Per-queue settings, over handlerDefaults and under the decorator's options. */
   queues?: Record<string, Partial<HandlerOptions>>;
+  /**
+   * How long finished history is kept: archived tasks (`archiveMs`, default 7 days) and dead or
+   * cancelled tasks (`deadMs`, default 30 days). One instance at a time prunes every `intervalMs`
+   * (default 60 s), in batches.
+   */
+  retention?: { archiveMs?: number; deadMs?: number; intervalMs?: number };
   /** Periodic tasks declared here rather than on a handler (e.g. for a queue another process runs). */
   schedules?: ScheduleDefinition[];
 }
 
-export interface ResolvedModuleOptions extends Required<Omit<PgQueueModuleOptions, 'databaseUrl' | 'handlerDefaults' | 'queues' | 'schedules'>> {
+export interface ResolvedModuleOptions extends Required<Omit<PgQueueModuleOptions, 'databaseUrl' | 'handlerDefaults' | 'queues' | 'schedules' | 'retention'>> {
+  retention: { archiveMs: number; deadMs: number; intervalMs: number };
   schedules: ScheduleDefinition[];
   databaseUrl?: string;
   handlerDefaults: HandlerOptions;
@@ -124,6 +131,11 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
     handlerDefaults,
     queues,
     schedules: options.schedules ?? [],
+    retention: {
+      archiveMs: positiveInt('retention.archiveMs', options.retention?.archiveMs ?? 7 * 86_400_000, { min: 0 }),
+      deadMs: positiveInt('retention.deadMs', options.retention?.deadMs ?? 30 * 86_400_000, { min: 0 }),
+      intervalMs: positiveInt('retention.intervalMs', options.retention?.intervalMs ?? 60_000, { min: 100 }),
+    },
   };
 }
 

@@ -1,6 +1,9 @@
 import { quoteIdent } from './identifiers';
 import { notifyCte } from './fragments.sql';
 
+/** First key of the pruner's advisory lock; the second is hashtext(schema). */
+const PRUNE_LOCK_NAMESPACE = 0x70_67_72; // "pgr"
+
 /**
  * Housekeeping that any instance may run at any time; SKIP LOCKED keeps instances (and live
  * transactional handlers, which hold their rows locked) out of each other's way.
@@ -39,5 +42,36 @@ SELECT count(*)::int AS rescued,
        count(*) FILTER (WHERE state = 'dead')::int AS dead,
        (SELECT count(*) FROM notified)::int AS notified
 FROM rescued`,
+
+    /**
+     * Retention, one instance at a time (a transaction-scoped advisory lock; the others skip the
+     * round): delete archived tasks older than $1 ms and dead or cancelled tasks in the hot table
+     * older than $2 ms, at most $3 rows each, oldest first. Run repeatedly until nothing is left.
+     * Parameters: $1 archive age ms, $2 dead age ms, $3 batch limit, $4 schema name (lock key).
+     */
+    prune: `
+WITH lock AS (
+  SELECT pg_try_advisory_xact_lock(${PRUNE_LOCK_NAMESPACE}, hashtext($4)) AS mine
+), archived AS (
+  DELETE FROM ${s}.task_archive
+  WHERE id IN (
+    SELECT id FROM ${s}.task_archive
+    WHERE finished_at < now() - $1 * interval '1 millisecond' AND (SELECT mine FROM lock)
+    ORDER BY finished_at LIMIT $3
+  )
+  RETURNING 1
+), dead AS (
+  DELETE FROM ${s}.task
+  WHERE id IN (
+    SELECT id FROM ${s}.task
+    WHERE state IN ('dead', 'cancelled') AND finished_at < now() - $2 * interval '1 millisecond'
+      AND (SELECT mine FROM lock)
+    ORDER BY finished_at LIMIT $3
+    FOR UPDATE SKIP LOCKED
+  )
+  RETURNING 1
+)
+SELECT (SELECT mine FROM lock) AS ran, (SELECT count(*) FROM archived)::int AS archived,
+       (SELECT count(*) FROM dead)::int AS dead`,
   };
 }

@@ -228,4 +228,10 @@ export class TaskRepository {
     const [res] = await db.$queryRawUnsafe<{ rescued: number; dead: number }[]>(this.maintainSql.rescueExpired, limit, this.channel);
     return { rescued: res.rescued, dead: res.dead };
   }
+
+  /** One round of retention; `ran` is false when another instance holds the pruner lock. */
+  async prune(db: SqlExecutor, archiveMs: number, deadMs: number, limit = 5000): Promise<{ ran: boolean; archived: number; dead: number }> {
+    const [res] = await db.$queryRawUnsafe<{ ran: boolean; archived: number; dead: number }[]>(this.maintainSql.prune, archiveMs, deadMs, limit, this.schema);
+    return res;
+  }
 }

@@ -28,3 +28,8 @@ export function rescueExpiredLeases(app: INestApplicationContext): Promise<{ res
 export function tickSchedules(app: INestApplicationContext): Promise<number> {
   return app.get(WorkerOrchestrator, { strict: false }).tickSchedules();
 }
+
+/** Deletes expired history now (archived tasks past retention.archiveMs, dead past retention.deadMs). */
+export function pruneHistory(app: INestApplicationContext): Promise<{ archived: number; dead: number }> {
+  return app.get(WorkerOrchestrator, { strict: false }).pruneHistory();
+}

@@ -10,6 +10,7 @@ import { installSchema } from '../sql/schema.installer';
 import { ScheduleRepository } from '../sql/schedule.repository';
 import { TaskRepository } from '../sql/task.repository';
 import { LeaseRescuer } from './lease.rescuer';
+import { RetentionPruner } from './retention.pruner';
 import { QueueWorker } from './queue.worker';
 import { WakeupListener } from './wakeup.listener';
 import type { WorkerDeps } from './worker.deps';
@@ -30,6 +31,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private listener: WakeupListener | null = null;
   private rescuer: LeaseRescuer | null = null;
   private ticker: ScheduleTicker | null = null;
+  private pruner: RetentionPruner | null = null;
   private started = false;
   private shutdownPromise: Promise<void> | null = null;
   private readonly deps: WorkerDeps;
@@ -76,6 +78,8 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     for (const handler of this.registry.all()) this.worker(handler.queue).start();
     this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger);
     this.rescuer.start();
+    this.pruner = new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger);
+    this.pruner.start();
     (await this.syncedTicker()).start();
   }
 
@@ -84,6 +88,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     this.shutdownPromise ??= (async () => {
       const deadline = Date.now() + this.options.shutdownTimeoutMs;
       this.rescuer?.stop();
+      this.pruner?.stop();
       await this.ticker?.stop();
       await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
       await this.listener?.stop();
@@ -110,6 +115,11 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   /** Returns expired leases to the queue now (the rescuer also does it every rescueIntervalMs). */
   rescueExpired(): Promise<{ rescued: number; dead: number }> {
     return (this.rescuer ?? new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger)).rescueOnce();
+  }
+
+  /** Deletes expired history now (the pruner also does it every retention.intervalMs). */
+  pruneHistory(): Promise<{ archived: number; dead: number }> {
+    return new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger).pruneAll();
   }
 
   /** Enqueues the due ticks of every schedule now (the ticker also does it on time). */
