@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { PgQueueModule } from '@app/pg-queue';
 import { EmailHandlers } from './emails/email.handlers';
+import { MetricsController } from './metrics/metrics.controller';
 import { OrderHandlers } from './orders/order.handlers';
 import { OrdersController } from './orders/orders.controller';
 import { OrdersService } from './orders/orders.service';
@@ -23,7 +24,7 @@ import { ReportHandlers } from './reports/report.handlers';
       }),
     }),
   ],
-  controllers: [OrdersController],
+  controllers: [OrdersController, MetricsController],
   providers: [OrdersService, PaymentGateway, OrderHandlers, PaymentHandlers, EmailHandlers, ReportHandlers],
 })
 export class AppModule {}

@@ -3,6 +3,7 @@ import { DiscoveryModule } from '@nestjs/core';
 import { TaskQueue } from './client/task-queue.service';
 import { TaskHandlerExplorer } from './discovery/task-handler.explorer';
 import { TaskHandlerRegistry } from './discovery/task-handler.registry';
+import { QueueMetrics } from './observability/queue.metrics';
 import { TaskEvents } from './observability/task-events';
 import { ConfigurableModuleClass, PG_QUEUE_OPTIONS } from './pg-queue.module-definition';
 import { type PgQueueModuleOptions, type ResolvedModuleOptions, resolveModuleOptions } from './pg-queue.options';
@@ -58,8 +59,9 @@ import { WorkerOrchestrator } from './worker/worker.orchestrator';
     TaskHandlerExplorer,
     TaskEvents,
     TaskQueue,
+    QueueMetrics,
     WorkerOrchestrator,
   ],
-  exports: [TaskQueue, TaskHandlerRegistry, TaskEvents, WorkerOrchestrator],
+  exports: [TaskQueue, TaskHandlerRegistry, TaskEvents, QueueMetrics, WorkerOrchestrator],
 })
 export class PgQueueModule extends ConfigurableModuleClass {}

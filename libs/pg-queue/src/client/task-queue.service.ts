@@ -131,6 +131,17 @@ export class TaskQueue {
     return this.operator.topErrors(this.options.prisma, validateQueueName(queue), limit);
   }
 
+  /**
+   * Throughput and run time per hour and queue, over finished (archived) tasks since `since`
+   * (default: the last 24 hours).
+   */
+  async hourly(filter: { queue?: string; since?: Date } = {}) {
+    const since = filter.since ?? new Date(Date.now() - 86_400_000);
+    if (!(since instanceof Date) || Number.isNaN(since.getTime())) throw new InvalidArgumentError('since', 'expected a valid Date');
+    const rows = await this.operator.hourly(this.options.prisma, filter.queue === undefined ? null : validateQueueName(filter.queue), since);
+    return rows.map((r) => ({ hour: r.hour, queue: r.queue, done: r.done, totalMs: r.total_ms, avgMs: r.avg_ms }));
+  }
+
   /** Counts by state and the age of the oldest due task, per queue. */
   async stats(): Promise<QueueStats[]> {
     const rows = await this.operator.stats(this.options.prisma);

@@ -66,5 +66,17 @@ SELECT last_error AS error, count(*)::int AS count,
 FROM ${s}.task
 WHERE queue = $1 AND last_error IS NOT NULL AND state IN ('pending', 'dead')
 GROUP BY last_error ORDER BY count(*) DESC, max(finished_at) DESC LIMIT $2`,
+
+    /**
+     * The seed's per-hour statistics over finished tasks: count, total and mean run time.
+     * Parameters: $1 queue or NULL, $2 since.
+     */
+    hourly: `
+SELECT date_trunc('hour', finished_at) AS hour, queue, count(*)::int AS done,
+       (extract(epoch FROM sum(finished_at - started_at)) * 1000)::float8 AS total_ms,
+       (extract(epoch FROM avg(finished_at - started_at)) * 1000)::float8 AS avg_ms
+FROM ${s}.task_archive
+WHERE state = 'done' AND finished_at >= $2 AND ($1::text IS NULL OR queue = $1::text)
+GROUP BY 1, 2 ORDER BY 1, 2`,
   };
 }

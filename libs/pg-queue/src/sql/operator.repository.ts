@@ -72,4 +72,12 @@ export class OperatorRepository {
     const rows = await db.$queryRawUnsafe<unknown[]>(this.operateSql.setPriority, id, priority);
     return rows.length === 1;
   }
+
+  hourly(db: SqlExecutor, queue: string | null, since: Date) {
+    return db.$queryRawUnsafe<{ hour: Date; queue: string; done: number; total_ms: number; avg_ms: number }[]>(
+      this.inspectSql.hourly,
+      queue,
+      since.toISOString(),
+    );
+  }
 }
