@@ -1,5 +1,6 @@
 import { Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { PrismaPg } from '@prisma/adapter-pg';
+import { queueStatementName } from '@app/pg-queue';
 import { PrismaClient } from '../generated/prisma/client';
 
 /** The app's one PrismaClient; pg-queue runs its SQL through it too. */
@@ -8,7 +9,13 @@ export class PrismaService extends PrismaClient implements OnModuleDestroy {
   constructor() {
     const url = process.env.DATABASE_URL;
     if (!url) throw new Error('DATABASE_URL is not set');
-    super({ adapter: new PrismaPg({ connectionString: url, max: Number(process.env.DB_POOL_SIZE ?? 20) }) });
+    // The queue's statements run as named prepared statements: planned once per connection.
+    super({
+      adapter: new PrismaPg(
+        { connectionString: url, max: Number(process.env.DB_POOL_SIZE ?? 20) },
+        { statementNameGenerator: queueStatementName },
+      ),
+    });
   }
 
   async onModuleDestroy(): Promise<void> {

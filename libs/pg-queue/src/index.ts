@@ -9,6 +9,7 @@ export { TaskEvents } from './observability/task-events';
 export { QueueMetrics } from './observability/queue.metrics';
 export { WorkerOrchestrator } from './worker/worker.orchestrator';
 export { printSchemaSql } from './sql/schema.sql';
+export { queueStatementName } from './sql/statement-names';
 export type { TaskRow, TaskState } from './sql/operator.repository';
 export type { CancelResult } from './client/task-queue.service';
 export * from './errors';

@@ -118,7 +118,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
   return {
     prisma: options.prisma,
     databaseUrl: options.databaseUrl,
-    schema: validateSchemaName(options.schema ?? 'pgqueue'),
+    schema: validateSchemaName(options.schema === undefined ? 'pgqueue' : options.schema),
     workerId: options.workerId ?? defaultWorkerId(),
     autoStart: options.autoStart ?? true,
     pollIntervalMs: positiveInt('pollIntervalMs', options.pollIntervalMs ?? 2000, { min: 10 }),
@@ -160,9 +160,9 @@ export function resolveHandlerOptions(where: string, base: HandlerOptions, over?
   if (typeof merged.retryBlocksGroup !== 'boolean') fail('retryBlocksGroup', 'expected a boolean');
   const b = merged.backoff;
   if (!['fixed', 'linear', 'exponential'].includes(b.type)) fail('backoff.type', `expected fixed, linear or exponential, got ${JSON.stringify(b.type)}`);
-  if (typeof b.delayMs !== 'number' || !(b.delayMs >= 0)) fail('backoff.delayMs', 'expected a number >= 0');
-  if (b.maxDelayMs !== undefined && (typeof b.maxDelayMs !== 'number' || b.maxDelayMs < b.delayMs)) {
-    fail('backoff.maxDelayMs', 'expected a number >= delayMs');
+  if (typeof b.delayMs !== 'number' || !Number.isFinite(b.delayMs) || b.delayMs < 0) fail('backoff.delayMs', 'expected a finite number >= 0');
+  if (b.maxDelayMs !== undefined && (typeof b.maxDelayMs !== 'number' || !Number.isFinite(b.maxDelayMs) || b.maxDelayMs < b.delayMs)) {
+    fail('backoff.maxDelayMs', 'expected a finite number >= delayMs');
   }
   return merged;
 }

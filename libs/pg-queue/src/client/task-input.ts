@@ -19,7 +19,11 @@ export function validateQueueName(queue: unknown): string {
 export function serialisePayload(queue: string, payload: unknown, maxBytes: number): string {
   let json: string | undefined;
   try {
-    json = JSON.stringify(payload, (_key, value: unknown) => {
+    json = JSON.stringify(payload, (key, value: unknown) => {
+      // jsonb cannot store U+0000 (the escaped text "\\u0000" is fine).
+      if ((typeof value === 'string' && value.includes('\u0000')) || key.includes('\u0000')) {
+        throw new InvalidPayloadError(queue, 'contains the character U+0000');
+      }
       if (typeof value === 'function' || typeof value === 'symbol') {
         throw new InvalidPayloadError(queue, `contains a ${typeof value}`);
       }
@@ -33,8 +37,6 @@ export function serialisePayload(queue: string, payload: unknown, maxBytes: numb
     throw new InvalidPayloadError(queue, (err as Error).message); // BigInt, cycles, throwing toJSON
   }
   if (json === undefined) throw new InvalidPayloadError(queue, 'payload is undefined');
-  // jsonb cannot store U+0000.
-  if (json.includes('\\u0000')) throw new InvalidPayloadError(queue, 'contains the character U+0000');
   const bytes = Buffer.byteLength(json, 'utf8');
   if (bytes > maxBytes) throw new PayloadTooLargeError(queue, bytes, maxBytes);
   return json;

@@ -1,3 +1,4 @@
+import { marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
 /**
@@ -15,7 +16,7 @@ import { quoteIdent } from './identifiers';
  */
 export function claimStatements(schema: string) {
   const s = quoteIdent(schema);
-  return {
+  return marked({
     claim: `
 WITH next AS (
   SELECT t.id FROM ${s}.task t
@@ -61,5 +62,5 @@ JOIN unnest($1::bigint[], $2::uuid[]) AS l(id, token) ON t.id = l.id AND t.lease
 CROSS JOIN (SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS idle_limit
 WHERE t.state = 'running'
 FOR UPDATE OF t`,
-  };
+  });
 }

@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput } from './fragments.sql';
+import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput, marked } from './fragments.sql';
 
 /**
  * Finishing attempts. Every statement is fenced by (id, lease_token): a worker whose lease was lost
@@ -25,7 +25,7 @@ export function completeStatements(schema: string, retention: FinishedRetention)
   FROM done
 )`
     : '';
-  return {
+  return marked({
     /**
      * Success. A task re-enqueued with onConflict 'rerun' while it ran goes back to pending with
      * its newest payload; the rest leave the hot table (archived or deleted). Follow-ups are
@@ -126,5 +126,5 @@ SET locked_until = now() + $3 * interval '1 millisecond'
 FROM unnest($1::bigint[], $2::uuid[]) AS l(id, token)
 WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
 RETURNING t.id::text AS id, EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id) AS cancelled`,
-  };
+  });
 }

@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput } from './fragments.sql';
+import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput, marked } from './fragments.sql';
 
 /**
  * Inserting tasks. One statement serves one task or thousands: rows arrive as parallel arrays
@@ -49,7 +49,7 @@ LEFT JOIN inserted ins ON ins.queue = i.queue AND ins.dedup_key = i.dedup_key
 LEFT JOIN ${s}.task live ON ins.id IS NULL AND live.queue = i.queue AND live.dedup_key = i.dedup_key
                         AND live.state IN ('pending', 'running')
 ORDER BY i.ord`;
-  return {
+  return marked({
     /** Tasks without dedup keys. Ids come back in input order (identity drawn in unnest order). */
     insertMany: `
 WITH input AS (${taskInput(1)}
@@ -60,5 +60,5 @@ WITH input AS (${taskInput(1)}
 )${NOTIFY}
 SELECT array_agg(id::text ORDER BY id) AS ids, (SELECT count(*) FROM notified)::int AS notified FROM inserted`,
     keyed: { ignore: keyed('ignore'), replace: keyed('replace'), rerun: keyed('rerun') } satisfies Record<ConflictMode, string>,
-  };
+  });
 }

@@ -27,3 +27,15 @@ export const TASK_COLUMNS = 'queue, payload, priority, run_at, max_attempts, par
 export const INPUT_VALUES = 'queue, payload, priority, due_at, max_attempts, parent_id, dedup_key, group_key';
 /** A live dedup key (see task_dedup_idx). */
 export const ON_LIVE_KEY = `ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running')`;
+
+/** Every statement of the queue starts with this marker (see queueStatementName). */
+export const STATEMENT_MARKER = '/* pg-queue */';
+
+/** Marks every statement of a statements object, so queueStatementName can recognise it. */
+export function marked<T extends Record<string, unknown>>(statements: T): T {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(statements)) {
+    out[k] = typeof v === 'string' ? `${STATEMENT_MARKER}${v}` : v && typeof v === 'object' ? marked(v as Record<string, unknown>) : v;
+  }
+  return out as T;
+}

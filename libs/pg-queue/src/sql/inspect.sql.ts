@@ -1,3 +1,4 @@
+import { marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
 /** Read-only queries for operators and dashboards (the seed article's monitoring queries). */
@@ -9,7 +10,7 @@ export function inspectStatements(schema: string) {
 SELECT ${columns}, locked_by, locked_until FROM ${s}.task WHERE ${where}
 UNION ALL
 SELECT ${columns}, NULL, NULL FROM ${s}.task_archive WHERE ${where}`;
-  return {
+  return marked({
     /** Counts by queue and state over the hot table and the archive; oldest due pending age. */
     stats: `
 SELECT queue, state, count(*)::int AS count,
@@ -78,5 +79,5 @@ SELECT date_trunc('hour', finished_at) AS hour, queue, count(*)::int AS done,
 FROM ${s}.task_archive
 WHERE state = 'done' AND finished_at >= $2 AND ($1::text IS NULL OR queue = $1::text)
 GROUP BY 1, 2 ORDER BY 1, 2`,
-  };
+  });
 }

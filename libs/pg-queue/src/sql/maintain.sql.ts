@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { notifyCte } from './fragments.sql';
+import { notifyCte, marked } from './fragments.sql';
 
 /** First key of the pruner's advisory lock; the second is hashtext(schema). */
 const PRUNE_LOCK_NAMESPACE = 0x70_67_72; // "pgr"
@@ -10,7 +10,7 @@ const PRUNE_LOCK_NAMESPACE = 0x70_67_72; // "pgr"
  */
 export function maintainStatements(schema: string) {
   const s = quoteIdent(schema);
-  return {
+  return marked({
     /**
      * Hung-task recovery: running tasks whose lease ran out go back to pending, or to dead when the
      * lost attempt was the last one (a task that kills its worker every time cannot loop forever),
@@ -73,5 +73,5 @@ WITH lock AS (
 )
 SELECT (SELECT mine FROM lock) AS ran, (SELECT count(*) FROM archived)::int AS archived,
        (SELECT count(*) FROM dead)::int AS dead`,
-  };
+  });
 }

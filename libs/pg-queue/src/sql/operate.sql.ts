@@ -1,10 +1,10 @@
 import { quoteIdent } from './identifiers';
-import { notifyCte } from './fragments.sql';
+import { notifyCte, marked } from './fragments.sql';
 
 /** Operator actions on single tasks or sets of tasks (cancel, retry, priority). */
 export function operateStatements(schema: string) {
   const s = quoteIdent(schema);
-  return {
+  return marked({
     /**
      * Cancel. A pending (or dead) task moves to the archive as cancelled at once. A running task
      * gets a cancel request (a row in task_cancel, which a transactional handler's row lock does not
@@ -56,5 +56,5 @@ SELECT coalesce((SELECT array_agg(id::text) FROM retried), '{}') AS ids, (SELECT
     /** Change a pending task's priority. Parameters: $1 id, $2 priority. */
     setPriority: `
 UPDATE ${s}.task SET priority = $2 WHERE id = $1::bigint AND state = 'pending' RETURNING id::text AS id`,
-  };
+  });
 }

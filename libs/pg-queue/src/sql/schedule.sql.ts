@@ -1,9 +1,10 @@
+import { marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
 /** Schedules declared in code, persisted so that every instance agrees on the next tick. */
 export function scheduleStatements(schema: string) {
   const s = quoteIdent(schema);
-  return {
+  return marked({
     /**
      * Declare or update a schedule. The next tick is kept unless the timing itself changed.
      * Parameters: $1 name, $2 queue, $3 cron, $4 every_ms, $5 tz, $6 payload, $7 missed, $8 first tick.
@@ -41,5 +42,5 @@ UPDATE ${s}.schedule SET next_run_at = $2, last_run_at = coalesce($3, last_run_a
     /** Milliseconds until the earliest tick (NULL without schedules). */
     untilNext: `
 SELECT (extract(epoch FROM min(next_run_at) - now()) * 1000)::float8 AS ms FROM ${s}.schedule`,
-  };
+  });
 }

@@ -15,9 +15,11 @@ interface Completion extends Pending<CompletionOutcome> {
 }
 
 /**
- * Lease mode finishes tasks one by one as their handlers return; this collects the outcomes that
- * arrive in the same tick and writes them in one statement each (complete, fail). Every entry is
- * still fenced by its own lease token, so one lost lease never blocks its neighbours.
+ * Lease mode finishes tasks one by one as their handlers return; this collects the outcomes and
+ * writes them in one statement each (complete, fail). Group-commit style: while a completion
+ * statement is in flight the next outcomes accumulate (up to the batch size), so batches grow with
+ * load and an idle queue pays no delay. Every entry is still fenced by its own lease token, so one
+ * lost lease never blocks its neighbours.
  */
 export class CompletionBatcher {
   private completions: Completion[] = [];
@@ -59,7 +61,8 @@ export class CompletionBatcher {
       this.write();
       return;
     }
-    if (this.scheduled) return;
+    // A write in flight will pick these up when it returns.
+    if (this.scheduled || this.inFlight.size > 0) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
@@ -102,6 +105,9 @@ export class CompletionBatcher {
       for (const e of entries) e.reject(err);
     });
     this.inFlight.add(p);
-    void p.finally(() => this.inFlight.delete(p));
+    void p.finally(() => {
+      this.inFlight.delete(p);
+      if (this.inFlight.size === 0 && this.completions.length + this.failures.length > 0) this.write();
+    });
   }
 }

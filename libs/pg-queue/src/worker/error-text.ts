@@ -12,7 +12,7 @@ export function errorText(err: unknown, maxBytes: number): string {
     try {
       text = typeof err === 'string' ? err : JSON.stringify(err) ?? String(err);
     } catch {
-      text = String(err);
+      text = safeString(err);
     }
   }
   return truncateUtf8(text.replace(/\u0000/g, ''), maxBytes);
@@ -33,4 +33,13 @@ export function truncateUtf8(text: string, maxBytes: number): string {
     if (p + len > end) end = p;
   }
   return buf.subarray(0, end).toString('utf8') + marker;
+}
+
+/** String(x) throws for objects without a usable toString (Object.create(null), hostile getters). */
+function safeString(value: unknown): string {
+  try {
+    return String(value);
+  } catch {
+    return Object.prototype.toString.call(value);
+  }
 }

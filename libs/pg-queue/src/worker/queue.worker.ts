@@ -130,9 +130,9 @@ export class QueueWorker {
   private capacity(): number {
     const o = this.handler.options;
     if (this.lease) {
-      // Room for every slot plus one batch ahead; refill in half batches, not one slot at a time.
-      const room = o.concurrency + o.batchSize - this.busy - this.buffer.length - this.recording;
-      return room >= Math.ceil(o.batchSize / 2) ? Math.min(o.batchSize, room) : 0;
+      // Room for every slot plus two batches ahead, so claims are whole batches.
+      const room = o.concurrency + 2 * o.batchSize - this.busy - this.buffer.length - this.recording;
+      return room >= o.batchSize ? o.batchSize : 0;
     }
     return this.busy < o.concurrency ? o.batchSize : 0;
   }
