@@ -49,8 +49,10 @@ export interface PgQueueModuleOptions {
   workerId?: string;
   /** Start workers at bootstrap. false for API-only processes that only enqueue. Default true. */
   autoStart?: boolean;
-  /** Fallback poll when no notification arrives. Default 2000 ms. */
+  /** Poll period per queue while the LISTEN connection is down (or without databaseUrl). Default 2000 ms. */
   pollIntervalMs?: number;
+  /** Poll period per queue while LISTEN works: a safety net only. Default 30 000 ms. */
+  listenPollIntervalMs?: number;
   /** How long app.close() waits for running handlers before releasing their tasks. Default 10 s. */
   shutdownTimeoutMs?: number;
   /** Create/upgrade the queue tables at startup. Default true. */
@@ -61,7 +63,7 @@ export interface PgQueueModuleOptions {
   maxErrorBytes?: number;
   /** Finished tasks: moved to task_archive ('archive', default) or deleted. */
   finished?: FinishedRetention;
-  /** How often each instance looks for expired leases. Default 5000 ms. */
+  /** How often each instance looks for expired leases. Default 10 000 ms. */
   rescueIntervalMs?: number;
   /** Defaults for every handler, over the library's own. */
   handlerDefaults?: Partial<HandlerOptions>;
@@ -122,12 +124,13 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
     workerId: options.workerId ?? defaultWorkerId(),
     autoStart: options.autoStart ?? true,
     pollIntervalMs: positiveInt('pollIntervalMs', options.pollIntervalMs ?? 2000, { min: 10 }),
+    listenPollIntervalMs: positiveInt('listenPollIntervalMs', options.listenPollIntervalMs ?? 30_000, { min: 10 }),
     shutdownTimeoutMs: positiveInt('shutdownTimeoutMs', options.shutdownTimeoutMs ?? 10_000, { min: 0 }),
     installSchema: options.installSchema ?? true,
     maxPayloadBytes: positiveInt('maxPayloadBytes', options.maxPayloadBytes ?? 256 * 1024, { max: 100 * 1024 * 1024 }),
     maxErrorBytes: positiveInt('maxErrorBytes', options.maxErrorBytes ?? 2048, { min: 64, max: 1024 * 1024 }),
     finished: options.finished ?? 'archive',
-    rescueIntervalMs: positiveInt('rescueIntervalMs', options.rescueIntervalMs ?? 5000, { min: 10 }),
+    rescueIntervalMs: positiveInt('rescueIntervalMs', options.rescueIntervalMs ?? 10_000, { min: 10 }),
     handlerDefaults,
     queues,
     schedules: options.schedules ?? [],
@@ -141,7 +144,9 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
 
 /** Layers partial options over a base and validates the result; `where` names the source in errors. */
 export function resolveHandlerOptions(where: string, base: HandlerOptions, over?: Partial<HandlerOptions>): HandlerOptions {
-  const merged: HandlerOptions = { ...base, ...over, backoff: { ...base.backoff, ...over?.backoff } };
+  // An option given as undefined means "not given": it must not wipe out the default (a lost
+  // maxDelayMs would let exponential delays overflow Postgres intervals).
+  const merged: HandlerOptions = { ...base, ...defined(over), backoff: { ...base.backoff, ...defined(over?.backoff) } };
   const fail = (option: string, reason: string): never => {
     throw new HandlerConfigurationError(`pg-queue: ${where}: invalid option "${option}": ${reason}`);
   };
@@ -165,4 +170,9 @@ export function resolveHandlerOptions(where: string, base: HandlerOptions, over?
     fail('backoff.maxDelayMs', 'expected a finite number >= delayMs');
   }
   return merged;
+}
+
+function defined<T extends object>(value: T | undefined): Partial<T> {
+  if (!value || typeof value !== 'object') return {};
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

@@ -9,6 +9,11 @@ import type { EnqueueOptions } from '../types';
 
 const QUEUE_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
 const INT32_MAX = 2_147_483_647;
+const INT32_MIN = -2_147_483_648;
+/** Delays beyond a century are mistakes, and far beyond it Postgres intervals overflow. */
+const MAX_DELAY_MS = 100 * 365 * 86_400_000;
+/** An unpaired UTF-16 surrogate: JSON.stringify escapes it, and jsonb refuses the escape. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 export function validateQueueName(queue: unknown): string {
   if (typeof queue !== 'string' || !QUEUE_NAME.test(queue)) throw new InvalidQueueNameError(queue);
@@ -19,10 +24,17 @@ export function validateQueueName(queue: unknown): string {
 export function serialisePayload(queue: string, payload: unknown, maxBytes: number): string {
   let json: string | undefined;
   try {
-    json = JSON.stringify(payload, (key, value: unknown) => {
-      // jsonb cannot store U+0000 (the escaped text "\\u0000" is fine).
-      if ((typeof value === 'string' && value.includes('\u0000')) || key.includes('\u0000')) {
-        throw new InvalidPayloadError(queue, 'contains the character U+0000');
+    json = JSON.stringify(payload, function (this: Record<string, unknown>, key: string, value: unknown) {
+      for (const text of typeof value === 'string' ? [key, value] : [key]) {
+        // jsonb cannot store U+0000 (the escaped text "\\u0000" is fine) nor a lone surrogate.
+        if (text.includes('\u0000')) throw new InvalidPayloadError(queue, 'contains the character U+0000');
+        if (LONE_SURROGATE.test(text)) throw new InvalidPayloadError(queue, 'contains an unpaired UTF-16 surrogate');
+      }
+      // `this[key]` is the value before toJSON: data JSON would silently drop or turn into null/{}.
+      const original = this[key];
+      if (original instanceof Date && Number.isNaN(original.getTime())) throw new InvalidPayloadError(queue, 'contains an invalid Date');
+      if (original instanceof Map || original instanceof Set) {
+        throw new InvalidPayloadError(queue, `contains a ${original.constructor.name} (JSON would store it as {}): convert it first`);
       }
       if (typeof value === 'function' || typeof value === 'symbol') {
         throw new InvalidPayloadError(queue, `contains a ${typeof value}`);
@@ -54,7 +66,7 @@ export function buildTaskRow(
   const o = options ?? {};
   if (typeof o !== 'object') throw new InvalidEnqueueOptionsError('options', 'expected an object');
   const priority = o.priority ?? 0;
-  if (!Number.isInteger(priority) || priority < -INT32_MAX || priority > INT32_MAX) {
+  if (!Number.isInteger(priority) || priority < INT32_MIN || priority > INT32_MAX) {
     throw new InvalidEnqueueOptionsError('priority', `expected a 32-bit integer, got ${JSON.stringify(priority)}`);
   }
   let runAt: Date | null = null;
@@ -62,11 +74,13 @@ export function buildTaskRow(
     if (!(o.runAt instanceof Date) || Number.isNaN(o.runAt.getTime())) {
       throw new InvalidEnqueueOptionsError('runAt', 'expected a valid Date');
     }
+    const year = o.runAt.getUTCFullYear();
+    if (year < 1 || year > 9999) throw new InvalidEnqueueOptionsError('runAt', 'expected a Date between the years 1 and 9999');
     runAt = o.runAt;
   }
   const delayMs = o.delayMs ?? 0;
-  if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0) {
-    throw new InvalidEnqueueOptionsError('delayMs', `expected a finite number >= 0, got ${JSON.stringify(delayMs)}`);
+  if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_DELAY_MS) {
+    throw new InvalidEnqueueOptionsError('delayMs', `expected a number from 0 to ${MAX_DELAY_MS} (100 years), got ${JSON.stringify(delayMs)}`);
   }
   const maxAttempts = o.maxAttempts ?? defaults.maxAttemptsFor(name);
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000_000) {

@@ -2,9 +2,11 @@ import { InvalidOptionsError } from '../errors';
 
 /**
  * The schema name is the only identifier interpolated into SQL, so it is held to a strict shape:
- * a plain lower-case Postgres identifier. Everything else reaches SQL as a bound parameter.
+ * a plain lower-case Postgres identifier, at most 48 characters so that the NOTIFY channel
+ * `<schema>_task_ready` stays within Postgres' 63-byte identifier limit. Everything else reaches
+ * SQL as a bound parameter.
  */
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,47}$/;
 const RESERVED = new Set(['public', 'pg_catalog', 'information_schema', 'pg_toast']);
 
 export function validateSchemaName(schema: unknown): string {

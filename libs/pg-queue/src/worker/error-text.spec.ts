@@ -12,7 +12,7 @@ describe('truncateUtf8', () => {
     expect(truncateUtf8('', 10)).toBe('');
     expect(truncateUtf8('hello', 5)).toBe('hello');
     expect(truncateUtf8('hello', 2048)).toBe('hello');
-    // exactly at the budget in bytes, although more characters than... fewer bytes would allow
+    // exactly at the budget, in bytes (6 characters, 12 bytes; 2 characters, 8 bytes)
     expect(truncateUtf8('ошибка', 12)).toBe('ошибка');
     expect(truncateUtf8('😀😀', 8)).toBe('😀😀');
   });
@@ -47,7 +47,7 @@ describe('truncateUtf8', () => {
     // character boundary through every byte position of the budget.
     it.each(Array.from({ length: width + 1 }, (_, k) => k))('never splits the character (ASCII prefix of %d bytes)', (k) => {
       const text = 'a'.repeat(k) + ch.repeat(200);
-      for (const maxBytes of [MARKER_BYTES + 1, MARKER_BYTES + 2, MARKER_BYTES + 3, 64, 65, 66, 67, 100, 257, 2048 % bytes(text) || 301]) {
+      for (const maxBytes of [MARKER_BYTES + 1, MARKER_BYTES + 2, MARKER_BYTES + 3, 64, 65, 66, 67, 100, 257, 301]) {
         const out = truncateUtf8(text, maxBytes);
         expect(bytes(out)).toBeLessThanOrEqual(maxBytes);
         expect(out.endsWith(MARKER)).toBe(true);

@@ -42,7 +42,8 @@ export class QueueWorker {
   constructor(
     readonly handler: RegisteredHandler,
     private readonly deps: WorkerDeps,
-    private readonly pollIntervalMs: number,
+    /** Current fallback poll period (longer while LISTEN is healthy). */
+    private readonly pollIntervalMs: () => number,
   ) {
     const o = handler.options;
     const wakeIn = (ms: number) => this.wakeAt(Date.now() + ms);
@@ -260,7 +261,7 @@ export class QueueWorker {
   }
 
   private schedulePoll(): void {
-    const jittered = this.pollIntervalMs * (0.9 + Math.random() * 0.2);
+    const jittered = this.pollIntervalMs() * (0.9 + Math.random() * 0.2);
     this.pollTimer = setTimeout(() => {
       if (this.state !== 'running') return;
       this.wake();

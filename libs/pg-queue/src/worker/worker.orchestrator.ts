@@ -165,7 +165,9 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     if (!w) {
       const handler = this.registry.get(queue);
       if (!handler) throw new PgQueueError(`pg-queue: no handler for queue "${queue}" in this process`);
-      w = new QueueWorker(handler, this.deps, this.options.pollIntervalMs);
+      // With LISTEN healthy, NOTIFY and due-time timers start tasks; polling is only a safety net.
+      const poll = () => (this.listening ? this.options.listenPollIntervalMs : this.options.pollIntervalMs);
+      w = new QueueWorker(handler, this.deps, poll);
       this.workers.set(queue, w);
     }
     return w;
