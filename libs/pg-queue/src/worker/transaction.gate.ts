@@ -11,7 +11,8 @@ const SAVEPOINT = 'pgqueue_task';
  *   call through `ctx.tx` throws instead of writing into a neighbour's part of the transaction.
  */
 export class TransactionGate {
-  private closedReason: Error | null = null;
+  /** Builds the error for calls after close; built only if such a call happens (stacks are costly). */
+  private closedReason: (() => Error) | null = null;
   private savepoint: PromiseLike<unknown> | null = null;
   private readonly proxies = new WeakMap<object, unknown>();
 
@@ -22,7 +23,7 @@ export class TransactionGate {
     return this.wrap(this.tx as object) as T;
   }
 
-  close(reason: Error): void {
+  close(reason: () => Error): void {
     this.closedReason ??= reason;
   }
 
@@ -39,7 +40,7 @@ export class TransactionGate {
   }
 
   private assertOpen(): void {
-    if (this.closedReason) throw this.closedReason;
+    if (this.closedReason) throw this.closedReason();
   }
 
   private async call(fn: () => unknown): Promise<unknown> {

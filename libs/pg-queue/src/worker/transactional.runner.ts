@@ -132,7 +132,7 @@ export class TransactionalRunner {
     const { outcome, settled } = invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
     const result = await outcome;
     a.finished = true;
-    gate.close(new LeaseLostError(a.task.id));
+    gate.close(() => new LeaseLostError(a.task.id));
     if (result.kind === 'ok') {
       try {
         await gate.release();
