@@ -1,0 +1,378 @@
+/**
+ * The published package, proven outside this repo. Builds libs/pg-queue (`npm run build:lib`),
+ * packs it, and for each row of the matrix creates a throwaway Nest app in the system temp dir
+ * with its own package.json and Prisma schema, installs the tarball plus Nest, Prisma and
+ * TypeScript from the npm registry, generates its Prisma client, type-checks it in strict mode
+ * (with the README's ```ts blocks and compile-time type tests), and runs it as CommonJS and as an
+ * ES module against a fresh database: enqueue with a business row in one transaction, the handler
+ * writes, the app closes, the process exits 0 on its own.
+ *
+ * Needs the npm registry (or a warm npm cache): an install that cannot reach it fails this test.
+ */
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+
+jest.setTimeout(8 * 60_000);
+
+const ROOT = path.resolve(__dirname, '../..');
+const LIB = path.join(ROOT, 'libs/pg-queue');
+const FIXTURE = path.join(__dirname, 'app');
+const NPM = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+const KEEP = process.env.KEEP_CONSUMER_APPS === '1';
+
+interface Variant {
+  name: string;
+  nest: string;
+  prisma: 6 | 7;
+  /** Installed next to the tarball, exact versions (`--save-exact`). */
+  packages: string[];
+  /** The README documents the Prisma 7 setup; its blocks are compiled in these apps. */
+  readmeBlocks: boolean;
+  /** Also type-check with `module: commonjs` + node10 resolution (deprecated in TypeScript 6, so 5.x apps only). */
+  legacyResolution: boolean;
+}
+
+const NEST_12 = ['@nestjs/common@12.5.1', '@nestjs/core@12.5.1'];
+const NEST_11 = ['@nestjs/common@11.2.10', '@nestjs/core@11.2.10'];
+const PRISMA_7 = ['@prisma/client@7.10.0', '@prisma/adapter-pg@7.10.1', 'prisma@7.10.1'];
+// Prisma 6's adapter-pg declarations import 'pg' without depending on @types/pg (7's do): its users add it.
+const PRISMA_6 = ['@prisma/client@6.19.3', '@prisma/adapter-pg@6.19.3', 'prisma@6.19.3', '@types/pg@8.23.1'];
+const COMMON = ['reflect-metadata@0.2.2', 'rxjs@7.8.2', '@types/node@20.19.43'];
+
+const VARIANTS: Variant[] = [
+  { name: 'nest12-prisma7', nest: '12', prisma: 7, packages: [...NEST_12, ...PRISMA_7, ...COMMON, 'typescript@6.0.3'], readmeBlocks: true, legacyResolution: false },
+  { name: 'nest11-prisma7', nest: '11', prisma: 7, packages: [...NEST_11, ...PRISMA_7, ...COMMON, 'typescript@5.9.3'], readmeBlocks: true, legacyResolution: true },
+  { name: 'nest11-prisma6', nest: '11', prisma: 6, packages: [...NEST_11, ...PRISMA_6, ...COMMON, 'typescript@5.9.3'], readmeBlocks: false, legacyResolution: true },
+];
+
+/** Where a surrounding `npm test` put its script and project variables; npm config (registry, cache, proxy) stays. */
+const NPM_SCRIPT_VARS = /^(npm_(lifecycle|package|command|execpath|node_execpath)|npm_config_(local_prefix|prefix|global_prefix)$|INIT_CWD$)/i;
+
+/** The environment of commands run in an app: npm must see the app as its project, not this repo. */
+function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!NPM_SCRIPT_VARS.test(k)) env[k] = v;
+  env.npm_config_update_notifier = 'false';
+  return { ...env, ...extra };
+}
+
+/** `prisma generate` never runs Prisma's native engines, but its CLI downloads them first, which
+ * fails offline: pointing these at any existing file skips the download (as scripts/prisma-generate.js
+ * does). Engines the caller set win. Prisma 6 also wants the query engine library. */
+function prismaGenerateEnv(databaseUrl: string): NodeJS.ProcessEnv {
+  return childEnv({
+    DATABASE_URL: databaseUrl,
+    PRISMA_SCHEMA_ENGINE_BINARY: process.env.PRISMA_SCHEMA_ENGINE_BINARY ?? process.execPath,
+    PRISMA_QUERY_ENGINE_LIBRARY: process.env.PRISMA_QUERY_ENGINE_LIBRARY ?? process.execPath,
+    PRISMA_HIDE_UPDATE_MESSAGE: '1',
+  });
+}
+
+function run(cmd: string, args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): SpawnSyncReturns<string> {
+  const started = Date.now();
+  const res = spawnSync(cmd, args, {
+    cwd: opts.cwd,
+    env: opts.env ?? childEnv(),
+    encoding: 'utf8',
+    timeout: opts.timeoutMs ?? 5 * 60_000,
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  const secs = ((Date.now() - started) / 1000).toFixed(1);
+  if (res.error || res.status !== 0) {
+    const why = res.error ? `${res.error.message}${res.signal ? ` (${res.signal})` : ''}` : `exit ${res.status}`;
+    throw new Error(`\`${cmd} ${args.join(' ')}\` in ${opts.cwd} failed after ${secs} s: ${why}\n--- stdout\n${res.stdout}\n--- stderr\n${res.stderr}`);
+  }
+  const what = [cmd, ...args].map((a) => (path.isAbsolute(a) ? path.basename(a) : a)).slice(0, 4).join(' ');
+  timings.push(`${path.basename(opts.cwd).replace(/-[A-Za-z0-9]{6}$/, '')}: ${what} … ${secs} s`);
+  return res;
+}
+
+const timings: string[] = [];
+const tempDirs: string[] = [];
+const databases: string[] = [];
+
+function tempDir(label: string): string {
+  const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), `pgqueue-${label}-`)));
+  if (!path.relative(ROOT, dir).startsWith('..')) throw new Error(`temp dir ${dir} is inside the repo`);
+  tempDirs.push(dir);
+  return dir;
+}
+
+function serverUrl(): string {
+  const url = process.env.DATABASE_URL;
+  if (!url) throw new Error('DATABASE_URL is not set: run with `node scripts/test.js test/consumer`');
+  return url;
+}
+
+async function admin<T>(fn: (c: Client) => Promise<T>, database?: string): Promise<T> {
+  const u = new URL(serverUrl());
+  if (database) u.pathname = `/${database}`;
+  const c = new Client({ connectionString: u.toString() });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+/** A fresh database with the consumer app's one business table (the app's own migration). */
+async function createAppDatabase(): Promise<{ name: string; url: string }> {
+  const name = `c_${randomBytes(6).toString('hex')}`;
+  await admin((c) => c.query(`CREATE DATABASE ${name}`));
+  databases.push(name);
+  await admin(
+    (c) =>
+      c.query(`CREATE TABLE orders (
+        id serial PRIMARY KEY,
+        customer text NOT NULL,
+        amount_cents integer NOT NULL DEFAULT 0,
+        status text NOT NULL DEFAULT 'new',
+        charge_id text UNIQUE,
+        created_at timestamptz(6) NOT NULL DEFAULT now()
+      )`),
+    name,
+  );
+  const u = new URL(serverUrl());
+  u.pathname = `/${name}`;
+  return { name, url: u.toString() };
+}
+
+function prismaSchema(major: 6 | 7): string {
+  return `generator client {
+  provider     = "prisma-client"
+  output       = "../src/generated/prisma"
+  moduleFormat = "cjs"${major === 6 ? '\n  engineType   = "client"' : ''}
+}
+
+datasource db {
+  provider = "postgresql"${major === 6 ? '\n  url      = env("DATABASE_URL")' : ''}
+}
+
+model Order {
+  id          Int      @id @default(autoincrement())
+  customer    String
+  amountCents Int      @default(0) @map("amount_cents")
+  status      String   @default("new")
+  chargeId    String?  @unique @map("charge_id")
+  createdAt   DateTime @default(now()) @map("created_at") @db.Timestamptz(6)
+
+  @@map("orders")
+}
+`;
+}
+
+/** The README's ```ts blocks; one whose first line is `// src/<name>.ts` is written under that name. */
+function readmeBlocks(markdown: string): { file: string; code: string }[] {
+  const blocks: { file: string; code: string }[] = [];
+  const fence = /^```ts\r?\n([\s\S]*?)^```/gm;
+  for (let m = fence.exec(markdown); m; m = fence.exec(markdown)) {
+    const code = m[1];
+    const named = /^\/\/ src\/([\w.-]+\.ts)\s*$/m.exec(code.split('\n')[0]);
+    blocks.push({ file: named ? named[1] : `readme-${blocks.length + 1}.ts`, code });
+  }
+  return blocks;
+}
+
+function listFiles(dir: string, base = dir): string[] {
+  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const full = path.join(dir, e.name);
+    return e.isDirectory() ? listFiles(full, base) : [path.relative(base, full).split(path.sep).join('/')];
+  });
+}
+
+interface Packed {
+  tarball: string;
+  size: number;
+  unpackedSize: number;
+  files: string[];
+}
+
+let packed: Packed;
+
+beforeAll(() => {
+  serverUrl();
+  run(NPM, ['run', 'build:lib'], { cwd: ROOT });
+  const out = tempDir('pack');
+  const res = run(NPM, ['pack', '--json', '--pack-destination', out], { cwd: LIB });
+  const [info] = JSON.parse(res.stdout) as { filename: string; size: number; unpackedSize: number; files: { path: string }[] }[];
+  packed = {
+    tarball: path.join(out, info.filename),
+    size: info.size,
+    unpackedSize: info.unpackedSize,
+    files: info.files.map((f) => f.path).sort(),
+  };
+  console.log(`packed ${info.filename}: ${packed.files.length} files, ${(packed.size / 1024).toFixed(1)} kB (unpacked ${(packed.unpackedSize / 1024).toFixed(1)} kB)`);
+});
+
+afterAll(async () => {
+  for (const db of databases) await admin((c) => c.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`)).catch(() => undefined);
+  if (KEEP) console.log(`kept: ${tempDirs.join(' ')}`);
+  else for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
+  console.log(`consumer test steps:\n  ${timings.join('\n  ')}`);
+});
+
+describe('the packed tarball', () => {
+  it('holds only dist (js, maps, declarations), README, LICENSE and package.json', () => {
+    const sources = listFiles(path.join(LIB, 'src')).filter((f) => f.endsWith('.ts') && !f.endsWith('.spec.ts') && !f.endsWith('.d.ts'));
+    const expected = [
+      'LICENSE',
+      'README.md',
+      'package.json',
+      ...sources.flatMap((f) => {
+        const js = `dist/${f.replace(/\.ts$/, '')}`;
+        return [`${js}.js`, `${js}.js.map`, `${js}.d.ts`];
+      }),
+    ].sort();
+    expect(packed.files).toEqual(expected);
+    expect(packed.files).toEqual(expect.arrayContaining(['dist/index.js', 'dist/index.d.ts', 'dist/testing/index.js', 'dist/testing/index.d.ts']));
+  });
+
+  it('declares what the built code requires, and requires nothing outside itself', () => {
+    const manifest = JSON.parse(fs.readFileSync(path.join(LIB, 'package.json'), 'utf8'));
+    const rootManifest = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+    const declared = new Set([...Object.keys(manifest.dependencies), ...Object.keys(manifest.peerDependencies)]);
+    const required = new Set<string>();
+    for (const file of packed.files.filter((f) => f.endsWith('.js'))) {
+      const code = fs.readFileSync(path.join(LIB, file), 'utf8');
+      for (const [, spec] of code.matchAll(/require\("([^"]+)"\)/g)) {
+        if (spec.startsWith('.')) {
+          const target = path.resolve(path.dirname(path.join(LIB, file)), spec);
+          expect(path.relative(path.join(LIB, 'dist'), target).startsWith('..')).toBe(false);
+        } else if (!spec.startsWith('node:')) {
+          required.add(spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]);
+        }
+      }
+    }
+    for (const dep of required) expect(declared).toContain(dep);
+    expect([...required].sort()).toEqual(['@nestjs/common', '@nestjs/core', 'croner', 'pg-listen', 'prom-client', 'rxjs']);
+    // pg is not required directly: pg-listen needs it as a peer, and it is the driver the queue's LISTEN uses.
+    expect(Object.keys(manifest.dependencies).sort()).toEqual(['croner', 'pg', 'pg-listen', 'prom-client']);
+    // Caret ranges whose floor is the version this repository tests with.
+    for (const [dep, version] of Object.entries(manifest.dependencies)) expect(version).toBe(`^${rootManifest.dependencies[dep]}`);
+    // The entry points and the CLI exist in the tarball.
+    for (const target of [manifest.main, manifest.types, ...Object.values(manifest.bin as Record<string, string>)]) {
+      expect(packed.files).toContain(path.posix.normalize(target));
+    }
+    for (const entry of Object.values(manifest.exports as Record<string, string | Record<string, string>>)) {
+      for (const target of typeof entry === 'string' ? [entry] : Object.values(entry)) expect([...packed.files, 'package.json']).toContain(path.posix.normalize(target));
+    }
+    expect(fs.readFileSync(path.join(LIB, manifest.bin['pg-queue-schema']), 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
+  });
+});
+
+describe.each(VARIANTS)('a fresh app: $name', (variant) => {
+  let app: string;
+  let db: { name: string; url: string };
+  let blocks: { file: string; code: string }[] = [];
+
+  beforeAll(async () => {
+    app = tempDir(`consumer-${variant.name}`);
+    db = await createAppDatabase();
+    fs.writeFileSync(
+      path.join(app, 'package.json'),
+      `${JSON.stringify({ name: `pgqueue-consumer-${variant.name}`, version: '0.0.0', private: true, license: 'UNLICENSED' }, null, 2)}\n`,
+    );
+    for (const config of ['tsconfig.json', 'tsconfig.node10.json']) fs.cpSync(path.join(FIXTURE, config), path.join(app, config));
+    fs.cpSync(path.join(FIXTURE, 'src'), path.join(app, 'src'), { recursive: true });
+    fs.cpSync(path.join(FIXTURE, `prisma${variant.prisma}`, 'prisma.ts'), path.join(app, 'src', 'prisma.ts'));
+    fs.mkdirSync(path.join(app, 'prisma'));
+    fs.writeFileSync(path.join(app, 'prisma', 'schema.prisma'), prismaSchema(variant.prisma));
+    if (variant.readmeBlocks) {
+      blocks = readmeBlocks(fs.readFileSync(path.join(LIB, 'README.md'), 'utf8'));
+      fs.cpSync(path.join(FIXTURE, 'readme'), path.join(app, 'src'), { recursive: true });
+      for (const block of blocks) {
+        const target = path.join(app, 'src', block.file);
+        if (fs.existsSync(target)) throw new Error(`README block ${block.file} would overwrite a file of the consumer app`);
+        fs.writeFileSync(target, block.code);
+      }
+    }
+
+    // One install: the tarball, and everything else from the registry (or npm's cache of it).
+    try {
+      run(NPM, ['install', '--no-audit', '--no-fund', '--prefer-offline', '--save-exact', packed.tarball, ...variant.packages], {
+        cwd: app,
+        timeoutMs: 6 * 60_000,
+      });
+    } catch (err) {
+      throw new Error(`npm install from the npm registry failed: this test needs the registry (or a warm npm cache)\n${(err as Error).message}`);
+    }
+    run(process.execPath, [path.join(app, 'node_modules/prisma/build/index.js'), 'generate'], { cwd: app, env: prismaGenerateEnv(db.url) });
+  });
+
+  it('installed the package with its own dependencies and nothing of this repo', () => {
+    const installed = path.join(app, 'node_modules/@pg-queue/nestjs');
+    expect(fs.lstatSync(installed).isSymbolicLink()).toBe(false);
+    expect(listFiles(installed).sort()).toEqual(packed.files);
+    for (const dep of ['pg', 'pg-listen', 'croner', 'prom-client']) {
+      expect(fs.existsSync(path.join(app, 'node_modules', dep, 'package.json'))).toBe(true);
+    }
+    const nest = JSON.parse(fs.readFileSync(path.join(app, 'node_modules/@nestjs/core/package.json'), 'utf8'));
+    expect(nest.version.split('.')[0]).toBe(variant.nest);
+    const client = JSON.parse(fs.readFileSync(path.join(app, 'node_modules/@prisma/client/package.json'), 'utf8'));
+    expect(client.version.split('.')[0]).toBe(String(variant.prisma));
+  });
+
+  it('type-checks in strict mode, with the user\'s own payload and Prisma types' + (variant.readmeBlocks ? ' and every README block' : ''), () => {
+    if (variant.readmeBlocks) {
+      // Every TypeScript fence of the README is one of the compiled blocks.
+      const fences = fs.readFileSync(path.join(LIB, 'README.md'), 'utf8').match(/^```(ts|typescript|tsx|js|javascript)\b/gm) ?? [];
+      expect(blocks.length).toBeGreaterThanOrEqual(8);
+      expect(fences).toHaveLength(blocks.length);
+    }
+    run(process.execPath, [path.join(app, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json', '--noEmit'], { cwd: app });
+  });
+
+  if (variant.legacyResolution) {
+    it('type-checks with `"module": "commonjs"` and classic node resolution too (older Nest app layout)', () => {
+      run(process.execPath, [path.join(app, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.node10.json', '--noEmit'], { cwd: app });
+    });
+  }
+
+  it('runs as CommonJS: outbox enqueue, the handler writes, the app closes and the process exits 0', async () => {
+    // Emit (the check above already passed); skipLibCheck only to save time.
+    run(process.execPath, [path.join(app, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json', '--skipLibCheck'], { cwd: app });
+    const res = run(process.execPath, ['dist/main.js'], { cwd: app, env: childEnv({ DATABASE_URL: db.url }), timeoutMs: 60_000 });
+    const result = JSON.parse(/^RESULT (.*)$/m.exec(res.stdout)![1]);
+    expect(result).toMatchObject({ format: 'cjs', status: 'shipped', taskState: 'done', drained: 0, orders: 1, eventTaskId: result.taskId });
+    expect(result.schemaSqlBytes).toBeGreaterThan(1000);
+    // The rolled-back transaction left no task; the completed one was archived.
+    const [live, archived] = await admin(
+      async (c) => [(await c.query('SELECT count(*)::int AS n FROM pgqueue.task')).rows[0].n, (await c.query("SELECT count(*)::int AS n FROM pgqueue.task_archive WHERE state = 'done'")).rows[0].n],
+      db.name,
+    );
+    expect({ live, archived }).toEqual({ live: 0, archived: 1 });
+  });
+
+  it('runs as an ES module through Node\'s CommonJS interop (root and /testing entry points)', async () => {
+    const res = run(process.execPath, ['dist/esm-main.mjs'], { cwd: app, env: childEnv({ DATABASE_URL: db.url }), timeoutMs: 60_000 });
+    const result = JSON.parse(/^RESULT (.*)$/m.exec(res.stdout)![1]);
+    expect(result).toMatchObject({ format: 'esm', drained: 1, status: 'shipped-esm', taskState: 'done' });
+    const orders = await admin(async (c) => (await c.query('SELECT customer, status FROM orders ORDER BY id')).rows, db.name);
+    expect(orders).toEqual([
+      { customer: 'ada', status: 'shipped' },
+      { customer: 'grace', status: 'shipped-esm' },
+    ]);
+  });
+
+  it('ships the print-schema CLI (pg-queue-schema) for teams who keep DDL in prisma/migrations', () => {
+    const res = run(path.join(app, 'node_modules/.bin/pg-queue-schema'), ['app_queue'], { cwd: app });
+    expect(res.stdout).toContain('CREATE TABLE "app_queue".task (');
+    expect(res.stdout).toContain('INSERT INTO "app_queue".schema_version');
+  });
+
+  if (variant.readmeBlocks) it('runs the README: its listed handler defaults are the real ones, and its test passes (node --test)', async () => {
+    const check = run(process.execPath, ['dist/readme-check.js'], { cwd: app, timeoutMs: 60_000 });
+    expect(check.stdout).toContain('RESULT {"handlerDefaults":"match"}');
+    // The README's quick start (PrismaService, AppModule) under the README's own test.
+    const res = run(process.execPath, ['--test', 'dist/orders.test.js'], { cwd: app, env: childEnv({ DATABASE_URL: db.url }), timeoutMs: 90_000 });
+    expect(res.stdout).toMatch(/# pass 1\b/);
+    expect(res.stdout).toMatch(/# fail 0\b/);
+    const confirmed = await admin(async (c) => (await c.query("SELECT count(*)::int AS n FROM orders WHERE status = 'confirmed'")).rows[0].n, db.name);
+    expect(confirmed).toBe(1);
+  });
+});
