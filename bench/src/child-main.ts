@@ -1,0 +1,293 @@
+/**
+ * One benchmark run in its own process: one library, one scenario, one fresh database. The parent
+ * (bench/run.js) creates and drops the database, passes the spec as argv[2] (JSON) and gets the result
+ * back over IPC. Every wait here is bounded; the parent also kills the process at a hard deadline.
+ */
+import { performance } from 'node:perf_hooks';
+import type { Client } from 'pg';
+import { chunks, connect, payloads, sleep, waitFor, type BenchTarget, type Payload, type TargetOptions } from './common';
+import { prepareLimit, runLimit } from './physical-limit';
+
+export interface RunSpec {
+  scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'make-history';
+  lib: 'pg-queue' | 'pg-boss' | 'graphile-worker' | 'bare-pg';
+  mode?: 'transactional' | 'lease';
+  concurrency: number;
+  url: string;
+  adminUrl: string;
+  dbName: string;
+  /** enqueue/bulk/drain/latency/history/limit: tasks; make-history: history rows. */
+  n: number;
+  bulkSize?: number;
+  latencyGapMs?: number;
+  idleMs?: number;
+  /** Bound for the timed part of the run. */
+  timeoutMs: number;
+}
+
+export interface RunResult {
+  ok: boolean;
+  metrics: Record<string, number | null>;
+  notes: string[];
+  settings?: string;
+  error?: string;
+}
+
+async function makeTarget(spec: RunSpec): Promise<BenchTarget> {
+  const opts: TargetOptions = { url: spec.url, concurrency: spec.concurrency, mode: spec.mode };
+  switch (spec.lib) {
+    case 'pg-queue': {
+      const { PgQueueTarget } = await import('./targets/pg-queue.js');
+      return new PgQueueTarget(opts);
+    }
+    case 'pg-boss': {
+      const { PgBossTarget } = await import('./targets/pg-boss.js');
+      return new PgBossTarget(opts);
+    }
+    case 'graphile-worker': {
+      const { GraphileWorkerTarget } = await import('./targets/graphile-worker.js');
+      return new GraphileWorkerTarget(opts);
+    }
+    default:
+      throw new Error(`no target for ${spec.lib}`);
+  }
+}
+
+/** pg_stat_statements, read from the admin database and filtered to the run's database. */
+class StatementStats {
+  private constructor(private readonly admin: Client, private readonly dbName: string) {}
+
+  static async open(adminUrl: string, dbName: string): Promise<StatementStats | null> {
+    const admin = await connect(adminUrl);
+    try {
+      await admin.query('SELECT 1 FROM pg_stat_statements LIMIT 1');
+      return new StatementStats(admin, dbName);
+    } catch {
+      await admin.end();
+      return null;
+    }
+  }
+
+  async reset(): Promise<void> {
+    await this.admin.query('SELECT pg_stat_statements_reset()');
+  }
+
+  /** Statements executed in the run's database since the reset (the admin connection's own are in another database). */
+  async read(claimPattern: string): Promise<{ calls: number; claimCalls: number; claimMs: number; top: { calls: number; query: string }[] }> {
+    const where = `dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND query NOT ILIKE '%pg_stat_statements%'`;
+    const sum = await this.admin.query(
+      `SELECT coalesce(sum(calls), 0)::bigint AS calls,
+              coalesce(sum(calls) FILTER (WHERE query ILIKE $2), 0)::bigint AS claim_calls,
+              coalesce(sum(total_exec_time) FILTER (WHERE query ILIKE $2), 0)::float8 AS claim_ms
+       FROM pg_stat_statements WHERE ${where}`,
+      [this.dbName, claimPattern],
+    );
+    const top = await this.admin.query(
+      `SELECT calls::bigint AS calls, regexp_replace(left(query, 400), '\\s+', ' ', 'g') AS query
+       FROM pg_stat_statements WHERE ${where} ORDER BY calls DESC LIMIT 6`,
+      [this.dbName],
+    );
+    return {
+      calls: Number(sum.rows[0].calls),
+      claimCalls: Number(sum.rows[0].claim_calls),
+      claimMs: Number(sum.rows[0].claim_ms),
+      top: top.rows.map((r) => ({ calls: Number(r.calls), query: r.query })),
+    };
+  }
+
+  close(): Promise<void> {
+    return this.admin.end();
+  }
+}
+
+const percentile = (sorted: number[], p: number) => sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)];
+
+async function checkpoint(db: Client): Promise<void> {
+  // Start every timed part with no dirty buffers left over from setup. Needs superuser or
+  // pg_checkpoint; skipped otherwise.
+  await db.query('CHECKPOINT').catch(() => undefined);
+}
+
+async function prefill(target: BenchTarget, db: Client, n: number, bulkSize: number): Promise<void> {
+  for (const part of chunks(payloads(n), bulkSize)) await target.enqueueMany(part);
+  const pending = await target.unfinished(db);
+  if (pending !== n) throw new Error(`prefill: expected ${n} unfinished tasks, found ${pending}`);
+  // Steady state: autovacuum would have analyzed a table that just grew by a backlog like this one
+  // (within autovacuum_naptime); a never-analyzed table makes some claim plans several times slower.
+  // BENCH_ANALYZE=0 measures that cold state instead.
+  if (process.env.BENCH_ANALYZE !== '0') await db.query('ANALYZE');
+}
+
+/** Starts the worker on a prefilled queue and times it until the database shows every task finished. */
+async function timedDrain(spec: RunSpec, target: BenchTarget, db: Client, stats: StatementStats | null): Promise<RunResult> {
+  const n = spec.n;
+  const seen = new Uint8Array(n);
+  let handled = 0;
+  let duplicates = 0;
+  let firstAt = 0;
+  await checkpoint(db);
+  await stats?.reset();
+  const t0 = performance.now();
+  await target.startWorker((p: Payload) => {
+    if (handled === 0) firstAt = performance.now();
+    handled++;
+    if (seen[p.seq]) duplicates++;
+    seen[p.seq] = 1;
+  });
+  const deadline = Date.now() + spec.timeoutMs;
+  await waitFor(`${n} handler calls (got ${handled})`, () => handled - duplicates >= n, spec.timeoutMs, 2);
+  await waitFor('the database to show every task finished', async () => (await target.unfinished(db)) === 0, Math.max(1000, deadline - Date.now()), 5);
+  const t1 = performance.now();
+  const st = await stats?.read(target.claimStatementPattern);
+  const notes: string[] = [];
+  if (duplicates > 0) notes.push(`${duplicates} duplicate handler calls`);
+  return {
+    ok: true,
+    metrics: {
+      tasksPerSec: (n / (t1 - t0)) * 1000,
+      firstTaskMs: firstAt - t0,
+      stmtsPerTask: st ? st.calls / n : null,
+      claimUsPerTask: st && st.claimCalls > 0 ? (st.claimMs * 1000) / n : null,
+      claimMsPerCall: st && st.claimCalls > 0 ? st.claimMs / st.claimCalls : null,
+    },
+    notes,
+  };
+}
+
+async function runScenario(spec: RunSpec): Promise<RunResult> {
+  const db = await connect(spec.url);
+  try {
+    if (spec.scenario === 'limit') {
+      await prepareLimit(db, spec.n);
+      await checkpoint(db);
+      const t0 = performance.now();
+      const done = await Promise.race([
+        runLimit(spec.url, spec.concurrency),
+        sleep(spec.timeoutMs).then(() => {
+          throw new Error(`timed out after ${spec.timeoutMs} ms`);
+        }),
+      ]);
+      const t1 = performance.now();
+      const left = Number((await db.query(`SELECT count(*) AS n FROM pgqueue.task`)).rows[0].n);
+      const archived = Number((await db.query(`SELECT count(*) AS n FROM pgqueue.task_archive`)).rows[0].n);
+      if (done !== spec.n || left !== 0 || archived !== spec.n) throw new Error(`limit: completed ${done}, left ${left}, archived ${archived}`);
+      return { ok: true, metrics: { tasksPerSec: (spec.n / (t1 - t0)) * 1000 }, notes: [] };
+    }
+
+    const target = await makeTarget(spec);
+    const stats = spec.scenario === 'drain' || spec.scenario === 'history' || spec.scenario === 'idle' ? await StatementStats.open(spec.adminUrl, spec.dbName) : null;
+    await target.open();
+    try {
+      const settings = target.describe();
+      switch (spec.scenario) {
+        case 'make-history': {
+          await target.insertHistory(db, spec.n);
+          return { ok: true, metrics: {}, notes: [], settings };
+        }
+        case 'enqueue': {
+          await checkpoint(db);
+          const t0 = performance.now();
+          const deadline = Date.now() + spec.timeoutMs;
+          for (let i = 0; i < spec.n; i++) {
+            await target.enqueueOne({ seq: i });
+            if ((i & 255) === 0 && Date.now() > deadline) throw new Error(`timed out after ${i} enqueues`);
+          }
+          const t1 = performance.now();
+          const stored = await target.stored(db);
+          if (stored !== spec.n) throw new Error(`expected ${spec.n} tasks stored, found ${stored}`);
+          return { ok: true, metrics: { tasksPerSec: (spec.n / (t1 - t0)) * 1000, msPerCall: (t1 - t0) / spec.n }, notes: [], settings };
+        }
+        case 'bulk': {
+          const parts = chunks(payloads(spec.n), spec.bulkSize ?? 1000);
+          await checkpoint(db);
+          const t0 = performance.now();
+          const deadline = Date.now() + spec.timeoutMs;
+          for (const part of parts) {
+            await target.enqueueMany(part);
+            if (Date.now() > deadline) throw new Error('timed out');
+          }
+          const t1 = performance.now();
+          const stored = await target.stored(db);
+          if (stored !== spec.n) throw new Error(`expected ${spec.n} tasks stored, found ${stored}`);
+          return { ok: true, metrics: { tasksPerSec: (spec.n / (t1 - t0)) * 1000, msPerCall: (t1 - t0) / parts.length }, notes: [], settings };
+        }
+        case 'drain':
+        case 'history': {
+          await prefill(target, db, spec.n, spec.bulkSize ?? 1000);
+          const res = await timedDrain(spec, target, db, stats);
+          return { ...res, settings };
+        }
+        case 'latency': {
+          const n = spec.n;
+          const gap = spec.latencyGapMs ?? 20;
+          const sent = new Float64Array(n);
+          const started = new Float64Array(n).fill(-1);
+          let got = 0;
+          await target.startWorker((p: Payload) => {
+            if (started[p.seq] < 0) {
+              started[p.seq] = performance.now();
+              got++;
+            }
+          });
+          await sleep(2000); // let the worker go idle (startup polls, LISTEN established)
+          const t0 = performance.now() + 5;
+          for (let i = 0; i < n; i++) {
+            const wait = t0 + i * gap - performance.now();
+            if (wait > 0) await sleep(wait);
+            sent[i] = performance.now();
+            await target.enqueueOne({ seq: i });
+          }
+          await waitFor(`${n} handler starts (got ${got})`, () => got >= n, spec.timeoutMs, 5);
+          const lat = Array.from(sent, (s, i) => started[i] - s).sort((a, b) => a - b);
+          return {
+            ok: true,
+            metrics: { p50: percentile(lat, 50), p95: percentile(lat, 95), p99: percentile(lat, 99), max: lat[lat.length - 1] },
+            notes: [],
+            settings,
+          };
+        }
+        case 'idle': {
+          if (!stats) return { ok: false, metrics: {}, notes: [], settings, error: 'pg_stat_statements is not available (shared_preload_libraries)' };
+          await target.startWorker(() => undefined);
+          await sleep(3000); // startup statements are not idle cost
+          await stats.reset();
+          const t0 = performance.now();
+          await sleep(spec.idleMs ?? 20_000);
+          const st = await stats.read(target.claimStatementPattern);
+          const t1 = performance.now();
+          const secs = (t1 - t0) / 1000;
+          return {
+            ok: true,
+            metrics: { stmtsPerSec: st.calls / secs, stmts: st.calls },
+            notes: st.top.map((t) => `${t.calls}× ${t.query.slice(0, 110)}`),
+            settings,
+          };
+        }
+        default:
+          throw new Error(`unknown scenario ${spec.scenario}`);
+      }
+    } finally {
+      await Promise.race([target.close(), sleep(15_000)]);
+      await stats?.close();
+    }
+  } finally {
+    await db.end().catch(() => undefined);
+  }
+}
+
+async function main(): Promise<void> {
+  const spec = JSON.parse(process.argv[2]) as RunSpec;
+  let result: RunResult;
+  try {
+    result = await runScenario(spec);
+  } catch (err) {
+    result = { ok: false, metrics: {}, notes: [], error: (err as Error).stack ?? String(err) };
+  }
+  if (process.send) process.send(result, () => process.exit(0));
+  else {
+    console.log(JSON.stringify(result));
+    process.exit(0);
+  }
+}
+
+void main();

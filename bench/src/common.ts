@@ -1,0 +1,73 @@
+import { Client } from 'pg';
+
+/** The one queue every library works on: no-op tasks with a tiny payload. */
+export const QUEUE = 'bench_noop';
+
+export interface Payload {
+  seq: number;
+}
+
+/** What every library adapter offers the scenarios. One instance per child process and run. */
+export interface BenchTarget {
+  /** Installs/opens the library (schema, pools); starts no worker. */
+  open(): Promise<void>;
+  /** Enqueues one task through the library's single-task API. */
+  enqueueOne(payload: Payload): Promise<void>;
+  /** Enqueues many tasks in one call of the library's bulk API. */
+  enqueueMany(payloads: Payload[]): Promise<void>;
+  /** Starts consuming; `onTask` is called at the start of every handler invocation. */
+  startWorker(onTask: (payload: Payload) => void): Promise<void>;
+  /** Tasks of the bench queue that are not finished (pending, running, retrying) per the database. */
+  unfinished(db: Client): Promise<number>;
+  /** Tasks of the bench queue that exist in any state, finished ones included where kept. */
+  stored(db: Client): Promise<number>;
+  /**
+   * Fills the library's own tables, in its own format, with `n` finished tasks, as if they had run
+   * through it (see BENCHMARKS.md for how per library). Called once on a template database.
+   */
+  insertHistory(db: Client, n: number): Promise<void>;
+  /** SQL ILIKE pattern that picks the library's claim statement out of pg_stat_statements. */
+  readonly claimStatementPattern: string;
+  /** The settings in effect, for the report. */
+  describe(): string;
+  close(): Promise<void>;
+}
+
+export interface TargetOptions {
+  url: string;
+  concurrency: number;
+  mode?: 'transactional' | 'lease';
+}
+
+/** Pool size given to every library: max(10, concurrency + 2) (graphile-worker's documented advice). */
+export function poolSize(concurrency: number): number {
+  return Math.max(10, concurrency + 2);
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+export async function connect(url: string): Promise<Client> {
+  const c = new Client({ connectionString: url });
+  await c.connect();
+  return c;
+}
+
+/** Polls `check` every `everyMs` until it returns true; throws after `timeoutMs`. */
+export async function waitFor(what: string, check: () => boolean | Promise<boolean>, timeoutMs: number, everyMs = 10): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+export function chunks<T>(items: T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
+  return out;
+}
+
+export function payloads(n: number, from = 0): Payload[] {
+  return Array.from({ length: n }, (_, i) => ({ seq: from + i }));
+}

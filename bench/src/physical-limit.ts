@@ -1,0 +1,63 @@
+import { randomBytes } from 'node:crypto';
+import type { Client } from 'pg';
+import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
+import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
+import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
+import { QUEUE, connect } from './common';
+
+const SCHEMA = 'pgqueue';
+/** pg-queue's defaults: batchSize 20, leaseMs 60 000, retryBlocksGroup true, finished: 'archive'. */
+export const LIMIT_BATCH = 20;
+const LEASE_MS = 60_000;
+
+/** Nine empty follow-up arrays ($3..$11 of `complete`): no task enqueues a follow-up. */
+const NO_FOLLOW_UPS = [[], [], [], [], [], [], [], [], []];
+
+/** Installs pg-queue's schema with its own printed SQL and inserts `n` pending no-op tasks. */
+export async function prepareLimit(db: Client, n: number): Promise<void> {
+  await db.query(printSchemaSql(SCHEMA));
+  await db.query(
+    `INSERT INTO ${SCHEMA}.task (queue, payload) SELECT $1, jsonb_build_object('seq', g) FROM generate_series(1, $2::int) g`,
+    [QUEUE, n],
+  );
+  await db.query(`VACUUM ANALYZE ${SCHEMA}.task`);
+}
+
+/**
+ * The "physical limit": no library, no Nest, no Prisma. `concurrency` loops, each on its own pg
+ * connection, each doing only: claim a batch (pg-queue's claim statement) → complete the batch
+ * (pg-queue's complete statement, archiving), both as named prepared statements, until a claim
+ * comes back empty. Returns the number of tasks completed.
+ */
+export async function runLimit(url: string, concurrency: number): Promise<number> {
+  const claim = claimStatements(SCHEMA).claim;
+  const complete = completeStatements(SCHEMA, 'archive').complete;
+  const channel = notifyChannel(SCHEMA);
+  const workerId = `bench-limit:${process.pid}:${randomBytes(3).toString('hex')}`;
+  const clients = await Promise.all(Array.from({ length: concurrency }, () => connect(url)));
+  let done = 0;
+  try {
+    await Promise.all(
+      clients.map(async (c) => {
+        for (;;) {
+          const claimed = await c.query<{ id: string; lease_token: string }>({
+            name: 'claim',
+            text: claim,
+            values: [QUEUE, LIMIT_BATCH, workerId, LEASE_MS, true],
+          });
+          if (claimed.rows.length === 0) return;
+          const res = await c.query<{ done_ids: string[] }>({
+            name: 'complete',
+            text: complete,
+            values: [claimed.rows.map((r) => r.id), claimed.rows.map((r) => r.lease_token), ...NO_FOLLOW_UPS, channel],
+          });
+          done += res.rows[0].done_ids.length;
+        }
+      }),
+    );
+  } finally {
+    await Promise.all(clients.map((c) => c.end().catch(() => undefined)));
+  }
+  return done;
+}

@@ -1,0 +1,136 @@
+import 'reflect-metadata';
+import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { PrismaPg } from '@prisma/adapter-pg';
+import type { Client } from 'pg';
+import { PgQueueModule, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type Task } from '@app/pg-queue';
+import { PrismaClient } from '../../../src/generated/prisma/client';
+import { QUEUE, poolSize, type BenchTarget, type Payload, type TargetOptions } from '../common';
+
+/** Set by startWorker; the handler below calls it first thing. */
+let onTask: ((payload: Payload) => void) | null = null;
+
+@Injectable()
+class BenchHandlers {
+  // No options here: mode and concurrency come from the module's `queues` option, as a user would
+  // configure them per deployment.
+  @TaskHandler(QUEUE)
+  async noop(task: Task<Payload>): Promise<void> {
+    onTask?.(task.payload);
+  }
+}
+
+/**
+ * pg-queue through its real Nest module: PgQueueModule.forRoot({ prisma, databaseUrl, ... }) with a
+ * PrismaClient from the example app's generated client on @prisma/adapter-pg, prepared statements
+ * via queueStatementName as the README recommends. Everything else is the library's default
+ * (batchSize 20, finished tasks archived, LISTEN on databaseUrl).
+ */
+export class PgQueueTarget implements BenchTarget {
+  readonly claimStatementPattern = '%FOR UPDATE OF t SKIP LOCKED%lease_token = gen_random_uuid()%';
+  private prisma: PrismaClient | null = null;
+  private app: INestApplicationContext | null = null;
+  private readonly mode: 'transactional' | 'lease';
+
+  constructor(private readonly opts: TargetOptions) {
+    this.mode = opts.mode ?? 'transactional';
+  }
+
+  describe(): string {
+    return `PgQueueModule.forRoot({ prisma, databaseUrl, autoStart: false, queues: { ${QUEUE}: { mode: '${this.mode}', concurrency: ${this.opts.concurrency} } } }) — batchSize 20 (default), finished: 'archive' (default); PrismaPg pool max ${poolSize(this.opts.concurrency)}, statementNameGenerator: queueStatementName`;
+  }
+
+  async open(): Promise<void> {
+    this.prisma = new PrismaClient({
+      adapter: new PrismaPg({ connectionString: this.opts.url, max: poolSize(this.opts.concurrency) }, { statementNameGenerator: queueStatementName }),
+    });
+    const prisma = this.prisma;
+    const { mode, concurrency } = this;
+
+    @Module({
+      imports: [
+        PgQueueModule.forRoot({
+          prisma,
+          databaseUrl: this.opts.url,
+          // The bench starts the workers itself (WorkerOrchestrator.start()) once the backlog is in
+          // place, so the drain clock starts at the same point for every library.
+          autoStart: false,
+          queues: { [QUEUE]: { mode, concurrency } },
+        }),
+      ],
+      providers: [BenchHandlers],
+    })
+    class BenchModule {}
+
+    this.app = await NestFactory.createApplicationContext(BenchModule, { logger: ['error', 'warn'] });
+  }
+
+  private get concurrency(): number {
+    return this.opts.concurrency;
+  }
+
+  private get queue(): TaskQueue {
+    return this.app!.get(TaskQueue);
+  }
+
+  async enqueueOne(payload: Payload): Promise<void> {
+    await this.queue.enqueue(QUEUE, payload);
+  }
+
+  async enqueueMany(items: Payload[]): Promise<void> {
+    await this.queue.enqueueMany(items.map((payload) => ({ queue: QUEUE, payload })));
+  }
+
+  async startWorker(fn: (payload: Payload) => void): Promise<void> {
+    onTask = fn;
+    await this.app!.get(WorkerOrchestrator).start();
+  }
+
+  async unfinished(db: Client): Promise<number> {
+    const r = await db.query(`SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = $1`, [QUEUE]);
+    return r.rows[0].n;
+  }
+
+  async stored(db: Client): Promise<number> {
+    const r = await db.query(
+      `SELECT (SELECT count(*) FROM pgqueue.task WHERE queue = $1) + (SELECT count(*) FROM pgqueue.task_archive WHERE queue = $1) AS n`,
+      [QUEUE],
+    );
+    return Number(r.rows[0].n);
+  }
+
+  /**
+   * Each history task goes through the hot table the way a real one does: inserted as pending
+   * (drawing its id from the identity), then deleted and archived as `done` in one statement, as the
+   * completion does. finished_at is spread over the last 5 days, inside the default 7-day archive
+   * retention, so the pruner keeps them. Then VACUUM ANALYZE (autovacuum having caught up).
+   */
+  async insertHistory(db: Client, n: number): Promise<void> {
+    if (n > 0) {
+      await db.query(
+        `INSERT INTO pgqueue.task (queue, payload, created_at, run_at)
+         SELECT $1, jsonb_build_object('seq', g), now() - interval '5 days' + g * (interval '5 days' / $2), now() - interval '5 days' + g * (interval '5 days' / $2)
+         FROM generate_series(1, $2::int) g`,
+        [QUEUE, n],
+      );
+      await db.query(
+        `WITH done AS (DELETE FROM pgqueue.task WHERE queue = $1 RETURNING *)
+         INSERT INTO pgqueue.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error,
+                                           parent_id, dedup_key, group_key, created_at, started_at, finished_at)
+         SELECT id, queue, 'done', payload, priority, run_at, 1, max_attempts, NULL, parent_id, dedup_key, group_key,
+                created_at, created_at + interval '3 ms', created_at + interval '5 ms'
+         FROM done`,
+        [QUEUE],
+      );
+    }
+    await db.query('VACUUM ANALYZE pgqueue.task');
+    await db.query('VACUUM ANALYZE pgqueue.task_archive');
+  }
+
+  async close(): Promise<void> {
+    onTask = null;
+    // app.close() drains the workers (the module also holds prisma.$disconnect until then).
+    await this.app?.close();
+    await this.prisma?.$disconnect();
+  }
+}
