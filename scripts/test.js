@@ -29,7 +29,7 @@ async function main() {
 
   const report = path.join(os.tmpdir(), `pgqueue-jest-${process.pid}.json`);
   const jest = require.resolve('jest/bin/jest');
-  const res = spawnSync(process.execPath, [jest, '--json', `--outputFile=${report}`, ...process.argv.slice(2)], { stdio: 'inherit', env });
+  const res = spawnSync(process.execPath, [jest, '--json', '--forceExit', `--outputFile=${report}`, ...process.argv.slice(2)], { stdio: 'inherit', env });
   stop();
 
   let passed = 0;

@@ -39,7 +39,8 @@ class SlowHandlers {
   }
 
   @TaskHandler('shutdown.buffered', { mode: 'lease', concurrency: 1, batchSize: 5, timeoutMs: 10_000 })
-  async buffered(_task: Task, ctx: TaskContext) {
+  async buffered(task: Task<{ block: boolean }>, ctx: TaskContext) {
+    if (!task.payload.block) return;
     started.lease.resolve();
     await sleep(3000, ctx.signal);
   }
@@ -127,10 +128,17 @@ describe('graceful shutdown', () => {
 
   it('lease mode: tasks claimed ahead of a free slot are released uncounted too', async () => {
     const { app, queue } = await boot(300);
-    const ids = await queue.enqueueMany(Array.from({ length: 5 }, () => ({ queue: 'shutdown.buffered', payload: {} })));
+    // Quick tasks first, so the worker has seen a high rate and claims ahead of its one slot; then
+    // five that block: one runs, the others wait claimed in the local buffer.
+    await queue.enqueueMany(Array.from({ length: 300 }, () => ({ queue: 'shutdown.buffered', payload: { block: false } })));
+    const ids = await queue.enqueueMany(Array.from({ length: 5 }, () => ({ queue: 'shutdown.buffered', payload: { block: true }, options: { priority: 1 } })));
     await started.lease.promise;
-    const [{ running }] = await db.sql("SELECT count(*)::int AS running FROM pgqueue.task WHERE queue = 'shutdown.buffered' AND state = 'running'");
-    expect(running).toBe(5); // one runs, four wait in the local buffer
+    // (the last quick tasks' completions may still be on their way)
+    const running = async () => (await db.sql("SELECT id::text FROM pgqueue.task WHERE queue = 'shutdown.buffered' AND state = 'running' ORDER BY id")).map((r) => r.id);
+    for (const deadline = Date.now() + 5000; JSON.stringify(await running()) !== JSON.stringify(ids) && Date.now() < deadline; ) {
+      await new Promise((r) => setImmediate(r));
+    }
+    expect(await running()).toEqual(ids);
     await app.close();
     const rows = await db.sql('SELECT state, attempt FROM pgqueue.task WHERE id = ANY($1::bigint[])', [ids]);
     expect(rows).toEqual(Array(5).fill({ state: 'pending', attempt: 0 }));

@@ -1,11 +1,9 @@
 import { TaskRepository, type NewTaskRow } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
+import { taskRow } from '../support/task-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
-const row = (n: number, over: Partial<NewTaskRow> = {}): NewTaskRow => ({
-  queue: 'claim.q', payloadJson: JSON.stringify({ n }), priority: 0, runAt: null, delayMs: 0, maxAttempts: 5, parentId: null,
-  dedupKey: null, groupKey: null, onConflict: 'ignore', ...over,
-});
+const row = (n: number, over: Partial<NewTaskRow> = {}): NewTaskRow => taskRow('claim.q', { payloadJson: JSON.stringify({ n }), ...over });
 
 describe('claim statement', () => {
   let db: TestDatabase;
@@ -77,7 +75,7 @@ describe('claim statement', () => {
     try {
       const results = await Promise.all(Array.from({ length: 5 }, () => installSchema(fresh.prisma(2), 'pgqueue_race')));
       expect(results.filter((r) => r.length > 0)).toHaveLength(1);
-      expect(await fresh.sql("SELECT version FROM pgqueue_race.schema_version ORDER BY 1")).toEqual([{ version: 1 }, { version: 2 }]);
+      expect(await fresh.sql("SELECT version FROM pgqueue_race.schema_version ORDER BY 1")).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }]);
     } finally {
       await fresh.drop();
     }

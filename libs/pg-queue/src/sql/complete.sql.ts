@@ -2,17 +2,25 @@ import { quoteIdent } from './identifiers';
 import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput, marked } from './fragments.sql';
 
 /**
- * Finishing attempts. Every statement is fenced by (id, lease_token): a worker whose lease was lost
- * matches no row and changes nothing. All take arrays, so a batch of tasks finishes in one round
- * trip. A pending cancel request (task_cancel) turns any outcome into `cancelled`.
+ * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
+ * matches no row and changes nothing. Rows are found as `id = ANY($1) AND lease_token = ANY($2)`:
+ * an index scan of the primary key whatever the statistics say, where a join against unnest() let
+ * a generic plan pick a nested loop that compared every lease with every running row. Tokens are
+ * random per claim, so a row's current token is in $2 only if the caller holds that very lease,
+ * provided one statement never carries two leases of the same task: the repository sees to that,
+ * and then results can name leases by task id.
+ * All take arrays, so a batch finishes in one round trip. A pending cancel request (task_cancel)
+ * turns any outcome into `cancelled`.
  */
 export type FinishedRetention = 'archive' | 'delete';
 
-/** Joins the fenced leases with their cancel requests. */
-const target = (s: string, columns = '$1::bigint[], $2::uuid[]', alias = 'l(id, token)') => `
-  SELECT l.*, (c.task_id IS NOT NULL) AS cancelled
-  FROM unnest(${columns}) AS ${alias}
-  LEFT JOIN ${s}.task_cancel c ON c.task_id = l.id`;
+/**
+ * The rows of the leases still held, by primary key ($1 id[], $2 lease_token[]). No `state =
+ * 'running'` here: it would invite the partial task_lease_idx, which the planner believes empty and
+ * which holds every running task. A token is only ever set together with `running` (a CHECK
+ * constraint says so), so the token match implies it.
+ */
+export const HELD = `t.id = ANY($1::bigint[]) AND t.lease_token = ANY($2::uuid[])`;
 
 export function completeStatements(schema: string, retention: FinishedRetention) {
   const s = quoteIdent(schema);
@@ -25,6 +33,9 @@ export function completeStatements(schema: string, retention: FinishedRetention)
   FROM done
 )`
     : '';
+  const cancelRequested = `EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id)`;
+  /** Element of a per-lease input array ($n) for this row, by its token's position in $2. */
+  const perLease = (n: number, type: string) => `($${n}::${type}[])[array_position($2::uuid[], t.lease_token)]`;
   return marked({
     /**
      * Success. A task re-enqueued with onConflict 'rerun' while it ran goes back to pending with
@@ -36,21 +47,16 @@ export function completeStatements(schema: string, retention: FinishedRetention)
      * request (lease mode); the caller retries it once.
      */
     complete: `
-WITH target AS (${target(s)}
-), rerun AS (
+WITH rerun AS (
   UPDATE ${s}.task t
   SET state = 'pending', payload = t.rerun_payload, rerun_payload = NULL, attempt = 0, run_at = now(),
       locked_by = NULL, lease_token = NULL, locked_until = NULL, last_error = NULL, finished_at = now()
-  FROM target l
-  WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
-    AND t.rerun_payload IS NOT NULL AND NOT l.cancelled
+  WHERE ${HELD} AND t.rerun_payload IS NOT NULL AND NOT ${cancelRequested}
   RETURNING t.id, t.queue, t.run_at
 ), done AS (
   DELETE FROM ${s}.task t
-  USING target l
-  WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
-    AND (t.rerun_payload IS NULL OR l.cancelled)
-  RETURNING t.*, l.cancelled
+  WHERE ${HELD} AND (t.rerun_payload IS NULL OR ${cancelRequested})
+  RETURNING t.*, ${cancelRequested} AS cancelled
 )${keepHistory}, uncancel AS (
   DELETE FROM ${s}.task_cancel c USING done d WHERE c.task_id = d.id AND d.cancelled
 ), follow_ups AS (
@@ -72,24 +78,22 @@ SELECT coalesce((SELECT array_agg(id::text) FROM done WHERE NOT cancelled), '{}'
      * Parameters: $1 id[], $2 lease_token[], $3 error[] (already truncated), $4 delay_ms[], $5 fatal[].
      */
     fail: `
-WITH target AS (${target(s, '$1::bigint[], $2::uuid[], $3::text[], $4::bigint[], $5::boolean[]', 'l(id, token, error, delay_ms, fatal)')}
-), failed AS (
+WITH failed AS (
   UPDATE ${s}.task t
-  SET state = CASE WHEN l.cancelled THEN 'cancelled'
+  SET state = CASE WHEN ${cancelRequested} THEN 'cancelled'
                    WHEN t.rerun_payload IS NOT NULL THEN 'pending'
-                   WHEN l.fatal OR t.attempt >= t.max_attempts THEN 'dead'
+                   WHEN ${perLease(5, 'boolean')} OR t.attempt >= t.max_attempts THEN 'dead'
                    ELSE 'pending' END,
-      run_at = CASE WHEN l.cancelled OR t.rerun_payload IS NOT NULL THEN now()
-                    WHEN l.fatal OR t.attempt >= t.max_attempts THEN t.run_at
-                    ELSE now() + l.delay_ms * interval '1 millisecond' END,
+      run_at = CASE WHEN ${cancelRequested} OR t.rerun_payload IS NOT NULL THEN now()
+                    WHEN ${perLease(5, 'boolean')} OR t.attempt >= t.max_attempts THEN t.run_at
+                    ELSE now() + ${perLease(4, 'bigint')} * interval '1 millisecond' END,
       payload = coalesce(t.rerun_payload, t.payload),
-      attempt = CASE WHEN t.rerun_payload IS NOT NULL AND NOT l.cancelled THEN 0 ELSE t.attempt END,
+      attempt = CASE WHEN t.rerun_payload IS NOT NULL AND NOT ${cancelRequested} THEN 0 ELSE t.attempt END,
       rerun_payload = NULL,
-      last_error = l.error,
+      last_error = ${perLease(3, 'text')},
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       finished_at = now()
-  FROM target l
-  WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
+  WHERE ${HELD}
   RETURNING t.id, t.state
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING failed f WHERE c.task_id = f.id AND f.state = 'cancelled'
@@ -101,14 +105,12 @@ SELECT id::text AS id, state FROM failed`,
      * Parameters: $1 id[], $2 lease_token[], $3 channel.
      */
     release: `
-WITH target AS (${target(s)}
-), released AS (
+WITH released AS (
   UPDATE ${s}.task t
-  SET state = CASE WHEN l.cancelled THEN 'cancelled' ELSE 'pending' END,
+  SET state = CASE WHEN ${cancelRequested} THEN 'cancelled' ELSE 'pending' END,
       attempt = greatest(t.attempt - 1, 0),
       locked_by = NULL, lease_token = NULL, locked_until = NULL
-  FROM target l
-  WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
+  WHERE ${HELD}
   RETURNING t.id, t.queue, t.state, t.run_at
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING released r WHERE c.task_id = r.id AND r.state = 'cancelled'
@@ -123,8 +125,7 @@ SELECT coalesce((SELECT array_agg(id::text) FROM released), '{}') AS released_id
     heartbeat: `
 UPDATE ${s}.task t
 SET locked_until = now() + $3 * interval '1 millisecond'
-FROM unnest($1::bigint[], $2::uuid[]) AS l(id, token)
-WHERE t.id = l.id AND t.lease_token = l.token AND t.state = 'running'
-RETURNING t.id::text AS id, EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id) AS cancelled`,
+WHERE ${HELD}
+RETURNING t.id::text AS id, ${cancelRequested} AS cancelled`,
   });
 }

@@ -20,20 +20,21 @@ export function maintainStatements(schema: string) {
      */
     rescueExpired: `
 WITH expired AS (
-  SELECT t.id, (c.task_id IS NOT NULL) AS cancelled
-  FROM ${s}.task t LEFT JOIN ${s}.task_cancel c ON c.task_id = t.id
+  SELECT t.id
+  FROM ${s}.task t
   WHERE t.state = 'running' AND t.locked_until < now()
   ORDER BY t.locked_until
   LIMIT $1
   FOR UPDATE OF t SKIP LOCKED
 ), rescued AS (
   UPDATE ${s}.task t
-  SET state = CASE WHEN e.cancelled THEN 'cancelled' WHEN t.attempt >= t.max_attempts THEN 'dead' ELSE 'pending' END,
+  SET state = CASE WHEN EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id) THEN 'cancelled'
+                   WHEN t.attempt >= t.max_attempts THEN 'dead' ELSE 'pending' END,
       last_error = 'lease expired: worker ' || coalesce(t.locked_by, '?') || ' did not finish attempt ' || t.attempt,
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       run_at = now(), finished_at = now()
-  FROM expired e
-  WHERE t.id = e.id
+  -- By primary key (see claim.sql.ts for why not a join).
+  WHERE t.id = ANY (ARRAY (SELECT id FROM expired))
   RETURNING t.id, t.queue, t.state, t.run_at
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING rescued r WHERE c.task_id = r.id AND r.state = 'cancelled'
@@ -54,21 +55,21 @@ WITH lock AS (
   SELECT pg_try_advisory_xact_lock(${PRUNE_LOCK_NAMESPACE}, hashtext($4)) AS mine
 ), archived AS (
   DELETE FROM ${s}.task_archive
-  WHERE id IN (
+  WHERE id = ANY (ARRAY (
     SELECT id FROM ${s}.task_archive
     WHERE finished_at < now() - $1 * interval '1 millisecond' AND (SELECT mine FROM lock)
     ORDER BY finished_at LIMIT $3
-  )
+  ))
   RETURNING 1
 ), dead AS (
   DELETE FROM ${s}.task
-  WHERE id IN (
+  WHERE id = ANY (ARRAY (
     SELECT id FROM ${s}.task
     WHERE state IN ('dead', 'cancelled') AND finished_at < now() - $2 * interval '1 millisecond'
       AND (SELECT mine FROM lock)
     ORDER BY finished_at LIMIT $3
     FOR UPDATE SKIP LOCKED
-  )
+  ))
   RETURNING 1
 )
 SELECT (SELECT mine FROM lock) AS ran, (SELECT count(*) FROM archived)::int AS archived,

@@ -119,6 +119,17 @@ CREATE TABLE ${s}.schedule (
 CREATE INDEX schedule_due_idx ON ${s}.schedule (next_run_at);
 `,
     },
+    {
+      version: 3,
+      name: 'lease_token_means_running',
+      sql: `
+-- The lease statements fence by (id, lease_token) alone (see complete.sql.ts): a token exists
+-- exactly while the task runs. NOT VALID + VALIDATE checks existing rows without blocking writes.
+ALTER TABLE ${s}.task ADD CONSTRAINT task_lease_token_check
+  CHECK ((state = 'running') = (lease_token IS NOT NULL)) NOT VALID;
+ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_lease_token_check;
+`,
+    },
   ];
 }
 

@@ -83,6 +83,28 @@ function splitByConflictMode(rows: NewTaskRow[]): Map<ConflictMode | 'plain', { 
 const MAX_KEYED_RETRIES = 5;
 
 /**
+ * The finishing statements fence by `id = ANY AND lease_token = ANY` (see complete.sql.ts), which
+ * identifies each lease only while a statement carries at most one lease per task.
+ */
+function assertOneLeasePerTask(leases: Lease[]): void {
+  if (new Set(leases.map((l) => l.id)).size !== leases.length) {
+    throw new Error('pg-queue: internal error: two leases of one task in one statement');
+  }
+}
+
+/** Splits leases into runs with one lease per task (almost always a single run). */
+function oneLeasePerTask(leases: Lease[]): Lease[][] {
+  const runs: { ids: Set<string>; leases: Lease[] }[] = [];
+  for (const l of leases) {
+    let run = runs.find((r) => !r.ids.has(l.id));
+    if (!run) runs.push((run = { ids: new Set(), leases: [] }));
+    run.ids.add(l.id);
+    run.leases.push(l);
+  }
+  return runs.map((r) => r.leases);
+}
+
+/**
  * The only place that runs the queue's SQL. Statement texts are built once per schema; every value
  * is a bound parameter. Each method takes the executor to run on: the PrismaClient for a statement
  * that commits on its own, or a transaction client to join the caller's transaction.
@@ -162,6 +184,7 @@ export class TaskRepository {
 
   /** Row-locks the leases still held; returns the ids that are. */
   async lockLeases(tx: SqlExecutor, leases: Lease[], idleLimitMs: number): Promise<Set<string>> {
+    assertOneLeasePerTask(leases);
     const rows = await tx.$queryRawUnsafe<{ id: string }[]>(
       this.claimSql.lockLeases,
       leases.map((l) => l.id),
@@ -177,6 +200,7 @@ export class TaskRepository {
    */
   async complete(db: SqlExecutor, leases: Lease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set() };
+    assertOneLeasePerTask(leases);
     const [res] = await db.$queryRawUnsafe<{ done_ids: string[]; cancelled_ids: string[]; rerun_ids: string[] }[]>(
       this.completeSql.complete,
       leases.map((l) => l.id),
@@ -190,6 +214,7 @@ export class TaskRepository {
   /** Records failed attempts; returns the new state of each task whose lease still held. */
   async fail(db: SqlExecutor, failures: Failure[]): Promise<Map<string, FailedState>> {
     if (failures.length === 0) return new Map();
+    assertOneLeasePerTask(failures);
     const rows = await db.$queryRawUnsafe<{ id: string; state: FailedState }[]>(
       this.completeSql.fail,
       failures.map((f) => f.id),
@@ -203,6 +228,7 @@ export class TaskRepository {
 
   async release(db: SqlExecutor, leases: Lease[]): Promise<Set<string>> {
     if (leases.length === 0) return new Set();
+    assertOneLeasePerTask(leases);
     const [res] = await db.$queryRawUnsafe<{ released_ids: string[] }[]>(
       this.completeSql.release,
       leases.map((l) => l.id),
@@ -212,16 +238,21 @@ export class TaskRepository {
     return new Set(res.released_ids);
   }
 
-  /** Extends the leases still held; returns them, each with whether a cancel was requested. */
+  /** Extends the leases still held; returns them by token, each with whether a cancel was requested. */
   async heartbeat(db: SqlExecutor, leases: Lease[], leaseMs: number): Promise<Map<string, { cancelled: boolean }>> {
-    if (leases.length === 0) return new Map();
-    const rows = await db.$queryRawUnsafe<{ id: string; cancelled: boolean }[]>(
-      this.completeSql.heartbeat,
-      leases.map((l) => l.id),
-      leases.map((l) => l.token),
-      leaseMs,
-    );
-    return new Map(rows.map((r) => [r.id, { cancelled: r.cancelled }]));
+    const held = new Map<string, { cancelled: boolean }>();
+    // A worker may still hold a lost lease of a task it has claimed again: the two go in separate statements.
+    for (const run of oneLeasePerTask(leases)) {
+      const rows = await db.$queryRawUnsafe<{ id: string; cancelled: boolean }[]>(
+        this.completeSql.heartbeat,
+        run.map((l) => l.id),
+        run.map((l) => l.token),
+        leaseMs,
+      );
+      const tokenOf = new Map(run.map((l) => [l.id, l.token]));
+      for (const r of rows) held.set(tokenOf.get(r.id)!, { cancelled: r.cancelled });
+    }
+    return held;
   }
 
   async rescueExpired(db: SqlExecutor, limit = 1000): Promise<{ rescued: number; dead: number }> {

@@ -5,7 +5,13 @@ import type { Task } from '../types';
 export class Attempt {
   readonly task: Task;
   readonly lease: Lease;
-  readonly controller = new AbortController();
+  /** Why the attempt was aborted (timeout, cancel, shutdown, lost lease); undefined while it may run on. */
+  abortReason: unknown = undefined;
+  aborted = false;
+  /** The running handler's invoker, told of an abort at once. */
+  onAbort: ((reason: unknown) => void) | null = null;
+  /** Created when a handler first reads ctx.signal: most never do, and an AbortController per task is costly at high rates. */
+  private controller: AbortController | null = null;
   /** Follow-ups from ctx.enqueue, inserted only with this attempt's successful completion. */
   readonly followUps: NewTaskRow[] = [];
   /** Set once the handler has returned; later ctx.enqueue calls are refused. */
@@ -27,6 +33,24 @@ export class Attempt {
     };
     this.lease = { id: row.id, token: row.lease_token };
     this.groupKey = row.group_key;
+  }
+
+  /** The handler's `ctx.signal`. */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.aborted) this.controller.abort(this.abortReason);
+    }
+    return this.controller.signal;
+  }
+
+  /** Aborts the attempt once; later calls keep the first reason. */
+  abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.abortReason = reason;
+    this.controller?.abort(reason);
+    this.onAbort?.(reason);
   }
 
   /** Resets per-run state: a transactional attempt whose transaction rolled back runs again. */

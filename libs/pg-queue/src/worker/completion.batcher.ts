@@ -71,10 +71,10 @@ export class CompletionBatcher {
   }
 
   private write(): void {
-    const completions = this.completions;
-    const failures = this.failures;
-    this.completions = [];
-    this.failures = [];
+    const [completions, laterCompletions] = onePerTask(this.completions, (c) => c.lease.id);
+    const [failures, laterFailures] = onePerTask(this.failures, (f) => f.failure.id);
+    this.completions = laterCompletions;
+    this.failures = laterFailures;
     if (completions.length > 0) {
       this.track(async () => {
         const res = await this.repo.complete(this.db, completions.map((c) => c.lease), completions.flatMap((c) => c.followUps));
@@ -110,4 +110,23 @@ export class CompletionBatcher {
       if (this.inFlight.size === 0 && this.completions.length + this.failures.length > 0) this.write();
     });
   }
+}
+
+/**
+ * Splits off the entries of distinct tasks: a statement carries one lease per task (see
+ * complete.sql.ts). A second lease of the same task (a lost one, reclaimed here) waits for the next write.
+ */
+function onePerTask<T>(entries: T[], taskId: (e: T) => string): [T[], T[]] {
+  const seen = new Set<string>();
+  const now: T[] = [];
+  const later: T[] = [];
+  for (const e of entries) {
+    const id = taskId(e);
+    if (seen.has(id)) later.push(e);
+    else {
+      seen.add(id);
+      now.push(e);
+    }
+  }
+  return [now, later];
 }

@@ -8,32 +8,31 @@ export type InvokeOutcome =
   | { kind: 'aborted'; reason: unknown };
 
 /**
- * Runs a handler under the attempt's AbortSignal and a timeout. It never throws: the outcome says
- * how the handler ended. `settled` resolves once the handler's own promise has settled, which may be
- * after an abort when the handler ignores its signal.
+ * Runs a handler under the attempt's abort and a timeout. It never throws: the outcome says how the
+ * handler ended. `settled` resolves once the handler's own promise has settled, which may be after
+ * an abort when the handler ignores its signal.
  */
 export function invokeHandler(attempt: Attempt, timeoutMs: number, run: () => Promise<void>): { outcome: Promise<InvokeOutcome>; settled: Promise<void> } {
-  const { signal } = attempt.controller;
   const handlerPromise = Promise.resolve().then(run);
-  const settled = handlerPromise.then(
-    () => undefined,
-    () => undefined,
-  );
+  const settled = handlerPromise.then(ignore, ignore);
   const outcome = new Promise<InvokeOutcome>((resolve) => {
-    const timer = setTimeout(() => attempt.controller.abort(new TaskTimeoutError(attempt.task.id, timeoutMs)), timeoutMs);
-    const onAbort = () => {
+    if (attempt.aborted) {
+      resolve({ kind: 'aborted', reason: attempt.abortReason });
+      return;
+    }
+    const timer = setTimeout(() => attempt.abort(new TaskTimeoutError(attempt.task.id, timeoutMs)), timeoutMs);
+    const done = (result: InvokeOutcome) => {
       clearTimeout(timer);
-      resolve({ kind: 'aborted', reason: signal.reason });
+      attempt.onAbort = null;
+      resolve(result);
     };
-    if (signal.aborted) onAbort();
-    else signal.addEventListener('abort', onAbort, { once: true });
+    attempt.onAbort = (reason) => done({ kind: 'aborted', reason });
     handlerPromise.then(
-      () => resolve({ kind: 'ok' }),
-      (error: unknown) => resolve({ kind: 'error', error }),
-    ).finally(() => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', onAbort);
-    });
+      () => done({ kind: 'ok' }),
+      (error: unknown) => done({ kind: 'error', error }),
+    );
   });
   return { outcome, settled };
 }
+
+function ignore(): void {}

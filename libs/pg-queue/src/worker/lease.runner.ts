@@ -100,10 +100,10 @@ export class LeaseRunner {
   }
 
   private async heartbeatOne(a: Attempt): Promise<void> {
-    if (a.controller.signal.aborted) throw new LeaseLostError(a.task.id);
+    if (a.aborted) throw new LeaseLostError(a.task.id);
     const held = await this.deps.repo.heartbeat(this.deps.prisma, [a.lease], this.handler.options.leaseMs);
     this.applyHeartbeat(a, held);
-    if (a.controller.signal.aborted) throw a.controller.signal.reason;
+    if (a.aborted) throw a.abortReason;
   }
 
   private ensureHeartbeat(): void {
@@ -120,7 +120,7 @@ export class LeaseRunner {
 
   /** One statement extends every lease this runner holds; the ones not extended were lost. */
   private async heartbeatAll(): Promise<void> {
-    const running = [...this.active].filter((a) => !a.finished && !a.controller.signal.aborted);
+    const running = [...this.active].filter((a) => !a.finished && !a.aborted);
     // (includes claimed attempts still waiting for a slot)
     if (running.length === 0) return;
     try {
@@ -133,8 +133,8 @@ export class LeaseRunner {
 
   private applyHeartbeat(a: Attempt, held: Map<string, { cancelled: boolean }>): void {
     if (a.finished) return;
-    const lease = held.get(a.task.id);
-    if (!lease) a.controller.abort(new LeaseLostError(a.task.id));
-    else if (lease.cancelled) a.controller.abort(new TaskCancelledError(a.task.id));
+    const lease = held.get(a.lease.token);
+    if (!lease) a.abort(new LeaseLostError(a.task.id));
+    else if (lease.cancelled) a.abort(new TaskCancelledError(a.task.id));
   }
 }

@@ -1,6 +1,7 @@
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import { ShutdownAbortError, TaskCancelledError } from '../errors';
 import { Attempt, byClaimOrder } from './attempt';
+import { ClaimSizer } from './claim.sizer';
 import { LeaseRunner } from './lease.runner';
 import { TransactionalRunner } from './transactional.runner';
 import { publish, type WorkerDeps } from './worker.deps';
@@ -15,22 +16,23 @@ import { publish, type WorkerDeps } from './worker.deps';
  *   stop(): stop claiming → wait for running work until the deadline → abort the rest
  *           (transactional: roll back; lease: signal) → release unfinished tasks uncounted.
  *
- * Capacity is counted in tasks for lease mode and in concurrent transactions for transactional mode.
- * Lease mode claims ahead: up to one batch waits in a local buffer (its leases kept alive by the
- * heartbeat) so that claiming a whole batch overlaps with running handlers instead of waiting for
- * slots to free one by one. A wake that arrives while a claim is in flight is remembered by
- * sequence number, never lost.
+ * Capacity is counted in tasks for lease mode and in concurrent transactions for transactional mode;
+ * ClaimSizer decides how many tasks a claim takes. Lease mode claims ahead: claimed tasks wait in a
+ * local buffer (their leases kept alive by the heartbeat) so that claiming overlaps with running
+ * handlers instead of waiting for slots to free one by one. One claim is in flight at a time; a
+ * wake that arrives meanwhile is remembered by sequence number, never lost.
  */
 export class QueueWorker {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
-  private claiming = false;
+  /** The claim loop while it runs (drain() waits for it: its claims may already be committed). */
+  private filling: Promise<void> | null = null;
   private wakeSeq = 0;
   private claimedSeq = -1;
   private busy = 0;
+  /** Attempts handed to a runner so far (drain() reports its share). */
+  private dispatched = 0;
   /** Lease mode: claimed attempts waiting for a free slot. */
   private readonly buffer: Attempt[] = [];
-  /** Lease mode: attempts whose handler returned and whose outcome is being written. */
-  private recording = 0;
   private readonly work = new Set<Promise<void>>();
   private pollTimer: NodeJS.Timeout | null = null;
   private retryTimer: NodeJS.Timeout | null = null;
@@ -38,6 +40,7 @@ export class QueueWorker {
   private dueTimer: { at: number; timer: NodeJS.Timeout } | null = null;
   private readonly lease: LeaseRunner | null;
   private readonly transactional: TransactionalRunner | null;
+  private readonly sizer: ClaimSizer;
 
   constructor(
     readonly handler: RegisteredHandler,
@@ -47,9 +50,12 @@ export class QueueWorker {
   ) {
     const o = handler.options;
     const wakeIn = (ms: number) => this.wakeAt(Date.now() + ms);
+    this.sizer = new ClaimSizer(o.batchSize, o.concurrency);
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
     this.transactional =
-      o.mode === 'transactional' ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn) : null;
+      o.mode === 'transactional'
+        ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms) => this.sizer.ranTransaction(tasks, ms))
+        : null;
   }
 
   get queue(): string {
@@ -66,7 +72,7 @@ export class QueueWorker {
   /** Something may be claimable: a notification, the poll timer, a retry. */
   wake(): void {
     this.wakeSeq++;
-    void this.fill();
+    this.fill();
   }
 
   /** A task becomes due at `at` (epoch ms): wake then, unless an earlier wake-up is already set. */
@@ -86,7 +92,7 @@ export class QueueWorker {
   /** A running task of this queue was cancelled: abort its handler if it runs here. */
   cancel(taskId: string): boolean {
     const attempt = this.running().find((a) => a.task.id === taskId && !a.finished);
-    attempt?.controller.abort(new TaskCancelledError(taskId));
+    attempt?.abort(new TaskCancelledError(taskId));
     return attempt !== undefined;
   }
 
@@ -101,7 +107,7 @@ export class QueueWorker {
     const finished = await this.settleWithin(Math.max(0, deadline - Date.now()));
     if (!finished) {
       // Transactional attempts see the abort and roll their transaction back; lease attempts are released.
-      for (const a of this.running()) a.controller.abort(new ShutdownAbortError());
+      for (const a of this.running()) a.abort(new ShutdownAbortError());
       await this.settleWithin(Number.MAX_SAFE_INTEGER);
     }
     await this.lease?.flush();
@@ -109,17 +115,24 @@ export class QueueWorker {
   }
 
   /**
-   * Test helper: claims and runs due tasks inline until none is left; returns how many attempts ran.
-   * Works whether or not the worker was started.
+   * Test helper: claims and runs due tasks inline until none is left; returns how many attempts ran
+   * in this worker meanwhile (started ones included). Works whether or not the worker was started.
    */
   async drain(): Promise<number> {
-    let ran = 0;
+    const before = this.dispatched;
     for (;;) {
-      await this.settleWithin(Number.MAX_SAFE_INTEGER);
+      await this.quiesce();
       const rows = await this.claim(this.handler.options.batchSize);
-      if (rows.length === 0 && this.work.size === 0 && this.buffer.length === 0) return ran;
-      ran += rows.length;
       if (rows.length > 0) this.dispatch(rows);
+      else if (this.filling === null && this.work.size === 0 && this.buffer.length === 0) return this.dispatched - before;
+    }
+  }
+
+  /** Waits until no claim is in flight and no attempt runs or waits here. */
+  private async quiesce(): Promise<void> {
+    while (this.filling || this.work.size > 0) {
+      await this.filling;
+      await this.settleWithin(Number.MAX_SAFE_INTEGER);
     }
   }
 
@@ -129,18 +142,18 @@ export class QueueWorker {
   }
 
   private capacity(): number {
-    const o = this.handler.options;
-    if (this.lease) {
-      // Room for every slot plus two batches ahead, so claims are whole batches.
-      const room = o.concurrency + 2 * o.batchSize - this.busy - this.buffer.length - this.recording;
-      return room >= o.batchSize ? o.batchSize : 0;
-    }
-    return this.busy < o.concurrency ? o.batchSize : 0;
+    if (this.lease) return this.sizer.leaseClaim(this.busy, this.buffer.length);
+    return this.busy < this.handler.options.concurrency ? this.sizer.transactionClaim() : 0;
   }
 
-  private async fill(): Promise<void> {
-    if (this.claiming || this.state !== 'running') return;
-    this.claiming = true;
+  private fill(): void {
+    if (this.filling || this.state !== 'running') return;
+    this.filling = this.claimWhileRoom().finally(() => {
+      this.filling = null;
+    });
+  }
+
+  private async claimWhileRoom(): Promise<void> {
     try {
       while (this.state === 'running' && this.claimedSeq !== this.wakeSeq) {
         const want = this.capacity();
@@ -158,8 +171,6 @@ export class QueueWorker {
         this.wake();
       }, 1000);
       this.retryTimer.unref();
-    } finally {
-      this.claiming = false;
     }
   }
 
@@ -170,6 +181,7 @@ export class QueueWorker {
   }
 
   private dispatch(attempts: Attempt[]): void {
+    this.dispatched += attempts.length;
     if (this.lease) {
       for (const a of attempts) this.lease.hold(a);
       this.buffer.push(...attempts);
@@ -195,14 +207,14 @@ export class QueueWorker {
       if (slotFreed) return;
       slotFreed = true;
       this.busy -= 1;
-      this.recording += 1;
+      this.sizer.finished();
       this.pump();
+      this.fill();
     };
     const p = this.lease!.run(a, freeSlot)
       .catch((err: unknown) => this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`))
       .finally(() => {
-        if (slotFreed) this.recording -= 1;
-        else this.busy -= 1;
+        freeSlot();
         this.afterWork(p, [a]);
       });
     this.work.add(p);
@@ -225,7 +237,7 @@ export class QueueWorker {
     // A finished group task lets the next task of its group run; no NOTIFY announces that.
     if (attempts.some((a) => a.groupKey !== null)) this.wakeSeq++;
     // Room freed up: claim more if the queue may still have work.
-    void this.fill();
+    this.fill();
   }
 
   private async releaseBuffered(): Promise<void> {

@@ -7,8 +7,8 @@ export interface ContextDeps {
   mode: HandlerMode;
   workerId: string;
   rowDefaults: Parameters<typeof buildTaskRow>[3];
-  /** Transactional mode: the gated transaction client. */
-  tx?: unknown;
+  /** Transactional mode: the gated transaction client (built on first use). */
+  tx?: () => unknown;
   heartbeat: () => Promise<void>;
 }
 
@@ -19,7 +19,7 @@ export function createTaskContext(attempt: Attempt, deps: ContextDeps): TaskCont
       if (deps.tx === undefined) {
         throw new HandlerConfigurationError(`pg-queue: ctx.tx is only available to transactional handlers (queue "${attempt.task.queue}" runs in lease mode)`);
       }
-      return deps.tx;
+      return deps.tx();
     },
     async enqueue<P>(queue: string, payload: P, options?: FollowUpOptions): Promise<void> {
       if (attempt.finished) {
@@ -28,7 +28,9 @@ export function createTaskContext(attempt: Attempt, deps: ContextDeps): TaskCont
       attempt.followUps.push(buildTaskRow(queue, payload, options, deps.rowDefaults, attempt.task.id));
     },
     heartbeat: deps.heartbeat,
-    signal: attempt.controller.signal,
+    get signal() {
+      return attempt.signal;
+    },
     workerId: deps.workerId,
     mode: deps.mode,
   };

@@ -14,7 +14,7 @@ export class TransactionGate {
   /** Builds the error for calls after close; built only if such a call happens (stacks are costly). */
   private closedReason: (() => Error) | null = null;
   private savepoint: PromiseLike<unknown> | null = null;
-  private readonly proxies = new WeakMap<object, unknown>();
+  private proxies: WeakMap<object, unknown> | null = null;
 
   constructor(private readonly tx: SqlExecutor) {}
 
@@ -52,6 +52,7 @@ export class TransactionGate {
   }
 
   private wrap(target: object): unknown {
+    this.proxies ??= new WeakMap();
     const cached = this.proxies.get(target);
     if (cached) return cached;
     const proxy = new Proxy(target, {

@@ -56,6 +56,8 @@ export class TransactionalRunner {
     private readonly isStopping: () => boolean,
     /** Asks the worker to look for due tasks again in `ms` (a retry's backoff). */
     private readonly wakeIn: (ms: number) => void,
+    /** Reports how long a transaction's handlers took (sizes the next batches). */
+    private readonly measured: (tasks: number, ms: number) => void = () => undefined,
   ) {}
 
   async run(batch: Attempt[]): Promise<void> {
@@ -91,13 +93,13 @@ export class TransactionalRunner {
       await this.deps.prisma.$transaction(
         async (tx: SqlExecutor) => {
           held = await this.deps.repo.lockLeases(tx, attempts.map((a) => a.lease), timeoutMs + IDLE_GRACE_MS);
-          const began = Date.now();
+          const began = performance.now();
           for (const a of attempts) {
             if (!held.has(a.task.id)) {
               publish(this.deps, a, 'lease-lost');
               continue;
             }
-            if (results.size > 0 && (Date.now() - began > TX_BUDGET_MS || this.isStopping())) {
+            if (results.size > 0 && (performance.now() - began > TX_BUDGET_MS || this.isStopping())) {
               later.push(a);
               continue;
             }
@@ -105,6 +107,7 @@ export class TransactionalRunner {
             results.set(a, await this.runOne(tx, a));
             current = null;
           }
+          this.measured(results.size, performance.now() - began);
           outcomes = await this.finish(tx, results);
         },
         { maxWait: 10_000, timeout: timeoutMs + TX_BUDGET_MS + 10_000 },
@@ -122,9 +125,9 @@ export class TransactionalRunner {
       mode: 'transactional',
       workerId: this.deps.workerId,
       rowDefaults: this.deps.rowDefaults,
-      tx: gate.client(),
+      tx: () => gate.client(),
       heartbeat: async () => {
-        if (a.controller.signal.aborted) throw new LeaseLostError(a.task.id);
+        if (a.aborted) throw new LeaseLostError(a.task.id);
       },
     });
     a.beginRun();
@@ -203,7 +206,7 @@ export class TransactionalRunner {
       // Record the culprits' outcome on its own (a cancel request turns it into cancelled); the
       // others' work was rolled back with them, so they run again.
       const reasonOf = (a: Attempt) =>
-        err.why === 'cancelled' ? new TaskCancelledError(a.task.id) : a.controller.signal.reason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs);
+        err.why === 'cancelled' ? new TaskCancelledError(a.task.id) : a.abortReason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs);
       const failures = err.culprits.map((a) => failureOf(a, reasonOf(a), this.handler, this.deps.maxErrorBytes));
       const states = await this.recordOutsideTransaction(failures);
       for (const [i, a] of err.culprits.entries()) this.announceFailures([a], states, failures[i].error);

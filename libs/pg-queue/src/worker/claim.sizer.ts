@@ -1,0 +1,64 @@
+/**
+ * How many tasks a worker claims at once. `batchSize` is the ceiling; below it the size follows
+ * the queue's measured pace, so a fast queue claims big batches (few round trips per task) while a
+ * slow one claims about what it can start now and leaves the rest to other instances.
+ *
+ * - Lease mode keeps `concurrency` slots busy plus a look-ahead: the tasks it expects to start
+ *   within AHEAD_MS at the recent completion rate. A claim is made once at least half the
+ *   look-ahead (at least one task) is missing, so batches stay large under load.
+ * - Transactional mode sizes each transaction's batch to about TX_TARGET_MS of handler time at
+ *   the recent time per task, starting from one task until a first measure exists.
+ */
+const AHEAD_MS = 100;
+const TX_TARGET_MS = 50;
+/** Weight of the newest measure in the moving averages. */
+const NEW_WEIGHT = 0.3;
+
+export class ClaimSizer {
+  private ratePerMs = 0;
+  private windowStart = performance.now();
+  private windowCount = 0;
+  private msPerTask: number | null = null;
+
+  constructor(
+    private readonly batchSize: number,
+    private readonly concurrency: number,
+  ) {}
+
+  /** Lease mode: a handler finished. */
+  finished(): void {
+    this.windowCount++;
+    const now = performance.now();
+    const elapsed = now - this.windowStart;
+    // Fold the window into the rate every 20 ms.
+    if (elapsed >= 20) {
+      this.ratePerMs = this.ratePerMs === 0 ? this.windowCount / elapsed : this.ratePerMs * (1 - NEW_WEIGHT) + (this.windowCount / elapsed) * NEW_WEIGHT;
+      this.windowStart = now;
+      this.windowCount = 0;
+    }
+  }
+
+  /** Lease mode: how many tasks to claim now, given the slots in use and the claimed ones waiting. */
+  leaseClaim(busy: number, waiting: number): number {
+    const idleFor = performance.now() - this.windowStart;
+    // A queue that has been quiet for a while starts over from its slots.
+    const rate = idleFor > 1000 ? 0 : this.ratePerMs;
+    const lookahead = Math.min(this.batchSize, Math.ceil(rate * AHEAD_MS));
+    const room = this.concurrency + lookahead - busy - waiting;
+    return room >= Math.max(1, Math.floor(lookahead / 2)) ? Math.min(room, this.batchSize) : 0;
+  }
+
+  /** Transactional mode: a transaction ran `tasks` handlers in `ms`. */
+  ranTransaction(tasks: number, ms: number): void {
+    if (tasks === 0) return;
+    const per = ms / tasks;
+    this.msPerTask = this.msPerTask === null ? per : this.msPerTask * (1 - NEW_WEIGHT) + per * NEW_WEIGHT;
+  }
+
+  /** Transactional mode: the batch for the next transaction. */
+  transactionClaim(): number {
+    if (this.msPerTask === null) return 1;
+    if (this.msPerTask <= 0) return this.batchSize;
+    return Math.max(1, Math.min(this.batchSize, Math.floor(TX_TARGET_MS / this.msPerTask)));
+  }
+}

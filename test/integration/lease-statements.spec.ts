@@ -1,0 +1,95 @@
+import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
+import { maintainStatements } from '../../libs/pg-queue/src/sql/maintain.sql';
+import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
+import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
+import { CompletionBatcher } from '../../libs/pg-queue/src/worker/completion.batcher';
+import { taskRow } from '../support/task-rows';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+
+/** The generic plan of a statement, as a prepared statement uses it after a few executions. */
+async function genericPlan(db: TestDatabase, sql: string, types: string[], args: string[]): Promise<string> {
+  const client = db.prisma(1);
+  try {
+    return await client.$transaction(async (tx) => {
+      await tx.$executeRawUnsafe('SET LOCAL plan_cache_mode = force_generic_plan');
+      await tx.$executeRawUnsafe(`PREPARE plan_probe (${types.join(', ')}) AS ${sql}`);
+      const plan = await tx.$queryRawUnsafe<{ 'QUERY PLAN': string }[]>(`EXPLAIN EXECUTE plan_probe (${args.join(', ')})`);
+      await tx.$executeRawUnsafe('DEALLOCATE plan_probe');
+      return plan.map((r) => r['QUERY PLAN']).join('\n');
+    });
+  } finally {
+    await client.$disconnect();
+  }
+}
+
+describe('lease statements', () => {
+  let db: TestDatabase;
+  const repo = new TaskRepository('pgqueue', 'archive');
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await installSchema(db.prisma(), 'pgqueue');
+  });
+  afterAll(() => db.drop());
+
+  // The statistics trap: analyzed while nothing ran, so the planner believes no row is running and
+  // that an unnest() of the leases has 10 rows. A join-based fence then compared every lease with
+  // every running row (quadratic); the claim hash-joined against a scan of the whole table.
+  it('find their rows by primary key under generic plans, whatever the statistics say', async () => {
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'plan.q', '{}' FROM generate_series(1, 5000)`);
+    await db.sql('ANALYZE pgqueue.task');
+    const claim = claimStatements('pgqueue');
+    const finish = completeStatements('pgqueue', 'archive');
+    const leases = [`'{1,2,3}'`, `'{${Array(3).fill('00000000-0000-4000-8000-000000000000').join(',')}}'`];
+    const followUps = ['text[]', 'jsonb[]', 'int[]', 'timestamptz[]', 'bigint[]', 'int[]', 'bigint[]', 'text[]', 'text[]'];
+    const cases: [string, string, string[], string[]][] = [
+      ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'boolean'], [`'plan.q'`, '500', `'w'`, '60000', 'true']],
+      ['lockLeases', claim.lockLeases, ['bigint[]', 'uuid[]', 'text'], [...leases, `'1000'`]],
+      ['complete', finish.complete, ['bigint[]', 'uuid[]', ...followUps, 'text'], [...leases, ...followUps.map(() => `'{}'`), `'ch'`]],
+      ['fail', finish.fail, ['bigint[]', 'uuid[]', 'text[]', 'bigint[]', 'boolean[]'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`]],
+      ['release', finish.release, ['bigint[]', 'uuid[]', 'text'], [...leases, `'ch'`]],
+      ['heartbeat', finish.heartbeat, ['bigint[]', 'uuid[]', 'float8'], [...leases, '60000']],
+      ['rescueExpired', maintainStatements('pgqueue').rescueExpired, ['int', 'text'], ['100', `'ch'`]],
+    ];
+    for (const [name, sql, types, args] of cases) {
+      const plan = await genericPlan(db, sql, types, args);
+      if (process.env.SHOW_PLANS) console.log(name, plan);
+      // No sequential scan of the task table (task_cancel and task_archive are other tables).
+      expect({ name, seqScan: /Seq Scan on task\b(?!_)/.test(plan) }).toEqual({ name, seqScan: false });
+      if (name !== 'claim' && name !== 'rescueExpired') {
+        expect({ name, byPrimaryKey: /Index Cond: \(id = ANY/.test(plan) }).toEqual({ name, byPrimaryKey: true });
+        expect({ name, joinFilter: plan.includes('Join Filter') }).toEqual({ name, joinFilter: false });
+      } else {
+        expect({ name, byPrimaryKey: /task_pkey on task t(_\d)?\s/.test(plan) }).toEqual({ name, byPrimaryKey: true });
+      }
+    }
+  });
+
+  it('tell a lost lease from the current lease of the same task, also in one batch', async () => {
+    await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
+    const prisma = db.prisma();
+    const [id] = await repo.insert(prisma, [taskRow('twice.q')]);
+    const [first] = await repo.claim(prisma, 'twice.q', 1, 'w', 60_000);
+    // The first lease runs out and the same task is claimed again (by the same worker, even).
+    await db.sql("UPDATE pgqueue.task SET locked_until = now() - interval '1 second' WHERE id = $1", [id]);
+    expect(await repo.rescueExpired(prisma)).toEqual({ rescued: 1, dead: 0 });
+    const [second] = await repo.claim(prisma, 'twice.q', 1, 'w', 60_000);
+    const stale = { id, token: first.lease_token };
+    const current = { id, token: second.lease_token };
+
+    // Heartbeat extends the current lease only (results are keyed by token).
+    expect([...(await repo.heartbeat(prisma, [stale, current], 60_000)).keys()]).toEqual([current.token]);
+    // One statement never carries both: the fence would not know whose follow-ups to insert.
+    await expect(repo.complete(prisma, [stale, current], [])).rejects.toThrow(/two leases of one task/);
+
+    // The lease-mode batcher holds the second lease back to its own statement.
+    const batcher = new CompletionBatcher(prisma, repo, 20);
+    const followUp = (parentId: string, tag: string) => taskRow('twice.next', { parentId, payloadJson: JSON.stringify({ tag }) });
+    const outcomes = await Promise.all([batcher.complete(stale, [followUp(id, 'stale')]), batcher.complete(current, [followUp(id, 'current')])]);
+    expect(outcomes).toEqual(['lost', 'done']);
+    expect(await db.sql("SELECT payload->>'tag' AS tag FROM pgqueue.task WHERE queue = 'twice.next'")).toEqual([{ tag: 'current' }]);
+    expect(await db.sql('SELECT state, attempt FROM pgqueue.task_archive WHERE id = $1', [id])).toEqual([{ state: 'done', attempt: 2 }]);
+  });
+});
