@@ -158,7 +158,7 @@ const SCENARIOS = {
   limit: {
     num: 7,
     title: `"Physical limit": bare pg loop, batched claim + batched complete with pg-queue's SQL, concurrency 10, ${SIZES.limit.toLocaleString('en-US')} tasks`,
-    variants: () => [{ key: 'bare-pg@10', lib: 'bare-pg', libKey: 'bare-pg', concurrency: 10, group: '', label: 'bare pg (pg-queue SQL, batch 20)' }],
+    variants: () => [{ key: 'bare-pg@10', lib: 'bare-pg', libKey: 'bare-pg', concurrency: 10, group: '', label: 'bare pg (pg-queue SQL, batch 500 = default batchSize)' }],
     n: SIZES.limit,
     timeoutMs: 180_000,
     metrics: [{ key: 'tasksPerSec', label: 'tasks/s', better: 'higher' }],

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Client } from 'pg';
+import { DEFAULT_HANDLER_OPTIONS } from '../../libs/pg-queue/src/pg-queue.options';
 import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
 import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
@@ -7,8 +8,8 @@ import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
 import { QUEUE, connect } from './common';
 
 const SCHEMA = 'pgqueue';
-/** pg-queue's defaults: batchSize 20, leaseMs 60 000, retryBlocksGroup true, finished: 'archive'. */
-export const LIMIT_BATCH = 20;
+/** pg-queue's defaults: batchSize (the claim ceiling a fast queue reaches), leaseMs 60 000, retryBlocksGroup true, finished: 'archive'. */
+export const LIMIT_BATCH = DEFAULT_HANDLER_OPTIONS.batchSize;
 const LEASE_MS = 60_000;
 
 /** Nine empty follow-up arrays ($3..$11 of `complete`): no task enqueues a follow-up. */

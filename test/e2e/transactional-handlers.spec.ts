@@ -30,6 +30,23 @@ class Handlers {
   }
 }
 
+/** Records which transaction each task's handler ran in. */
+@Injectable()
+class TxProbe {
+  txOf = new Map<number, string>();
+
+  @TaskHandler('tx.probe', { concurrency: 1 })
+  async probe(task: Task<{ n: number }>, ctx: TaskContext<Prisma.TransactionClient>) {
+    const [{ xid }] = await ctx.tx.$queryRawUnsafe<{ xid: string }[]>('SELECT txid_current()::text AS xid');
+    this.txOf.set(task.payload.n, xid);
+  }
+
+  @TaskHandler('tx.noop', { concurrency: 1 })
+  async noop(task: Task<{ n: number }>) {
+    this.txOf.set(task.payload.n, 'none');
+  }
+}
+
 describe('transactional handlers', () => {
   let db: TestDatabase;
   let prisma: PrismaClient;
@@ -39,7 +56,7 @@ describe('transactional handlers', () => {
   beforeAll(async () => {
     db = await createTestDatabase();
     prisma = db.prisma();
-    qa = await bootQueueApp(prisma, [Handlers], { autoStart: false });
+    qa = await bootQueueApp(prisma, [Handlers, TxProbe], { autoStart: false });
     handlers = qa.app.get(Handlers);
   });
   afterAll(async () => {
@@ -149,5 +166,16 @@ describe('transactional handlers', () => {
     expect(await qa.queue.get(ids[1])).toMatchObject({ state: 'dead', attempt: 1 });
     expect((await qa.queue.get(ids[0]))).toMatchObject({ state: 'done', attempt: 1 });
     expect((await qa.queue.get(ids[2]))).toMatchObject({ state: 'done', attempt: 1 });
+  });
+
+  // Past 64 subtransactions a backend overflows its subxid cache and every snapshot in the cluster
+  // slows down: a batch transaction stops at 48 savepoints and the rest get the next transaction.
+  it('puts at most 48 handlers that use ctx.tx in one transaction, however large the batch', async () => {
+    const probe = qa.app.get(TxProbe);
+    await qa.queue.enqueueMany(Array.from({ length: 120 }, (_, n) => ({ queue: 'tx.probe', payload: { n } })));
+    expect(await drainQueue(qa.app, 'tx.probe')).toBe(120);
+    const perTransaction = new Map<string, number>();
+    for (const xid of probe.txOf.values()) perTransaction.set(xid, (perTransaction.get(xid) ?? 0) + 1);
+    expect([...perTransaction.values()].sort((a, b) => b - a)).toEqual([48, 48, 24]);
   });
 });

@@ -56,7 +56,7 @@ describe('claim statement', () => {
     ]);
     const rows = await repo.claim(db.prisma(), 'claim.q', 10, 'w', 1000);
     const order = rows
-      .sort((a, b) => a.priority - b.priority || a.run_at.getTime() - b.run_at.getTime() || Number(a.id) - Number(b.id))
+      .sort((a, b) => a.priority - b.priority || a.run_at_ms - b.run_at_ms || Number(a.id) - Number(b.id))
       .map((r) => (r.payload as { n: number }).n);
     expect(order).toEqual([3, 2, 5, 1]);
   });

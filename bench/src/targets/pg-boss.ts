@@ -2,8 +2,8 @@ import type { Client } from 'pg';
 import { PgBoss } from 'pg-boss';
 import { QUEUE, poolSize, type BenchTarget, type Payload, type TargetOptions } from '../common';
 
-/** Jobs per fetch: pg-queue's default batchSize, so both claim the same batches. */
-export const PG_BOSS_BATCH_SIZE = 20;
+/** Jobs per fetch: pg-queue's default batchSize (its ceiling per claim), so both may claim the same batches. */
+export const PG_BOSS_BATCH_SIZE = 500;
 
 /**
  * pg-boss (current major) with its documented throughput and latency settings:

@@ -3,7 +3,7 @@ import { Injectable, Module, type INestApplicationContext } from '@nestjs/common
 import { NestFactory } from '@nestjs/core';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { Client } from 'pg';
-import { PgQueueModule, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type Task } from '@app/pg-queue';
+import { DEFAULT_HANDLER_OPTIONS, PgQueueModule, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type Task } from '@app/pg-queue';
 import { PrismaClient } from '../../../src/generated/prisma/client';
 import { QUEUE, poolSize, type BenchTarget, type Payload, type TargetOptions } from '../common';
 
@@ -24,7 +24,7 @@ class BenchHandlers {
  * pg-queue through its real Nest module: PgQueueModule.forRoot({ prisma, databaseUrl, ... }) with a
  * PrismaClient from the example app's generated client on @prisma/adapter-pg, prepared statements
  * via queueStatementName as the README recommends. Everything else is the library's default
- * (batchSize 20, finished tasks archived, LISTEN on databaseUrl).
+ * (batchSize, finished tasks archived, LISTEN on databaseUrl).
  */
 export class PgQueueTarget implements BenchTarget {
   readonly claimStatementPattern = '%FOR UPDATE OF t SKIP LOCKED%lease_token = gen_random_uuid()%';
@@ -37,7 +37,7 @@ export class PgQueueTarget implements BenchTarget {
   }
 
   describe(): string {
-    return `PgQueueModule.forRoot({ prisma, databaseUrl, autoStart: false, queues: { ${QUEUE}: { mode: '${this.mode}', concurrency: ${this.opts.concurrency} } } }) — batchSize 20 (default), finished: 'archive' (default); PrismaPg pool max ${poolSize(this.opts.concurrency)}, statementNameGenerator: queueStatementName`;
+    return `PgQueueModule.forRoot({ prisma, databaseUrl, autoStart: false, queues: { ${QUEUE}: { mode: '${this.mode}', concurrency: ${this.opts.concurrency} } } }) — batchSize ${DEFAULT_HANDLER_OPTIONS.batchSize} (default: the most per claim, below it claims follow the pace), finished: 'archive' (default); PrismaPg pool max ${poolSize(this.opts.concurrency)}, statementNameGenerator: queueStatementName`;
   }
 
   async open(): Promise<void> {

@@ -12,7 +12,12 @@ export interface HandlerOptions {
   mode: HandlerMode;
   /** Tasks of this queue running at once in this process (transactional: concurrent transactions). */
   concurrency: number;
-  /** Tasks taken per claim (transactional: per transaction, each isolated by a savepoint). */
+  /**
+   * The most tasks one claim takes. Below it, claims follow the queue's pace (see ClaimSizer): a
+   * fast queue claims large batches, a slow one about what it can start now. Transactional: also
+   * the most tasks one transaction runs, each isolated by a savepoint. Lower it for large payloads
+   * (a claim holds its payloads in memory).
+   */
   batchSize: number;
   maxAttempts: number;
   backoff: BackoffOptions;
@@ -30,7 +35,7 @@ export interface HandlerOptions {
 export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
   mode: 'transactional',
   concurrency: 10,
-  batchSize: 20,
+  batchSize: 500,
   maxAttempts: 5,
   backoff: { type: 'exponential', delayMs: 1000, maxDelayMs: 3_600_000, jitter: true },
   timeoutMs: 30_000,

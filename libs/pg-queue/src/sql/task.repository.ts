@@ -25,10 +25,12 @@ export interface ClaimedRow {
   queue: string;
   payload: unknown;
   priority: number;
-  run_at: Date;
+  /** Epoch milliseconds. */
+  run_at_ms: number;
   attempt: number;
   max_attempts: number;
-  created_at: Date;
+  /** Epoch milliseconds. */
+  created_at_ms: number;
   lease_token: string;
   parent_id: string | null;
   group_key: string | null;

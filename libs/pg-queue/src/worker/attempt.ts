@@ -27,8 +27,8 @@ export class Attempt {
       attempt: row.attempt,
       maxAttempts: row.max_attempts,
       priority: row.priority,
-      runAt: row.run_at,
-      createdAt: row.created_at,
+      runAt: new Date(row.run_at_ms),
+      createdAt: new Date(row.created_at_ms),
       parentId: row.parent_id,
     };
     this.lease = { id: row.id, token: row.lease_token };
@@ -67,9 +67,10 @@ export class Attempt {
 
 /** Claim order (priority, run_at, id): the claim's RETURNING order is not guaranteed. */
 export function byClaimOrder(a: Attempt, b: Attempt): number {
-  return (
-    a.task.priority - b.task.priority ||
-    a.task.runAt.getTime() - b.task.runAt.getTime() ||
-    (BigInt(a.task.id) < BigInt(b.task.id) ? -1 : 1)
-  );
+  return a.task.priority - b.task.priority || a.task.runAt.getTime() - b.task.runAt.getTime() || compareIds(a.task.id, b.task.id);
+}
+
+/** Compares bigint ids given as decimal strings (no sign, no leading zeros) without parsing them. */
+function compareIds(a: string, b: string): number {
+  return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
 }

@@ -7,7 +7,8 @@
  *   within AHEAD_MS at the recent completion rate. A claim is made once at least half the
  *   look-ahead (at least one task) is missing, so batches stay large under load.
  * - Transactional mode sizes each transaction's batch to about TX_TARGET_MS of handler time at
- *   the recent time per task, starting from one task until a first measure exists.
+ *   the recent time per task, starting from one task until a first measure exists, and to no more
+ *   than the last transaction could run when it hit its time or savepoint limit.
  */
 const AHEAD_MS = 100;
 const TX_TARGET_MS = 50;
@@ -16,19 +17,25 @@ const NEW_WEIGHT = 0.3;
 
 export class ClaimSizer {
   private ratePerMs = 0;
-  private windowStart = performance.now();
+  private windowStart: number;
   private windowCount = 0;
   private msPerTask: number | null = null;
+  /** How many tasks the last transaction could run, when it could not run its whole batch. */
+  private fitsInTransaction: number | null = null;
 
   constructor(
     private readonly batchSize: number,
     private readonly concurrency: number,
-  ) {}
+    /** Milliseconds on a monotonic clock (replaceable in unit tests). */
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.windowStart = now();
+  }
 
   /** Lease mode: a handler finished. */
   finished(): void {
     this.windowCount++;
-    const now = performance.now();
+    const now = this.now();
     const elapsed = now - this.windowStart;
     // Fold the window into the rate every 20 ms.
     if (elapsed >= 20) {
@@ -40,7 +47,7 @@ export class ClaimSizer {
 
   /** Lease mode: how many tasks to claim now, given the slots in use and the claimed ones waiting. */
   leaseClaim(busy: number, waiting: number): number {
-    const idleFor = performance.now() - this.windowStart;
+    const idleFor = this.now() - this.windowStart;
     // A queue that has been quiet for a while starts over from its slots.
     const rate = idleFor > 1000 ? 0 : this.ratePerMs;
     const lookahead = Math.min(this.batchSize, Math.ceil(rate * AHEAD_MS));
@@ -48,17 +55,21 @@ export class ClaimSizer {
     return room >= Math.max(1, Math.floor(lookahead / 2)) ? Math.min(room, this.batchSize) : 0;
   }
 
-  /** Transactional mode: a transaction ran `tasks` handlers in `ms`. */
-  ranTransaction(tasks: number, ms: number): void {
+  /**
+   * Transactional mode: a transaction ran `tasks` handlers in `ms`; `leftOver` tasks of its batch
+   * had to wait for another transaction (time budget or savepoint limit reached).
+   */
+  ranTransaction(tasks: number, ms: number, leftOver: number): void {
     if (tasks === 0) return;
     const per = ms / tasks;
     this.msPerTask = this.msPerTask === null ? per : this.msPerTask * (1 - NEW_WEIGHT) + per * NEW_WEIGHT;
+    this.fitsInTransaction = leftOver > 0 ? tasks : null;
   }
 
   /** Transactional mode: the batch for the next transaction. */
   transactionClaim(): number {
     if (this.msPerTask === null) return 1;
-    if (this.msPerTask <= 0) return this.batchSize;
-    return Math.max(1, Math.min(this.batchSize, Math.floor(TX_TARGET_MS / this.msPerTask)));
+    const byTime = this.msPerTask <= 0 ? this.batchSize : Math.floor(TX_TARGET_MS / this.msPerTask);
+    return Math.max(1, Math.min(this.batchSize, byTime, this.fitsInTransaction ?? Infinity));
   }
 }

@@ -54,7 +54,7 @@ export class QueueWorker {
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
     this.transactional =
       o.mode === 'transactional'
-        ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms) => this.sizer.ranTransaction(tasks, ms))
+        ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms, leftOver) => this.sizer.ranTransaction(tasks, ms, leftOver))
         : null;
   }
 

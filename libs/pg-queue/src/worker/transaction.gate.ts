@@ -18,6 +18,10 @@ export class TransactionGate {
 
   constructor(private readonly tx: SqlExecutor) {}
 
+  get tookSavepoint(): boolean {
+    return this.savepoint !== null;
+  }
+
   /** The object handed to the handler as `ctx.tx`. */
   client<T>(): T {
     return this.wrap(this.tx as object) as T;

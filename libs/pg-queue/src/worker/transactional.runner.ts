@@ -10,6 +10,12 @@ import { failureOf, publish, publishOutcome, type Outcome, type WorkerDeps } fro
 
 /** Past this, a batch transaction stops starting tasks and commits; the rest get a new transaction. */
 const TX_BUDGET_MS = 200;
+/**
+ * Past this many savepoints (handlers that used ctx.tx), likewise. A backend caches the ids of 64
+ * subtransactions; beyond that every snapshot in the cluster must consult pg_subtrans, which slows
+ * the whole database ("subtransaction overflow"). Handlers that never touch ctx.tx take none.
+ */
+const MAX_SAVEPOINTS = 48;
 /** Server-side idle-in-transaction limit beyond the handler timeout (see lockLeases). */
 const IDLE_GRACE_MS = 1000;
 /** How long a timed-out handler may take to settle before its whole transaction is rolled back. */
@@ -56,8 +62,8 @@ export class TransactionalRunner {
     private readonly isStopping: () => boolean,
     /** Asks the worker to look for due tasks again in `ms` (a retry's backoff). */
     private readonly wakeIn: (ms: number) => void,
-    /** Reports how long a transaction's handlers took (sizes the next batches). */
-    private readonly measured: (tasks: number, ms: number) => void = () => undefined,
+    /** Reports what a transaction ran, how long it took, and how many had to wait (sizes the next batches). */
+    private readonly measured: (tasks: number, ms: number, leftOver: number) => void = () => undefined,
   ) {}
 
   async run(batch: Attempt[]): Promise<void> {
@@ -89,6 +95,7 @@ export class TransactionalRunner {
     let current: Attempt | null = null;
     const { timeoutMs } = this.handler.options;
     let outcomes = new Map<string, Outcome>();
+    const usage = { savepoints: 0 };
     try {
       await this.deps.prisma.$transaction(
         async (tx: SqlExecutor) => {
@@ -99,15 +106,15 @@ export class TransactionalRunner {
               publish(this.deps, a, 'lease-lost');
               continue;
             }
-            if (results.size > 0 && (performance.now() - began > TX_BUDGET_MS || this.isStopping())) {
+            if (results.size > 0 && (performance.now() - began > TX_BUDGET_MS || usage.savepoints >= MAX_SAVEPOINTS || this.isStopping())) {
               later.push(a);
               continue;
             }
             current = a;
-            results.set(a, await this.runOne(tx, a));
+            results.set(a, await this.runOne(tx, a, usage));
             current = null;
           }
-          this.measured(results.size, performance.now() - began);
+          this.measured(results.size, performance.now() - began, later.length);
           outcomes = await this.finish(tx, results);
         },
         { maxWait: 10_000, timeout: timeoutMs + TX_BUDGET_MS + 10_000 },
@@ -119,7 +126,7 @@ export class TransactionalRunner {
     return later;
   }
 
-  private async runOne(tx: SqlExecutor, a: Attempt): Promise<Result> {
+  private async runOne(tx: SqlExecutor, a: Attempt, usage: { savepoints: number }): Promise<Result> {
     const gate = new TransactionGate(tx);
     const ctx = createTaskContext(a, {
       mode: 'transactional',
@@ -136,6 +143,7 @@ export class TransactionalRunner {
     const result = await outcome;
     a.finished = true;
     gate.close(() => new LeaseLostError(a.task.id));
+    if (gate.tookSavepoint) usage.savepoints++;
     if (result.kind === 'ok') {
       try {
         await gate.release();

@@ -1,0 +1,72 @@
+import { ClaimSizer } from './claim.sizer';
+
+/** A ClaimSizer on a clock the test moves by hand. */
+function sizer(batchSize: number, concurrency: number) {
+  let t = 0;
+  const s = new ClaimSizer(batchSize, concurrency, () => t);
+  return {
+    s,
+    /** `n` completions spread evenly over `ms`. */
+    complete(n: number, ms: number) {
+      for (let i = 0; i < n; i++) {
+        t += ms / n;
+        s.finished();
+      }
+    },
+    wait(ms: number) {
+      t += ms;
+    },
+  };
+}
+
+describe('ClaimSizer, lease mode', () => {
+  it('claims only what its slots can start while it knows nothing of the pace', () => {
+    const { s } = sizer(500, 10);
+    expect(s.leaseClaim(0, 0)).toBe(10);
+    expect(s.leaseClaim(4, 0)).toBe(6);
+    expect(s.leaseClaim(10, 0)).toBe(0);
+  });
+
+  it('claims ahead of a fast queue, up to batchSize, in large batches', () => {
+    const { s, complete } = sizer(500, 10);
+    complete(2000, 100); // 20 000 tasks/s: 2 000 expected in the next 100 ms, capped at 500
+    expect(s.leaseClaim(10, 0)).toBe(500);
+    // Half the look-ahead still waits: no claim yet (no trickle of small claims).
+    expect(s.leaseClaim(10, 300)).toBe(0);
+    expect(s.leaseClaim(10, 250)).toBe(250);
+  });
+
+  it('keeps a slow queue to its slots, so other instances get the rest', () => {
+    const { s, complete } = sizer(500, 10);
+    complete(10, 1000); // 10 tasks/s: one task expected in the next 100 ms
+    expect(s.leaseClaim(10, 0)).toBe(1);
+    expect(s.leaseClaim(10, 1)).toBe(0);
+    expect(s.leaseClaim(0, 0)).toBe(11);
+  });
+
+  it('forgets the pace of a queue that has been quiet for a second', () => {
+    const { s, complete, wait } = sizer(500, 10);
+    complete(2000, 100);
+    wait(1500);
+    expect(s.leaseClaim(0, 0)).toBe(10);
+  });
+});
+
+describe('ClaimSizer, transactional mode', () => {
+  it('starts with one task per transaction, then sizes batches to about 50 ms of handler time', () => {
+    const { s } = sizer(500, 10);
+    expect(s.transactionClaim()).toBe(1);
+    s.ranTransaction(1, 5, 0); // 5 ms per task
+    expect(s.transactionClaim()).toBe(10);
+    for (let i = 0; i < 30; i++) s.ranTransaction(100, 1, 0); // 0.01 ms per task
+    expect(s.transactionClaim()).toBe(500);
+  });
+
+  it('never claims more than the last transaction could run when it hit a limit', () => {
+    const { s } = sizer(500, 10);
+    s.ranTransaction(48, 1, 452); // savepoint limit: 48 ran, 452 waited for another transaction
+    expect(s.transactionClaim()).toBe(48);
+    s.ranTransaction(48, 1, 0);
+    expect(s.transactionClaim()).toBe(500);
+  });
+});
