@@ -103,6 +103,8 @@ export class QueueWorker {
     if (this.pollTimer) clearTimeout(this.pollTimer);
     if (this.retryTimer) clearTimeout(this.retryTimer);
     if (this.dueTimer) clearTimeout(this.dueTimer.timer);
+    // A claim in flight may still commit: its tasks must reach the buffer before it is released.
+    await this.filling;
     await this.releaseBuffered();
     const finished = await this.settleWithin(Math.max(0, deadline - Date.now()));
     if (!finished) {
