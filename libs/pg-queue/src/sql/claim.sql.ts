@@ -1,5 +1,4 @@
-import { marked } from './fragments.sql';
-import { HELD } from './complete.sql';
+import { HELD, marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
 /**
@@ -59,7 +58,7 @@ RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at
      * The same statement bounds how long this transaction may sit idle: a worker that stalls
      * (paused, partitioned) mid-handler has its transaction ended by the server, which releases the
      * rows to the rescuer and rolls back the stalled attempt's writes.
-     * Rows are found by primary key and fenced by token as in complete.sql.ts.
+     * Rows are found by primary key and fenced by token (HELD in fragments.sql).
      * Parameters: $1 id[], $2 lease_token[], $3 idle-in-transaction limit in ms (text).
      */
     lockLeases: `

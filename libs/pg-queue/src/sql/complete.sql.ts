@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput, marked } from './fragments.sql';
+import { HELD, INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked } from './fragments.sql';
 
 /**
  * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
@@ -14,14 +14,6 @@ import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput, marked }
  */
 export type FinishedRetention = 'archive' | 'delete';
 
-/**
- * The rows of the leases still held, by primary key ($1 id[], $2 lease_token[]). No `state =
- * 'running'` here: it would invite the partial task_lease_idx, which the planner believes empty and
- * which holds every running task. A token is only ever set together with `running` (a CHECK
- * constraint says so), so the token match implies it.
- */
-export const HELD = `t.id = ANY($1::bigint[]) AND t.lease_token = ANY($2::uuid[])`;
-
 export function completeStatements(schema: string, retention: FinishedRetention) {
   const s = quoteIdent(schema);
   const keepHistory = retention === 'archive'
@@ -33,7 +25,7 @@ export function completeStatements(schema: string, retention: FinishedRetention)
   FROM done
 )`
     : '';
-  const cancelRequested = `EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id)`;
+  const cancelRequested = cancelRequestedOf(s);
   /** Element of a per-lease input array ($n) for this row, by its token's position in $2. */
   const perLease = (n: number, type: string) => `($${n}::${type}[])[array_position($2::uuid[], t.lease_token)]`;
   return marked({

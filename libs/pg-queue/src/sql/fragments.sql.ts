@@ -28,6 +28,19 @@ export const INPUT_VALUES = 'queue, payload, priority, due_at, max_attempts, par
 /** A live dedup key (see task_dedup_idx). */
 export const ON_LIVE_KEY = `ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running')`;
 
+/**
+ * The rows of the leases still held, by primary key ($1 id[], $2 lease_token[]). No `state =
+ * 'running'` here: it would invite the partial task_lease_idx, which the planner believes empty and
+ * which holds every running task. A token is only ever set together with `running` (a CHECK
+ * constraint says so), so the token match implies it.
+ */
+export const HELD = `t.id = ANY($1::bigint[]) AND t.lease_token = ANY($2::uuid[])`;
+
+/** Whether a cancel request waits for task `t` (schema `s` quoted). */
+export function cancelRequestedOf(s: string): string {
+  return `EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id)`;
+}
+
 /** Every statement of the queue starts with this marker (see queueStatementName). */
 export const STATEMENT_MARKER = '/* pg-queue */';
 

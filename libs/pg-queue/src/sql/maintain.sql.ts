@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { notifyCte, marked } from './fragments.sql';
+import { cancelRequestedOf, notifyCte, marked } from './fragments.sql';
 
 /** First key of the pruner's advisory lock; the second is hashtext(schema). */
 const PRUNE_LOCK_NAMESPACE = 0x70_67_72; // "pgr"
@@ -28,7 +28,7 @@ WITH expired AS (
   FOR UPDATE OF t SKIP LOCKED
 ), rescued AS (
   UPDATE ${s}.task t
-  SET state = CASE WHEN EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id) THEN 'cancelled'
+  SET state = CASE WHEN ${cancelRequestedOf(s)} THEN 'cancelled'
                    WHEN t.attempt >= t.max_attempts THEN 'dead' ELSE 'pending' END,
       last_error = 'lease expired: worker ' || coalesce(t.locked_by, '?') || ' did not finish attempt ' || t.attempt,
       locked_by = NULL, lease_token = NULL, locked_until = NULL,

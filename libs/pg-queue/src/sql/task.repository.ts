@@ -94,16 +94,20 @@ function assertOneLeasePerTask(leases: Lease[]): void {
   }
 }
 
-/** Splits leases into runs with one lease per task (almost always a single run). */
-function oneLeasePerTask(leases: Lease[]): Lease[][] {
-  const runs: { ids: Set<string>; leases: Lease[] }[] = [];
-  for (const l of leases) {
-    let run = runs.find((r) => !r.ids.has(l.id));
-    if (!run) runs.push((run = { ids: new Set(), leases: [] }));
-    run.ids.add(l.id);
-    run.leases.push(l);
+/**
+ * Splits entries into runs with at most one lease per task (almost always a single run): a
+ * worker may still hold a lost lease of a task it has claimed again.
+ */
+export function oneLeasePerTask<T>(entries: T[], taskId: (e: T) => string): T[][] {
+  const runs: { ids: Set<string>; entries: T[] }[] = [];
+  for (const e of entries) {
+    const id = taskId(e);
+    let run = runs.find((r) => !r.ids.has(id));
+    if (!run) runs.push((run = { ids: new Set(), entries: [] }));
+    run.ids.add(id);
+    run.entries.push(e);
   }
-  return runs.map((r) => r.leases);
+  return runs.map((r) => r.entries);
 }
 
 /**
@@ -243,8 +247,7 @@ export class TaskRepository {
   /** Extends the leases still held; returns them by token, each with whether a cancel was requested. */
   async heartbeat(db: SqlExecutor, leases: Lease[], leaseMs: number): Promise<Map<string, { cancelled: boolean }>> {
     const held = new Map<string, { cancelled: boolean }>();
-    // A worker may still hold a lost lease of a task it has claimed again: the two go in separate statements.
-    for (const run of oneLeasePerTask(leases)) {
+    for (const run of oneLeasePerTask(leases, (l) => l.id)) {
       const rows = await db.$queryRawUnsafe<{ id: string; cancelled: boolean }[]>(
         this.completeSql.heartbeat,
         run.map((l) => l.id),

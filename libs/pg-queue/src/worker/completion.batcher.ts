@@ -1,4 +1,4 @@
-import type { FailedState, Failure, Lease, NewTaskRow, TaskRepository } from '../sql/task.repository';
+import { oneLeasePerTask, type FailedState, type Failure, type Lease, type NewTaskRow, type TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
 interface Pending<T> {
@@ -71,10 +71,11 @@ export class CompletionBatcher {
   }
 
   private write(): void {
-    const [completions, laterCompletions] = onePerTask(this.completions, (c) => c.lease.id);
-    const [failures, laterFailures] = onePerTask(this.failures, (f) => f.failure.id);
-    this.completions = laterCompletions;
-    this.failures = laterFailures;
+    // One lease per task per statement (see complete.sql.ts): a second lease of a task waits for the next write.
+    const [completions = [], ...laterCompletions] = oneLeasePerTask(this.completions, (c) => c.lease.id);
+    const [failures = [], ...laterFailures] = oneLeasePerTask(this.failures, (f) => f.failure.id);
+    this.completions = laterCompletions.flat();
+    this.failures = laterFailures.flat();
     if (completions.length > 0) {
       this.track(async () => {
         const res = await this.repo.complete(this.db, completions.map((c) => c.lease), completions.flatMap((c) => c.followUps));
@@ -112,21 +113,3 @@ export class CompletionBatcher {
   }
 }
 
-/**
- * Splits off the entries of distinct tasks: a statement carries one lease per task (see
- * complete.sql.ts). A second lease of the same task (a lost one, reclaimed here) waits for the next write.
- */
-function onePerTask<T>(entries: T[], taskId: (e: T) => string): [T[], T[]] {
-  const seen = new Set<string>();
-  const now: T[] = [];
-  const later: T[] = [];
-  for (const e of entries) {
-    const id = taskId(e);
-    if (seen.has(id)) later.push(e);
-    else {
-      seen.add(id);
-      now.push(e);
-    }
-  }
-  return [now, later];
-}

@@ -63,7 +63,7 @@ export class TransactionalRunner {
     /** Asks the worker to look for due tasks again in `ms` (a retry's backoff). */
     private readonly wakeIn: (ms: number) => void,
     /** Reports what a transaction ran, how long it took, and how many had to wait (sizes the next batches). */
-    private readonly measured: (tasks: number, ms: number, leftOver: number) => void = () => undefined,
+    private readonly measured: (tasks: number, ms: number, leftOver: number) => void,
   ) {}
 
   async run(batch: Attempt[]): Promise<void> {
