@@ -91,11 +91,23 @@ describe('example app: orders → payment → email', () => {
   it('the hourly report runs from its schedule', async () => {
     // the app stopped just after 10:00 yesterday and restarts now: one catch-up run (missed: 'once')
     await tickSchedules(app);
-    await db.sql("UPDATE pgqueue.schedule SET next_run_at = date_trunc('hour', now()) - interval '1 day' WHERE name = 'reports.hourly'");
-    expect(await tickSchedules(app)).toBe(1);
+    const [{ missedTick }] = await db.sql(
+      "UPDATE pgqueue.schedule SET next_run_at = date_trunc('hour', now()) - interval '1 day' WHERE name = 'reports.hourly' RETURNING next_run_at AS \"missedTick\"",
+    );
+    const enqueued = await tickSchedules(app);
+    // One catch-up task for the missed tick. Within a minute of the hour, this hour's tick is
+    // still on time and fires as well; nothing else may.
+    const ticks = await db.sql(
+      `SELECT run_at = $1 AS "catchUp", run_at = date_trunc('hour', run_at) AND run_at > now() - interval '2 minutes' AS "thisHour"
+       FROM pgqueue.task WHERE queue = 'reports.hourly' ORDER BY run_at`,
+      [missedTick],
+    );
+    expect(ticks).toHaveLength(enqueued);
+    expect(ticks[0]).toEqual({ catchUp: true, thisHour: false });
+    expect(ticks.slice(1)).toEqual(enqueued === 2 ? [{ catchUp: false, thisHour: true }] : []);
     await drainQueue(app);
     const reports = await db.sql('SELECT orders FROM reports');
-    expect(reports).toHaveLength(1);
+    expect(reports).toHaveLength(enqueued);
     const [{ next }] = await db.sql("SELECT next_run_at > now() AS next FROM pgqueue.schedule WHERE name = 'reports.hourly'");
     expect(next).toBe(true);
   });
