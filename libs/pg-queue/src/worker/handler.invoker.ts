@@ -4,35 +4,51 @@ import type { Attempt } from './attempt';
 export type InvokeOutcome =
   | { kind: 'ok' }
   | { kind: 'error'; error: unknown }
-  /** The signal fired (timeout, shutdown, lost lease) before the handler settled. */
-  | { kind: 'aborted'; reason: unknown };
+  /**
+   * The signal fired (timeout, shutdown, lost lease, cancel) before the handler settled.
+   * `settled` resolves once the handler's own promise has, which may be never when it ignores
+   * its signal.
+   */
+  | { kind: 'aborted'; reason: unknown; settled: Promise<void> };
+
+const OK: InvokeOutcome = Object.freeze({ kind: 'ok' });
 
 /**
- * Runs a handler under the attempt's abort and a timeout. It never throws: the outcome says how the
- * handler ended. `settled` resolves once the handler's own promise has settled, which may be after
- * an abort when the handler ignores its signal.
+ * Runs a handler under the attempt's abort and a timeout; the promise never rejects: the outcome
+ * says how the handler ended. This runs once per task, so it keeps allocations to a minimum.
  */
-export function invokeHandler(attempt: Attempt, timeoutMs: number, run: () => Promise<void>): { outcome: Promise<InvokeOutcome>; settled: Promise<void> } {
-  const handlerPromise = Promise.resolve().then(run);
-  const settled = handlerPromise.then(ignore, ignore);
-  const outcome = new Promise<InvokeOutcome>((resolve) => {
+export function invokeHandler(attempt: Attempt, timeoutMs: number, run: () => Promise<void>): Promise<InvokeOutcome> {
+  return new Promise<InvokeOutcome>((resolve) => {
     if (attempt.aborted) {
-      resolve({ kind: 'aborted', reason: attempt.abortReason });
+      resolve({ kind: 'aborted', reason: attempt.abortReason, settled: Promise.resolve() });
       return;
     }
-    const timer = setTimeout(() => attempt.abort(new TaskTimeoutError(attempt.task.id, timeoutMs)), timeoutMs);
-    const done = (result: InvokeOutcome) => {
+    let handlerPromise: Promise<void>;
+    try {
+      handlerPromise = Promise.resolve(run());
+    } catch (error) {
+      resolve({ kind: 'error', error });
+      return;
+    }
+    let ended = false;
+    const timer = setTimeout(abortOnTimeout, timeoutMs, attempt, timeoutMs);
+    const end = (outcome: InvokeOutcome) => {
+      if (ended) return;
+      ended = true;
       clearTimeout(timer);
       attempt.onAbort = null;
-      resolve(result);
+      resolve(outcome);
     };
-    attempt.onAbort = (reason) => done({ kind: 'aborted', reason });
+    attempt.onAbort = (reason) => end({ kind: 'aborted', reason, settled: handlerPromise.then(ignore, ignore) });
     handlerPromise.then(
-      () => done({ kind: 'ok' }),
-      (error: unknown) => done({ kind: 'error', error }),
+      () => end(OK),
+      (error: unknown) => end({ kind: 'error', error }),
     );
   });
-  return { outcome, settled };
+}
+
+function abortOnTimeout(attempt: Attempt, timeoutMs: number): void {
+  attempt.abort(new TaskTimeoutError(attempt.task.id, timeoutMs));
 }
 
 function ignore(): void {}

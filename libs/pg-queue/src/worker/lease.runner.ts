@@ -2,8 +2,8 @@ import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../error
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Attempt } from './attempt';
 import { CompletionBatcher } from './completion.batcher';
-import { invokeHandler } from './handler.invoker';
-import { createTaskContext } from './task-context.factory';
+import { AttemptContext, type ContextScope } from './attempt.context';
+import { invokeHandler, type InvokeOutcome } from './handler.invoker';
 import { failureOf, publish, publishOutcome, type WorkerDeps } from './worker.deps';
 
 /**
@@ -16,6 +16,7 @@ import { failureOf, publish, publishOutcome, type WorkerDeps } from './worker.de
 export class LeaseRunner {
   private readonly active = new Set<Attempt>();
   private readonly batcher: CompletionBatcher;
+  private readonly scope: ContextScope;
   private heartbeatTimer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -25,6 +26,7 @@ export class LeaseRunner {
     private readonly wakeIn: (ms: number) => void,
   ) {
     this.batcher = new CompletionBatcher(deps.prisma, deps.repo, handler.options.batchSize);
+    this.scope = { mode: 'lease', workerId: deps.workerId, rowDefaults: deps.rowDefaults, heartbeat: (a) => this.heartbeatOne(a) };
   }
 
   /** Keeps a claimed attempt's lease alive from now on, before its handler starts. */
@@ -46,7 +48,13 @@ export class LeaseRunner {
   async run(a: Attempt, handlerDone: () => void = () => undefined): Promise<void> {
     this.hold(a);
     try {
-      await this.attempt(a, handlerDone);
+      a.beginRun();
+      publish(this.deps, a, 'claimed');
+      const ctx = new AttemptContext(a, this.scope, null);
+      const result = await invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
+      a.finished = true;
+      handlerDone();
+      await this.record(a, result);
     } finally {
       this.unhold(a);
     }
@@ -61,19 +69,7 @@ export class LeaseRunner {
     return this.batcher.flush();
   }
 
-  private async attempt(a: Attempt, handlerDone: () => void): Promise<void> {
-    const ctx = createTaskContext(a, {
-      mode: 'lease',
-      workerId: this.deps.workerId,
-      rowDefaults: this.deps.rowDefaults,
-      heartbeat: () => this.heartbeatOne(a),
-    });
-    a.beginRun();
-    publish(this.deps, a, 'claimed');
-    const { outcome } = invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
-    const result = await outcome;
-    a.finished = true;
-    handlerDone();
+  private async record(a: Attempt, result: InvokeOutcome): Promise<void> {
     try {
       if (result.kind === 'ok') {
         publishOutcome(this.deps, a, await this.batcher.complete(a.lease, a.followUps));

@@ -149,7 +149,8 @@ export class QueueWorker {
   }
 
   private fill(): void {
-    if (this.filling || this.state !== 'running') return;
+    // Checked here too, not only in the loop: fill() runs after every task, mostly with nothing to do.
+    if (this.filling || this.state !== 'running' || this.claimedSeq === this.wakeSeq || this.capacity() === 0) return;
     this.filling = this.claimWhileRoom().finally(() => {
       this.filling = null;
     });
@@ -213,12 +214,12 @@ export class QueueWorker {
       this.pump();
       this.fill();
     };
-    const p = this.lease!.run(a, freeSlot)
-      .catch((err: unknown) => this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`))
-      .finally(() => {
-        freeSlot();
-        this.afterWork(p, [a]);
-      });
+    const settle = (err?: unknown) => {
+      if (err !== undefined) this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`);
+      freeSlot();
+      this.afterWork(p, a.groupKey !== null);
+    };
+    const p: Promise<void> = this.lease!.run(a, freeSlot).then(() => settle(), settle);
     this.work.add(p);
   }
 
@@ -228,16 +229,16 @@ export class QueueWorker {
       .catch((err: unknown) => this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`))
       .finally(() => {
         this.busy -= 1;
-        this.afterWork(p, attempts);
+        this.afterWork(p, attempts.some((a) => a.groupKey !== null));
       });
     this.work.add(p);
   }
 
-  private afterWork(p: Promise<void>, attempts: Attempt[]): void {
+  private afterWork(p: Promise<void>, ranGroupTask: boolean): void {
     this.work.delete(p);
     this.pump();
     // A finished group task lets the next task of its group run; no NOTIFY announces that.
-    if (attempts.some((a) => a.groupKey !== null)) this.wakeSeq++;
+    if (ranGroupTask) this.wakeSeq++;
     // Room freed up: claim more if the queue may still have work.
     this.fill();
   }

@@ -3,8 +3,8 @@ import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Failure, Lease } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
+import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeHandler } from './handler.invoker';
-import { createTaskContext } from './task-context.factory';
 import { TransactionGate } from './transaction.gate';
 import { failureOf, publish, publishOutcome, type Outcome, type WorkerDeps } from './worker.deps';
 
@@ -22,6 +22,7 @@ const IDLE_GRACE_MS = 1000;
 const SETTLE_GRACE_MS = 250;
 
 type Result = { ok: true } | { ok: false; failure: Failure };
+const SUCCEEDED: Result = Object.freeze({ ok: true });
 
 /**
  * Thrown inside the transaction to roll all of it back: a handler stuck past its timeout, a
@@ -55,6 +56,7 @@ class RollbackAll extends Error {
  */
 export class TransactionalRunner {
   private readonly running = new Set<Attempt>();
+  private readonly scope: ContextScope;
 
   constructor(
     private readonly deps: WorkerDeps,
@@ -64,7 +66,17 @@ export class TransactionalRunner {
     private readonly wakeIn: (ms: number) => void,
     /** Reports what a transaction ran, how long it took, and how many had to wait (sizes the next batches). */
     private readonly measured: (tasks: number, ms: number, leftOver: number) => void,
-  ) {}
+  ) {
+    this.scope = {
+      mode: 'transactional',
+      workerId: deps.workerId,
+      rowDefaults: deps.rowDefaults,
+      // The lease is fenced by the transaction's row locks: nothing to extend.
+      heartbeat: async (a) => {
+        if (a.aborted) throw new LeaseLostError(a.task.id);
+      },
+    };
+  }
 
   async run(batch: Attempt[]): Promise<void> {
     for (const a of batch) this.running.add(a);
@@ -128,26 +140,17 @@ export class TransactionalRunner {
 
   private async runOne(tx: SqlExecutor, a: Attempt, usage: { savepoints: number }): Promise<Result> {
     const gate = new TransactionGate(tx);
-    const ctx = createTaskContext(a, {
-      mode: 'transactional',
-      workerId: this.deps.workerId,
-      rowDefaults: this.deps.rowDefaults,
-      tx: () => gate.client(),
-      heartbeat: async () => {
-        if (a.aborted) throw new LeaseLostError(a.task.id);
-      },
-    });
+    const ctx = new AttemptContext(a, this.scope, gate);
     a.beginRun();
     publish(this.deps, a, 'claimed');
-    const { outcome, settled } = invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
-    const result = await outcome;
+    const result = await invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
     a.finished = true;
     gate.close(() => new LeaseLostError(a.task.id));
     if (gate.tookSavepoint) usage.savepoints++;
     if (result.kind === 'ok') {
       try {
-        await gate.release();
-        return { ok: true };
+        if (gate.tookSavepoint) await gate.release();
+        return SUCCEEDED;
       } catch (err) {
         // The handler swallowed a failed statement: the savepoint's work is unusable.
         await gate.rollback();
@@ -159,7 +162,7 @@ export class TransactionalRunner {
       return this.failed(a, result.error);
     }
     if (result.reason instanceof ShutdownAbortError) throw new RollbackAll('shutdown', [a]);
-    const stopped = await Promise.race([settled.then(() => true), delay(SETTLE_GRACE_MS).then(() => false)]);
+    const stopped = await Promise.race([result.settled.then(() => true), delay(SETTLE_GRACE_MS).then(() => false)]);
     if (!stopped) throw new RollbackAll('stuck-handler', [a]);
     await gate.rollback();
     return this.failed(a, result.reason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs));
