@@ -42,18 +42,19 @@ export async function runLimit(url: string, concurrency: number): Promise<number
     await Promise.all(
       clients.map(async (c) => {
         for (;;) {
-          const claimed = await c.query<{ id: string; lease_token: string }>({
+          const res0 = await c.query<{ claimed: string }>({
             name: 'claim',
             text: claim,
             values: [QUEUE, LIMIT_BATCH, workerId, LEASE_MS, true],
           });
-          if (claimed.rows.length === 0) return;
-          const res = await c.query<{ done_ids: string[] }>({
+          const claimed = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string }[];
+          if (claimed.length === 0) return;
+          const res = await c.query<{ done_ids: string }>({
             name: 'complete',
             text: complete,
-            values: [claimed.rows.map((r) => r.id), claimed.rows.map((r) => r.lease_token), ...NO_FOLLOW_UPS, channel],
+            values: [claimed.map((r) => r.id).join(','), claimed.map((r) => r.lease_token).join(','), ...NO_FOLLOW_UPS, channel],
           });
-          done += res.rows[0].done_ids.length;
+          done += res.rows[0].done_ids === '' ? 0 : res.rows[0].done_ids.split(',').length;
         }
       }),
     );

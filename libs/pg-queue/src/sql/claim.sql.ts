@@ -1,4 +1,4 @@
-import { HELD, marked } from './fragments.sql';
+import { HELD, idList, marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
 /**
@@ -12,6 +12,8 @@ import { quoteIdent } from './identifiers';
  * - The UPDATE finds the chosen rows as `id = ANY (ARRAY (SELECT id FROM next))`: a primary-key
  *   lookup per row. Joining `FROM next` let the planner hash-join against a sequential scan of the
  *   whole table, which cost as much as the rest of the claim at 20 000 pending tasks.
+ * - The claimed rows come back as one JSON array (times as epoch milliseconds): the driver stack's
+ *   per-row and per-column work cost more Node CPU than a single JSON.parse of the same data.
  * - The scan walks task_claim_idx (queue, priority, run_at, id) WHERE state = 'pending', so the cost
  *   does not depend on how many running, dead or finished tasks exist.
  *
@@ -36,20 +38,21 @@ WITH next AS (
   ORDER BY t.priority, t.run_at, t.id
   LIMIT $2
   FOR UPDATE OF t SKIP LOCKED
+), claimed AS (
+  UPDATE ${s}.task t
+  SET state = 'running',
+      attempt = t.attempt + 1,
+      locked_by = $3,
+      lease_token = gen_random_uuid(),
+      locked_until = now() + $4 * interval '1 millisecond',
+      started_at = now(),
+      finished_at = NULL
+  WHERE t.id = ANY (ARRAY (SELECT id FROM next))
+  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at')} AS run_at_ms, t.attempt, t.max_attempts,
+            ${EPOCH_MS('t.created_at')} AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
+            t.group_key, t.dedup_key
 )
-UPDATE ${s}.task t
-SET state = 'running',
-    attempt = t.attempt + 1,
-    locked_by = $3,
-    lease_token = gen_random_uuid(),
-    locked_until = now() + $4 * interval '1 millisecond',
-    started_at = now(),
-    finished_at = NULL
-WHERE t.id = ANY (ARRAY (SELECT id FROM next))
--- Times as epoch milliseconds: a number is much cheaper for the driver stack to hand over than a timestamptz.
-RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at')} AS run_at_ms, t.attempt, t.max_attempts,
-          ${EPOCH_MS('t.created_at')} AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
-          t.group_key, t.dedup_key`,
+SELECT coalesce(json_agg(c), '[]')::text AS claimed FROM claimed c`,
 
     /**
      * Transactional mode, first statement of the handler transaction: re-check that each lease is
@@ -59,13 +62,16 @@ RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at
      * (paused, partitioned) mid-handler has its transaction ended by the server, which releases the
      * rows to the rescuer and rolls back the stalled attempt's writes.
      * Rows are found by primary key and fenced by token (HELD in fragments.sql).
-     * Parameters: $1 id[], $2 lease_token[], $3 idle-in-transaction limit in ms (text).
+     * Parameters: $1 ids, $2 lease tokens (see HELD), $3 idle-in-transaction limit in ms (text).
      */
     lockLeases: `
-SELECT t.id::text AS id
-FROM ${s}.task t
-CROSS JOIN (SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS idle_limit
-WHERE ${HELD}
-FOR UPDATE OF t`,
+WITH held AS (
+  SELECT t.id
+  FROM ${s}.task t
+  CROSS JOIN (SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS idle_limit
+  WHERE ${HELD}
+  FOR UPDATE OF t
+)
+SELECT ${idList('id')} AS ids FROM held`,
   });
 }

@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { HELD, INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked } from './fragments.sql';
+import { HELD, INPUT_VALUES, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked } from './fragments.sql';
 
 /**
  * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
@@ -26,15 +26,18 @@ export function completeStatements(schema: string, retention: FinishedRetention)
 )`
     : '';
   const cancelRequested = cancelRequestedOf(s);
-  /** Element of a per-lease input array ($n) for this row, by its token's position in $2. */
-  const perLease = (n: number, type: string) => `($${n}::${type}[])[array_position($2::uuid[], t.lease_token)]`;
+  /**
+   * Element of a per-lease input array ($n) for this row, by its token's position in $2. The
+   * uncorrelated subquery parses $2 once per statement, not once per row.
+   */
+  const perLease = (n: number, type: string) => `($${n}::${type}[])[array_position((SELECT string_to_array($2, ',')::uuid[])::uuid[], t.lease_token)]`;
   return marked({
     /**
      * Success. A task re-enqueued with onConflict 'rerun' while it ran goes back to pending with
      * its newest payload; the rest leave the hot table (archived or deleted). Follow-ups are
      * inserted in the same statement, only for parents whose fence held, so they commit exactly
      * when their parent's completion does.
-     * Parameters: $1 id[], $2 lease_token[]; follow-ups $3..$11 as in enqueue; $12 channel.
+     * Parameters: $1 ids, $2 lease tokens (see HELD); follow-ups $3..$11 as in enqueue; $12 channel.
      * A lease in none of the three result lists either was lost or raced a concurrent rerun
      * request (lease mode); the caller retries it once.
      */
@@ -59,15 +62,16 @@ WITH rerun AS (
   ${ON_LIVE_KEY} DO NOTHING
   RETURNING queue, run_at
 ), ${notifyCte('SELECT queue, run_at FROM follow_ups UNION ALL SELECT queue, run_at FROM rerun', '$12')}
-SELECT coalesce((SELECT array_agg(id::text) FROM done WHERE NOT cancelled), '{}') AS done_ids,
-       coalesce((SELECT array_agg(id::text) FROM done WHERE cancelled), '{}') AS cancelled_ids,
-       coalesce((SELECT array_agg(id::text) FROM rerun), '{}') AS rerun_ids,
+SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
+       (SELECT ${idList('id')} FROM done WHERE cancelled) AS cancelled_ids,
+       (SELECT ${idList('id')} FROM rerun) AS rerun_ids,
        (SELECT count(*) FROM notified)::int AS notified`,
 
     /**
      * Failure: retry at now + delay, or `dead` when the error is fatal or attempts are used up. A
      * newer payload from a rerun request supersedes the failed run: it starts over with that one.
-     * Parameters: $1 id[], $2 lease_token[], $3 error[] (already truncated), $4 delay_ms[], $5 fatal[].
+     * Parameters: $1 ids, $2 lease tokens (see HELD), $3 error[] (already truncated), $4 delay_ms[], $5 fatal[],
+     * in the order of $2.
      */
     fail: `
 WITH failed AS (
@@ -94,7 +98,7 @@ SELECT id::text AS id, state FROM failed`,
 
     /**
      * Shutdown: give unfinished tasks back without counting the attempt (or cancel them if asked).
-     * Parameters: $1 id[], $2 lease_token[], $3 channel.
+     * Parameters: $1 ids, $2 lease tokens (see HELD), $3 channel.
      */
     release: `
 WITH released AS (
@@ -107,12 +111,12 @@ WITH released AS (
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING released r WHERE c.task_id = r.id AND r.state = 'cancelled'
 ), ${notifyCte("SELECT queue, run_at FROM released WHERE state = 'pending'", '$3')}
-SELECT coalesce((SELECT array_agg(id::text) FROM released), '{}') AS released_ids,
+SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
        (SELECT count(*) FROM notified)::int AS notified`,
 
     /**
      * Lease mode: extend the leases still held, and report cancel requests (the fallback when the
-     * `!cancel` notification was missed). Parameters: $1 id[], $2 lease_token[], $3 lease ms.
+     * `!cancel` notification was missed). Parameters: $1 ids, $2 lease tokens (see HELD), $3 lease ms.
      */
     heartbeat: `
 UPDATE ${s}.task t

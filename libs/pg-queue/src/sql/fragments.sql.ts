@@ -29,12 +29,21 @@ export const INPUT_VALUES = 'queue, payload, priority, due_at, max_attempts, par
 export const ON_LIVE_KEY = `ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running')`;
 
 /**
- * The rows of the leases still held, by primary key ($1 id[], $2 lease_token[]). No `state =
- * 'running'` here: it would invite the partial task_lease_idx, which the planner believes empty and
- * which holds every running task. A token is only ever set together with `running` (a CHECK
- * constraint says so), so the token match implies it.
+ * The rows of the leases still held, by primary key. $1 and $2 are the ids and lease tokens as
+ * comma-separated text (see `leaseParams`): an array parameter costs Prisma's driver stack work per
+ * element, a string costs it once. Each list is parsed in an uncorrelated subquery, which runs once
+ * per statement: as a plain expression, the token list would be parsed again for every row the
+ * filter checks. (The outer cast only keeps `ANY (subquery)` from meaning "any row of".) No `state = 'running'` here: it would invite the partial
+ * task_lease_idx, which the planner believes empty and which holds every running task. A token is
+ * only ever set together with `running` (a CHECK constraint says so), so the token match implies it.
  */
-export const HELD = `t.id = ANY($1::bigint[]) AND t.lease_token = ANY($2::uuid[])`;
+export const HELD = `t.id = ANY ((SELECT string_to_array($1, ',')::bigint[])::bigint[])
+  AND t.lease_token = ANY ((SELECT string_to_array($2, ',')::uuid[])::uuid[])`;
+
+/** The ids in a result, as comma-separated text ('' for none), for the same reason. */
+export function idList(column: string): string {
+  return `coalesce(string_agg((${column})::text, ','), '')`;
+}
 
 /** Whether a cancel request waits for task `t` (schema `s` quoted). */
 export function cancelRequestedOf(s: string): string {

@@ -84,6 +84,23 @@ function splitByConflictMode(rows: NewTaskRow[]): Map<ConflictMode | 'plain', { 
 
 const MAX_KEYED_RETRIES = 5;
 
+/** $1 and $2 of the lease statements: ids and tokens as comma-separated text (see HELD). */
+function leaseParams(leases: Lease[]): [string, string] {
+  let ids = '';
+  let tokens = '';
+  for (let i = 0; i < leases.length; i++) {
+    const sep = i === 0 ? '' : ',';
+    ids += sep + leases[i].id;
+    tokens += sep + leases[i].token;
+  }
+  return [ids, tokens];
+}
+
+/** An id list from a statement's result (idList in fragments.sql). */
+function parseIds(list: string): string[] {
+  return list === '' ? [] : list.split(',');
+}
+
 /**
  * The finishing statements fence by `id = ANY AND lease_token = ANY` (see complete.sql.ts), which
  * identifies each lease only while a statement carries at most one lease per task.
@@ -184,20 +201,16 @@ export class TaskRepository {
     for (const p of part) ids[p.index] ??= ids[last.get(`${p.row.queue}\u0000${p.row.dedupKey}`)!.index];
   }
 
-  claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, retryBlocksGroup = true): PromiseLike<ClaimedRow[]> {
-    return db.$queryRawUnsafe<ClaimedRow[]>(this.claimSql.claim, queue, limit, workerId, leaseMs, retryBlocksGroup);
+  async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, retryBlocksGroup = true): Promise<ClaimedRow[]> {
+    const [res] = await db.$queryRawUnsafe<{ claimed: string }[]>(this.claimSql.claim, queue, limit, workerId, leaseMs, retryBlocksGroup);
+    return JSON.parse(res.claimed) as ClaimedRow[];
   }
 
   /** Row-locks the leases still held; returns the ids that are. */
   async lockLeases(tx: SqlExecutor, leases: Lease[], idleLimitMs: number): Promise<Set<string>> {
     assertOneLeasePerTask(leases);
-    const rows = await tx.$queryRawUnsafe<{ id: string }[]>(
-      this.claimSql.lockLeases,
-      leases.map((l) => l.id),
-      leases.map((l) => l.token),
-      String(Math.ceil(idleLimitMs)),
-    );
-    return new Set(rows.map((r) => r.id));
+    const [res] = await tx.$queryRawUnsafe<{ ids: string }[]>(this.claimSql.lockLeases, ...leaseParams(leases), String(Math.ceil(idleLimitMs)));
+    return new Set(parseIds(res.ids));
   }
 
   /**
@@ -207,14 +220,13 @@ export class TaskRepository {
   async complete(db: SqlExecutor, leases: Lease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set() };
     assertOneLeasePerTask(leases);
-    const [res] = await db.$queryRawUnsafe<{ done_ids: string[]; cancelled_ids: string[]; rerun_ids: string[] }[]>(
+    const [res] = await db.$queryRawUnsafe<{ done_ids: string; cancelled_ids: string; rerun_ids: string }[]>(
       this.completeSql.complete,
-      leases.map((l) => l.id),
-      leases.map((l) => l.token),
+      ...leaseParams(leases),
       ...taskColumns(followUps),
       this.channel,
     );
-    return { done: new Set(res.done_ids), cancelled: new Set(res.cancelled_ids), rerun: new Set(res.rerun_ids) };
+    return { done: new Set(parseIds(res.done_ids)), cancelled: new Set(parseIds(res.cancelled_ids)), rerun: new Set(parseIds(res.rerun_ids)) };
   }
 
   /** Records failed attempts; returns the new state of each task whose lease still held. */
@@ -223,8 +235,7 @@ export class TaskRepository {
     assertOneLeasePerTask(failures);
     const rows = await db.$queryRawUnsafe<{ id: string; state: FailedState }[]>(
       this.completeSql.fail,
-      failures.map((f) => f.id),
-      failures.map((f) => f.token),
+      ...leaseParams(failures),
       failures.map((f) => f.error),
       failures.map((f) => Math.max(0, Math.round(f.delayMs))),
       failures.map((f) => f.fatal),
@@ -235,13 +246,8 @@ export class TaskRepository {
   async release(db: SqlExecutor, leases: Lease[]): Promise<Set<string>> {
     if (leases.length === 0) return new Set();
     assertOneLeasePerTask(leases);
-    const [res] = await db.$queryRawUnsafe<{ released_ids: string[] }[]>(
-      this.completeSql.release,
-      leases.map((l) => l.id),
-      leases.map((l) => l.token),
-      this.channel,
-    );
-    return new Set(res.released_ids);
+    const [res] = await db.$queryRawUnsafe<{ released_ids: string }[]>(this.completeSql.release, ...leaseParams(leases), this.channel);
+    return new Set(parseIds(res.released_ids));
   }
 
   /** Extends the leases still held; returns them by token, each with whether a cancel was requested. */
@@ -250,8 +256,7 @@ export class TaskRepository {
     for (const run of oneLeasePerTask(leases, (l) => l.id)) {
       const rows = await db.$queryRawUnsafe<{ id: string; cancelled: boolean }[]>(
         this.completeSql.heartbeat,
-        run.map((l) => l.id),
-        run.map((l) => l.token),
+        ...leaseParams(run),
         leaseMs,
       );
       const tokenOf = new Map(run.map((l) => [l.id, l.token]));
