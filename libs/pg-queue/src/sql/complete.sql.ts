@@ -42,16 +42,19 @@ export function completeStatements(schema: string, retention: FinishedRetention)
      * request (lease mode); the caller retries it once.
      */
     complete: `
-WITH rerun AS (
-  UPDATE ${s}.task t
-  SET state = 'pending', payload = t.rerun_payload, rerun_payload = NULL, attempt = 0, run_at = now(),
-      locked_by = NULL, lease_token = NULL, locked_until = NULL, last_error = NULL, finished_at = now()
-  WHERE ${HELD} AND t.rerun_payload IS NOT NULL AND NOT ${cancelRequested}
-  RETURNING t.id, t.queue, t.run_at
-), done AS (
+WITH done AS (
   DELETE FROM ${s}.task t
   WHERE ${HELD} AND (t.rerun_payload IS NULL OR ${cancelRequested})
   RETURNING t.*, ${cancelRequested} AS cancelled
+), rerun AS (
+  -- Only the leases not finished above are looked up again: almost always none.
+  UPDATE ${s}.task t
+  SET state = 'pending', payload = t.rerun_payload, rerun_payload = NULL, attempt = 0, run_at = now(),
+      locked_by = NULL, lease_token = NULL, locked_until = NULL, last_error = NULL, finished_at = now()
+  WHERE t.id = ANY (ARRAY (SELECT unnest(string_to_array($1, ',')::bigint[]) EXCEPT ALL SELECT id FROM done))
+    AND t.lease_token = ANY ((SELECT string_to_array($2, ',')::uuid[])::uuid[])
+    AND t.rerun_payload IS NOT NULL AND NOT ${cancelRequested}
+  RETURNING t.id, t.queue, t.run_at
 )${keepHistory}, uncancel AS (
   DELETE FROM ${s}.task_cancel c USING done d WHERE c.task_id = d.id AND d.cancelled
 ), follow_ups AS (
