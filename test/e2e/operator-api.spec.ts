@@ -13,8 +13,9 @@ class Pipeline {
   }
 
   @TaskHandler('stage.two', { mode: 'lease' })
-  async two(task: Task<{ n: number }>, ctx: TaskContext) {
-    await ctx.enqueue('stage.three', { n: task.payload.n + 1 });
+  async two(task: Task<{ n: number }>, { enqueue }: TaskContext) {
+    // Destructured: ctx's members must not depend on being called on ctx.
+    await enqueue('stage.three', { n: task.payload.n + 1 });
   }
 
   @TaskHandler('stage.three')
