@@ -1,8 +1,9 @@
 import { Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Gauge, Registry } from 'prom-client';
 import type { Subscription } from 'rxjs';
 import { TaskQueue } from '../client/task-queue.service';
 import type { TaskEvent } from '../types';
+import { AttemptTally } from './attempt.tally';
 
 /**
  * Prometheus metrics for the queue, on a registry of its own (merge it into yours, or serve
@@ -25,19 +26,11 @@ export class QueueMetrics implements OnModuleDestroy {
   private readonly subscription: Subscription;
 
   constructor(queue: TaskQueue) {
-    const outcomes = new Counter({
-      name: 'pgqueue_task_outcomes_total',
-      help: 'Finished attempts by outcome (completed, failed, dead, cancelled, released, lease-lost)',
-      labelNames: ['queue', 'outcome'],
-      registers: [this.registry],
-    });
-    const durations = new Histogram({
-      name: 'pgqueue_task_duration_seconds',
-      help: 'Handler run time per attempt',
-      labelNames: ['queue', 'outcome'],
-      buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120],
-      registers: [this.registry],
-    });
+    const tally = new AttemptTally([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120]);
+    this.registry.registerMetric(
+      tally.counter('pgqueue_task_outcomes_total', 'Finished attempts by outcome (completed, failed, dead, cancelled, released, lease-lost)'),
+    );
+    this.registry.registerMetric(tally.histogram('pgqueue_task_duration_seconds', 'Handler run time per attempt'));
     const tasks = new Gauge({
       name: 'pgqueue_tasks',
       help: 'Tasks by queue and state (done and cancelled: still in the archive)',
@@ -60,9 +53,7 @@ export class QueueMetrics implements OnModuleDestroy {
       registers: [this.registry],
     });
     this.subscription = queue.events$.subscribe((e: TaskEvent) => {
-      if (e.type === 'claimed') return;
-      outcomes.inc({ queue: e.queue, outcome: e.type });
-      if (e.durationMs !== undefined) durations.observe({ queue: e.queue, outcome: e.type }, e.durationMs / 1000);
+      if (e.type !== 'claimed') tally.record(e.queue, e.type, e.durationMs === undefined ? undefined : e.durationMs / 1000);
     });
   }
 
