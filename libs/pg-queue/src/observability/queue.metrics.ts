@@ -1,9 +1,8 @@
 import { Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { Gauge, Registry } from 'prom-client';
-import type { Subscription } from 'rxjs';
 import { TaskQueue } from '../client/task-queue.service';
-import type { TaskEvent } from '../types';
 import { AttemptTally } from './attempt.tally';
+import { TaskEvents } from './task-events';
 
 /**
  * Prometheus metrics for the queue, on a registry of its own (merge it into yours, or serve
@@ -23,9 +22,9 @@ import { AttemptTally } from './attempt.tally';
 @Injectable()
 export class QueueMetrics implements OnModuleDestroy {
   readonly registry = new Registry();
-  private readonly subscription: Subscription;
+  private readonly stopCounting: () => void;
 
-  constructor(queue: TaskQueue) {
+  constructor(queue: TaskQueue, events: TaskEvents) {
     const tally = new AttemptTally([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120]);
     this.registry.registerMetric(
       tally.counter('pgqueue_task_outcomes_total', 'Finished attempts by outcome (completed, failed, dead, cancelled, released, lease-lost)'),
@@ -52,8 +51,8 @@ export class QueueMetrics implements OnModuleDestroy {
       labelNames: ['queue'],
       registers: [this.registry],
     });
-    this.subscription = queue.events$.subscribe((e: TaskEvent) => {
-      if (e.type !== 'claimed') tally.record(e.queue, e.type, e.durationMs === undefined ? undefined : e.durationMs / 1000);
+    this.stopCounting = events.addCounter((type, queueName, durationMs) => {
+      if (type !== 'claimed') tally.record(queueName, type, durationMs === undefined ? undefined : durationMs / 1000);
     });
   }
 
@@ -66,6 +65,6 @@ export class QueueMetrics implements OnModuleDestroy {
   }
 
   onModuleDestroy(): void {
-    this.subscription.unsubscribe();
+    this.stopCounting();
   }
 }

@@ -3,14 +3,15 @@ import { HELD, INPUT_VALUES, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedO
 
 /**
  * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
- * matches no row and changes nothing. Rows are found as `id = ANY($1) AND lease_token = ANY($2)`:
- * an index scan of the primary key whatever the statistics say, where a join against unnest() let
- * a generic plan pick a nested loop that compared every lease with every running row. Tokens are
- * random per claim, so a row's current token is in $2 only if the caller holds that very lease,
- * provided one statement never carries two leases of the same task: the repository sees to that,
- * and then results can name leases by task id.
- * All take arrays, so a batch finishes in one round trip. A pending cancel request (task_cancel)
- * turns any outcome into `cancelled`.
+ * matches no row and changes nothing. Rows are found as `id = ANY(ids) AND lease_token =
+ * ANY(tokens)` (HELD; $1 and $2 are comma-separated lists): an index scan of the primary key
+ * whatever the statistics say, where a join against unnest() let a generic plan pick a nested loop
+ * that compared every lease with every running row. Tokens are random per claim, so a row's
+ * current token is in $2 only if the caller holds that very lease, provided one statement never
+ * carries two leases of the same task: the repository sees to that, and then results can name
+ * leases by task id.
+ * Each takes a whole batch, so a batch finishes in one round trip. A pending cancel request
+ * (task_cancel) turns any outcome into `cancelled`.
  */
 export type FinishedRetention = 'archive' | 'delete';
 

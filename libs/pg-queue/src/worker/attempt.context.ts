@@ -16,45 +16,50 @@ export interface ContextScope {
 /**
  * The `ctx` a handler receives. One is built per attempt, so it is a small object whose getters
  * live on the prototype: an object literal with getters and closures cost several allocations per
- * task. `const { enqueue, tx } = ctx` works as with a plain object.
+ * task. Its members can be destructured (`const { enqueue, signal } = ctx`); it is not a plain
+ * object, so spreading it (`{ ...ctx }`) copies nothing. The internals are `#private`: they do
+ * not show in logs or spreads.
  */
 export class AttemptContext implements TaskContext<any> {
-  private boundEnqueue: TaskContext['enqueue'] | null = null;
-  private boundHeartbeat: TaskContext['heartbeat'] | null = null;
+  readonly #attempt: Attempt;
+  readonly #scope: ContextScope;
+  /** Transactional mode: this task's part of the batch transaction. */
+  readonly #gate: TransactionGate | null;
+  #enqueue: TaskContext['enqueue'] | null = null;
+  #heartbeat: TaskContext['heartbeat'] | null = null;
 
-  constructor(
-    private readonly attempt: Attempt,
-    private readonly scope: ContextScope,
-    /** Transactional mode: this task's part of the batch transaction. */
-    private readonly gate: TransactionGate | null,
-  ) {}
+  constructor(attempt: Attempt, scope: ContextScope, gate: TransactionGate | null) {
+    this.#attempt = attempt;
+    this.#scope = scope;
+    this.#gate = gate;
+  }
 
   /** Bound on first use (most handlers never enqueue), so it also works detached from `ctx`. */
   get enqueue(): TaskContext['enqueue'] {
-    return (this.boundEnqueue ??= enqueueFollowUp.bind(null, this.attempt, this.scope) as TaskContext['enqueue']);
+    return (this.#enqueue ??= enqueueFollowUp.bind(null, this.#attempt, this.#scope) as TaskContext['enqueue']);
   }
 
   get heartbeat(): TaskContext['heartbeat'] {
-    return (this.boundHeartbeat ??= this.scope.heartbeat.bind(this.scope, this.attempt));
+    return (this.#heartbeat ??= this.#scope.heartbeat.bind(this.#scope, this.#attempt));
   }
 
   get tx(): any {
-    if (this.gate === null) {
-      throw new HandlerConfigurationError(`pg-queue: ctx.tx is only available to transactional handlers (queue "${this.attempt.task.queue}" runs in lease mode)`);
+    if (this.#gate === null) {
+      throw new HandlerConfigurationError(`pg-queue: ctx.tx is only available to transactional handlers (queue "${this.#attempt.task.queue}" runs in lease mode)`);
     }
-    return this.gate.client();
+    return this.#gate.client();
   }
 
   get signal(): AbortSignal {
-    return this.attempt.signal;
+    return this.#attempt.signal;
   }
 
   get workerId(): string {
-    return this.scope.workerId;
+    return this.#scope.workerId;
   }
 
   get mode(): HandlerMode {
-    return this.scope.mode;
+    return this.#scope.mode;
   }
 }
 

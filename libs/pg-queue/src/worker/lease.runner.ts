@@ -43,7 +43,8 @@ export class LeaseRunner {
 
   /**
    * Runs the handler, then records the outcome. `handlerDone` is called as soon as the handler has
-   * settled, so the worker can start the next task while this one's completion is being written.
+   * returned or its attempt was aborted (timeout, lost lease, shutdown), so the worker can start
+   * the next task while this one's outcome is being written.
    */
   async run(a: Attempt, handlerDone: () => void = () => undefined): Promise<void> {
     this.hold(a);

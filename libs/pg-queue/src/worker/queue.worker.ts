@@ -151,12 +151,15 @@ export class QueueWorker {
   private fill(): void {
     // Checked here too, not only in the loop: fill() runs after every task, mostly with nothing to do.
     if (this.filling || this.state !== 'running' || this.claimedSeq === this.wakeSeq || this.capacity() === 0) return;
-    this.filling = this.claimWhileRoom().finally(() => {
+    this.filling = this.claimWhileRoom().then((ended) => {
       this.filling = null;
+      // A slot freed or a wake that came while the loop was finishing found it still running.
+      if (ended) this.fill();
     });
   }
 
-  private async claimWhileRoom(): Promise<void> {
+  /** Claims while there is room and maybe work; false when a claim failed (a retry is scheduled). */
+  private async claimWhileRoom(): Promise<boolean> {
     try {
       while (this.state === 'running' && this.claimedSeq !== this.wakeSeq) {
         const want = this.capacity();
@@ -167,6 +170,7 @@ export class QueueWorker {
         if (rows.length < want) this.claimedSeq = seq;
         if (rows.length > 0) this.dispatch(rows);
       }
+      return true;
     } catch (err) {
       this.deps.logger.error(`claim failed for queue "${this.queue}": ${(err as Error).message}`);
       this.retryTimer ??= setTimeout(() => {
@@ -174,6 +178,7 @@ export class QueueWorker {
         this.wake();
       }, 1000);
       this.retryTimer.unref();
+      return false;
     }
   }
 
@@ -214,12 +219,15 @@ export class QueueWorker {
       this.pump();
       this.fill();
     };
-    const settle = (err?: unknown) => {
-      if (err !== undefined) this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`);
+    const settle = (failed: boolean, err?: unknown) => {
       freeSlot();
       this.afterWork(p, a.groupKey !== null);
+      if (failed) this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error | null)?.message ?? String(err)}`);
     };
-    const p: Promise<void> = this.lease!.run(a, freeSlot).then(() => settle(), settle);
+    const p: Promise<void> = this.lease!.run(a, freeSlot).then(
+      () => settle(false),
+      (err: unknown) => settle(true, err),
+    );
     this.work.add(p);
   }
 

@@ -31,6 +31,9 @@ export function failureOf(attempt: Attempt, error: unknown, handler: RegisteredH
 }
 
 export function publish(deps: WorkerDeps, attempt: Attempt, type: TaskEvent['type'], error?: string): void {
+  const durationMs = attempt.startedAt ? Date.now() - attempt.startedAt : undefined;
+  deps.events.count(type, attempt.task.queue, durationMs);
+  if (!deps.events.observed) return;
   deps.events.publish({
     type,
     queue: attempt.task.queue,
@@ -38,7 +41,7 @@ export function publish(deps: WorkerDeps, attempt: Attempt, type: TaskEvent['typ
     attempt: attempt.task.attempt,
     workerId: deps.workerId,
     at: new Date(),
-    durationMs: attempt.startedAt ? Date.now() - attempt.startedAt : undefined,
+    durationMs,
     error,
   });
 }
