@@ -27,13 +27,13 @@ describe('ClaimSizer, lease mode', () => {
     expect(s.leaseClaim(10, 0)).toBe(0);
   });
 
-  it('claims ahead of a fast queue, up to batchSize, in large batches', () => {
+  it('claims ahead of a fast queue in full batches of batchSize, keeping up to two batches waiting', () => {
     const { s, complete } = sizer(500, 10);
-    complete(2000, 100); // 20 000 tasks/s: 2 000 expected in the next 100 ms, capped at 500
-    expect(s.leaseClaim(10, 0)).toBe(500);
+    complete(2000, 100); // 20 000 tasks/s: 2 000 expected in the next 100 ms, capped at 2 × 500
+    expect(s.leaseClaim(10, 0)).toBe(500); // never more than batchSize at once
+    expect(s.leaseClaim(10, 500)).toBe(500);
     // Half the look-ahead still waits: no claim yet (no trickle of small claims).
-    expect(s.leaseClaim(10, 300)).toBe(0);
-    expect(s.leaseClaim(10, 250)).toBe(250);
+    expect(s.leaseClaim(10, 501)).toBe(0);
   });
 
   it('keeps a slow queue to its slots, so other instances get the rest', () => {

@@ -4,8 +4,10 @@
  * slow one claims about what it can start now and leaves the rest to other instances.
  *
  * - Lease mode keeps `concurrency` slots busy plus a look-ahead: the tasks it expects to start
- *   within AHEAD_MS at the recent completion rate. A claim is made once at least half the
- *   look-ahead (at least one task) is missing, so batches stay large under load.
+ *   within AHEAD_MS at the recent completion rate, at most two batches. A claim is made once at
+ *   least half the look-ahead (at least one task) is missing, so a fast queue claims full batches
+ *   while a batch still waits (fewer, larger statements: each costs a fixed ~0.2 ms of CPU in
+ *   the driver stack).
  * - Transactional mode sizes each transaction's batch to about TX_TARGET_MS of handler time at
  *   the recent time per task, starting from one task until a first measure exists, and to no more
  *   than the last transaction could run when it hit its time or savepoint limit.
@@ -50,7 +52,7 @@ export class ClaimSizer {
     const idleFor = this.now() - this.windowStart;
     // A queue that has been quiet for a while starts over from its slots.
     const rate = idleFor > 1000 ? 0 : this.ratePerMs;
-    const lookahead = Math.min(this.batchSize, Math.ceil(rate * AHEAD_MS));
+    const lookahead = Math.min(2 * this.batchSize, Math.ceil(rate * AHEAD_MS));
     const room = this.concurrency + lookahead - busy - waiting;
     return room >= Math.max(1, Math.floor(lookahead / 2)) ? Math.min(room, this.batchSize) : 0;
   }
