@@ -12,8 +12,8 @@ const SCHEMA = 'pgqueue';
 export const LIMIT_BATCH = DEFAULT_HANDLER_OPTIONS.batchSize;
 const LEASE_MS = 60_000;
 
-/** Nine empty follow-up arrays ($3..$11 of `complete`): no task enqueues a follow-up. */
-const NO_FOLLOW_UPS = [[], [], [], [], [], [], [], [], []];
+/** No follow-up rows ($3 of `complete`): no task enqueues a follow-up. */
+const NO_FOLLOW_UPS = '[]';
 
 /** Installs pg-queue's schema with its own printed SQL and inserts `n` pending no-op tasks. */
 export async function prepareLimit(db: Client, n: number): Promise<void> {
@@ -52,7 +52,7 @@ export async function runLimit(url: string, concurrency: number): Promise<number
           const res = await c.query<{ done_ids: string }>({
             name: 'complete',
             text: complete,
-            values: [claimed.map((r) => r.id).join(','), claimed.map((r) => r.lease_token).join(','), ...NO_FOLLOW_UPS, channel],
+            values: [claimed.map((r) => r.id).join(','), claimed.map((r) => r.lease_token).join(','), NO_FOLLOW_UPS, channel],
           });
           done += res.rows[0].done_ids === '' ? 0 : res.rows[0].done_ids.split(',').length;
         }

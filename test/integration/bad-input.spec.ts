@@ -70,6 +70,8 @@ const CASES: BadInputCase[] = [
   { name: 'enqueue: NaN delayMs', run: (q) => q.enqueue('bad.q', {}, { delayMs: NaN }), error: InvalidEnqueueOptionsError, fields: { option: 'delayMs' } },
   { name: 'enqueue: maxAttempts 0', run: (q) => q.enqueue('bad.q', {}, { maxAttempts: 0 }), error: InvalidEnqueueOptionsError, fields: { option: 'maxAttempts' } },
   { name: 'enqueue: empty key', run: (q) => q.enqueue('bad.q', {}, { key: '' }), error: InvalidEnqueueOptionsError, fields: { option: 'key' } },
+  { name: 'enqueue: key with a lone UTF-16 surrogate', run: (q) => q.enqueue('bad.q', {}, { key: 'k\udc00' }), error: InvalidEnqueueOptionsError, fields: { option: 'key' } },
+  { name: 'enqueue: group with a lone UTF-16 surrogate', run: (q) => q.enqueue('bad.q', {}, { group: '\ud800g' }), error: InvalidEnqueueOptionsError, fields: { option: 'group' } },
   { name: 'enqueue: onConflict without a key', run: (q) => q.enqueue('bad.q', {}, { onConflict: 'replace' }), error: InvalidEnqueueOptionsError, fields: { option: 'onConflict' } },
   { name: 'enqueue: tx that is not a transaction client', run: (q) => q.enqueue('bad.q', {}, { tx: {} }), error: InvalidEnqueueOptionsError, fields: { option: 'tx' } },
 

@@ -111,8 +111,8 @@ export function buildTaskRow(
 
 function optionalText(option: string, value: unknown): string | null {
   if (value === undefined || value === null) return null;
-  if (typeof value !== 'string' || value.length === 0 || value.length > 512 || value.includes('\u0000')) {
-    throw new InvalidEnqueueOptionsError(option, 'expected a non-empty string of at most 512 characters');
+  if (typeof value !== 'string' || value.length === 0 || value.length > 512 || value.includes('\u0000') || LONE_SURROGATE.test(value)) {
+    throw new InvalidEnqueueOptionsError(option, 'expected a non-empty string of at most 512 characters, without NUL or unpaired UTF-16 surrogates');
   }
   return value;
 }

@@ -38,7 +38,7 @@ export function completeStatements(schema: string, retention: FinishedRetention)
      * its newest payload; the rest leave the hot table (archived or deleted). Follow-ups are
      * inserted in the same statement, only for parents whose fence held, so they commit exactly
      * when their parent's completion does.
-     * Parameters: $1 ids, $2 lease tokens (see HELD); follow-ups $3..$11 as in enqueue; $12 channel.
+     * Parameters: $1 ids, $2 lease tokens (see HELD), $3 follow-ups (JSON rows as in enqueue), $4 channel.
      * A lease in none of the three result lists either was lost or raced a concurrent rerun
      * request (lease mode); the caller retries it once.
      */
@@ -65,7 +65,7 @@ WITH done AS (
   ORDER BY f.ord
   ${ON_LIVE_KEY} DO NOTHING
   RETURNING queue, run_at
-), ${notifyCte('SELECT queue, run_at FROM follow_ups UNION ALL SELECT queue, run_at FROM rerun', '$12')}
+), ${notifyCte('SELECT queue, run_at FROM follow_ups UNION ALL SELECT queue, run_at FROM rerun', '$4')}
 SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
        (SELECT ${idList('id')} FROM done WHERE cancelled) AS cancelled_ids,
        (SELECT ${idList('id')} FROM rerun) AS rerun_ids,

@@ -1,20 +1,19 @@
 import { quoteIdent } from './identifiers';
-import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, notifyCte, taskInput, marked } from './fragments.sql';
+import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, idList, notifyCte, taskInput, marked } from './fragments.sql';
 
 /**
- * Inserting tasks. One statement serves one task or thousands: rows arrive as parallel arrays
- * (unnest), so a bulk enqueue is one round trip. The NOTIFY is sent once per distinct queue and
+ * Inserting tasks. One statement serves one task or thousands: rows arrive as one JSON array
+ * (taskInput), so a bulk enqueue is one round trip. The NOTIFY is sent once per distinct queue and
  * Postgres delivers it only when the surrounding transaction commits, so a worker never wakes for a
  * task it cannot see yet (and never for one that was rolled back). Its payload is the queue name,
  * plus `@<epoch ms>` when the earliest new task is not yet due, so idle workers can set a timer.
  *
- * Parameters (all statements): $1 queue[], $2 payload jsonb[], $3 priority[], $4 run_at[]
- * (NULL = now + delay), $5 delay_ms[], $6 max_attempts[], $7 parent_id[], $8 dedup_key[],
- * $9 group_key[], $10 notify channel.
+ * Parameters (all statements): $1 the rows (JSON: queue, payload, priority, run_at_in — NULL =
+ * now + delay_ms —, delay_ms, max_attempts, parent_id, dedup_key, group_key), $2 notify channel.
  */
 export type ConflictMode = 'ignore' | 'replace' | 'rerun';
 
-const NOTIFY = `, ${notifyCte('SELECT queue, run_at FROM inserted', '$10')}`;
+const NOTIFY = `, ${notifyCte('SELECT queue, run_at FROM inserted', '$2')}`;
 
 /** On a live duplicate key: keep the existing task (ignore), update it if pending (replace), or
  * also schedule one more run after the current one if it is running (rerun). */
@@ -50,7 +49,7 @@ LEFT JOIN ${s}.task live ON ins.id IS NULL AND live.queue = i.queue AND live.ded
                         AND live.state IN ('pending', 'running')
 ORDER BY i.ord`;
   return marked({
-    /** Tasks without dedup keys. Ids come back in input order (identity drawn in unnest order). */
+    /** Tasks without dedup keys. Ids come back in input order (identity drawn in input order). */
     insertMany: `
 WITH input AS (${taskInput(1)}
 ), inserted AS (
@@ -58,7 +57,7 @@ WITH input AS (${taskInput(1)}
   SELECT ${INPUT_VALUES} FROM input ORDER BY ord
   RETURNING id, queue, run_at
 )${NOTIFY}
-SELECT array_agg(id::text ORDER BY id) AS ids, (SELECT count(*) FROM notified)::int AS notified FROM inserted`,
+SELECT ${idList('id', 'id')} AS ids, (SELECT count(*) FROM notified)::int AS notified FROM inserted`,
     keyed: { ignore: keyed('ignore'), replace: keyed('replace'), rerun: keyed('rerun') } satisfies Record<ConflictMode, string>,
   });
 }

@@ -13,13 +13,17 @@ export function notifyCte(source: string, channelParam: string): string {
 )`;
 }
 
-/** The columns and unnest input shared by every statement that inserts tasks ($first..$first+8). */
-export function taskInput(first: number): string {
-  const p = (i: number) => `$${first + i}`;
+/**
+ * The rows to insert, from one JSON array parameter ($n; built by `taskRowsJson` in the
+ * repository), in input order. One string costs Prisma's driver stack once, where the nine
+ * parallel arrays it replaced cost it per element: about 4 µs of Node CPU per row.
+ */
+export function taskInput(param: number): string {
   return `
   SELECT i.*, coalesce(i.run_at_in, now() + i.delay_ms * interval '1 millisecond') AS due_at
-  FROM unnest(${p(0)}::text[], ${p(1)}::jsonb[], ${p(2)}::int[], ${p(3)}::timestamptz[], ${p(4)}::bigint[],
-              ${p(5)}::int[], ${p(6)}::bigint[], ${p(7)}::text[], ${p(8)}::text[])
+  FROM ROWS FROM (json_to_recordset($${param}::json) AS (
+         queue text, payload jsonb, priority int, run_at_in timestamptz, delay_ms bigint,
+         max_attempts int, parent_id bigint, dedup_key text, group_key text))
     WITH ORDINALITY AS i(queue, payload, priority, run_at_in, delay_ms, max_attempts, parent_id, dedup_key, group_key, ord)`;
 }
 
@@ -40,9 +44,9 @@ export const ON_LIVE_KEY = `ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NO
 export const HELD = `t.id = ANY ((SELECT string_to_array($1, ',')::bigint[])::bigint[])
   AND t.lease_token = ANY ((SELECT string_to_array($2, ',')::uuid[])::uuid[])`;
 
-/** The ids in a result, as comma-separated text ('' for none), for the same reason. */
-export function idList(column: string): string {
-  return `coalesce(string_agg((${column})::text, ','), '')`;
+/** Ids in a result as comma-separated text ('' for none), for the same reason. */
+export function idList(column: string, orderBy?: string): string {
+  return `coalesce(string_agg((${column})::text, ','${orderBy ? ` ORDER BY ${orderBy}` : ''}), '')`;
 }
 
 /** Whether a cancel request waits for task `t` (schema `s` quoted). */

@@ -57,19 +57,22 @@ export interface CompleteResult {
 }
 
 
-/** Parallel arrays for the unnest-based inserts; column order matches the statements. */
-function taskColumns(rows: NewTaskRow[]): unknown[] {
-  return [
-    rows.map((r) => r.queue),
-    rows.map((r) => r.payloadJson),
-    rows.map((r) => r.priority),
-    rows.map((r) => (r.runAt ? r.runAt.toISOString() : null)),
-    rows.map((r) => r.delayMs),
-    rows.map((r) => r.maxAttempts),
-    rows.map((r) => r.parentId),
-    rows.map((r) => r.dedupKey),
-    rows.map((r) => r.groupKey),
-  ];
+/**
+ * The rows for taskInput (fragments.sql) as one JSON array. Payloads are embedded as they are:
+ * serialisePayload already produced valid JSON; every other value is a validated number, a Date
+ * or a string escaped by JSON.stringify.
+ */
+function taskRowsJson(rows: NewTaskRow[]): string {
+  const text = (v: string | null) => (v === null ? 'null' : JSON.stringify(v));
+  let json = '[';
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i];
+    json +=
+      `${i === 0 ? '' : ','}{"queue":${JSON.stringify(r.queue)},"payload":${r.payloadJson},"priority":${r.priority},` +
+      `"run_at_in":${text(r.runAt ? r.runAt.toISOString() : null)},"delay_ms":${r.delayMs},"max_attempts":${r.maxAttempts},` +
+      `"parent_id":${text(r.parentId)},"dedup_key":${text(r.dedupKey)},"group_key":${text(r.groupKey)}}`;
+  }
+  return `${json}]`;
 }
 
 /** Rows of one enqueue call, split by the statement that inserts them, with their input positions. */
@@ -77,7 +80,9 @@ function splitByConflictMode(rows: NewTaskRow[]): Map<ConflictMode | 'plain', { 
   const parts = new Map<ConflictMode | 'plain', { index: number; row: NewTaskRow }[]>();
   rows.forEach((row, index) => {
     const part = row.dedupKey === null ? 'plain' : row.onConflict;
-    parts.set(part, [...(parts.get(part) ?? []), { index, row }]);
+    const list = parts.get(part);
+    if (list) list.push({ index, row });
+    else parts.set(part, [{ index, row }]);
   });
   return parts;
 }
@@ -164,8 +169,8 @@ export class TaskRepository {
   }
 
   private async insertPlain(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
-    const [res] = await db.$queryRawUnsafe<{ ids: string[] }[]>(this.enqueueSql.insertMany, ...taskColumns(rows), this.channel);
-    return res.ids;
+    const [res] = await db.$queryRawUnsafe<{ ids: string }[]>(this.enqueueSql.insertMany, taskRowsJson(rows), this.channel);
+    return parseIds(res.ids);
   }
 
   private async insertParts(db: SqlExecutor, count: number, parts: ReturnType<typeof splitByConflictMode>): Promise<string[]> {
@@ -193,7 +198,7 @@ export class TaskRepository {
     let todo = mode === 'ignore' ? part : [...last.values()];
     for (let attempt = 0; todo.length > 0; attempt++) {
       if (attempt === MAX_KEYED_RETRIES) throw new Error(`pg-queue: could not settle dedup keys after ${attempt} tries`);
-      const res = await db.$queryRawUnsafe<{ id: string | null }[]>(this.enqueueSql.keyed[mode], ...taskColumns(todo.map((p) => p.row)), this.channel);
+      const res = await db.$queryRawUnsafe<{ id: string | null }[]>(this.enqueueSql.keyed[mode], taskRowsJson(todo.map((p) => p.row)), this.channel);
       const missing: typeof todo = [];
       todo.forEach((p, i) => (res[i].id === null ? missing.push(p) : (ids[p.index] = res[i].id!)));
       todo = missing;
@@ -223,7 +228,7 @@ export class TaskRepository {
     const [res] = await db.$queryRawUnsafe<{ done_ids: string; cancelled_ids: string; rerun_ids: string }[]>(
       this.completeSql.complete,
       ...leaseParams(leases),
-      ...taskColumns(followUps),
+      taskRowsJson(followUps),
       this.channel,
     );
     return { done: new Set(parseIds(res.done_ids)), cancelled: new Set(parseIds(res.cancelled_ids)), rerun: new Set(parseIds(res.rerun_ids)) };
