@@ -52,6 +52,18 @@ describe('AttemptTally', () => {
     expect(await ours.metrics()).toBe(await reference.metrics());
   });
 
+  it("matches them with the registry's default labels, and when one metric alone is reset", async () => {
+    const { reference, ours } = both(OBSERVATIONS);
+    reference.setDefaultLabels({ app: 'shop' });
+    ours.setDefaultLabels({ app: 'shop' });
+    expect(await ours.metrics()).toBe(await reference.metrics());
+    for (const name of ['x_duration_seconds', 'x_outcomes_total']) {
+      reference.getSingleMetric(name)!.reset();
+      ours.getSingleMetric(name)!.reset();
+      expect(await ours.metrics()).toBe(await reference.metrics());
+    }
+  });
+
   it('merges into an application registry', async () => {
     const { ours } = both(OBSERVATIONS);
     const merged = Registry.merge([ours as Registry, new Registry()]);

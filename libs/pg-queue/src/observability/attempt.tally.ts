@@ -16,6 +16,8 @@ interface Series {
 interface MetricValue {
   metricName?: string;
   labels: Record<string, string | number>;
+  /** Printed after `labels` and after the registry's default labels, as prom-client's Histogram does. */
+  sharedLabels?: Labels;
   value: number;
 }
 
@@ -48,44 +50,62 @@ export class AttemptTally {
     s.perBucket[i] += 1;
   }
 
-  reset(): void {
-    this.series.clear();
-  }
-
   /** A counter of attempts per (queue, outcome), for `registry.registerMetric`. */
   counter(name: string, help: string): Metric {
-    return this.metric(name, help, 'counter', () => [...this.series.values()].map((s) => ({ labels: { ...s.labels }, value: s.count })));
+    const values = () => [...this.series.values()].filter((s) => s.count > 0).map((s) => ({ labels: { ...s.labels }, value: s.count }));
+    return this.metric(name, help, 'counter', values, values, () => this.forget((s) => (s.count = 0)));
   }
 
   /** A histogram of run times per (queue, outcome), for `registry.registerMetric`. */
   histogram(name: string, help: string): Metric {
-    return this.metric(name, help, 'histogram', () => {
+    const forText = (): MetricValue[] => {
       const values: MetricValue[] = [];
       for (const s of this.series.values()) {
         if (s.timed === 0) continue;
         let cumulative = 0;
         this.buckets.forEach((le, i) => {
           cumulative += s.perBucket[i];
-          values.push({ metricName: `${name}_bucket`, labels: { le, ...s.labels }, value: cumulative });
+          values.push({ metricName: `${name}_bucket`, labels: { le }, sharedLabels: s.labels, value: cumulative });
         });
-        values.push({ metricName: `${name}_bucket`, labels: { le: '+Inf', ...s.labels }, value: s.timed });
-        values.push({ metricName: `${name}_sum`, labels: { ...s.labels }, value: s.sum });
-        values.push({ metricName: `${name}_count`, labels: { ...s.labels }, value: s.timed });
+        values.push({ metricName: `${name}_bucket`, labels: { le: '+Inf' }, sharedLabels: s.labels, value: s.timed });
+        values.push({ metricName: `${name}_sum`, labels: {}, sharedLabels: s.labels, value: s.sum });
+        values.push({ metricName: `${name}_count`, labels: {}, sharedLabels: s.labels, value: s.timed });
       }
       return values;
-    });
+    };
+    // As JSON, the shared labels are merged into each value's labels (prom-client does the same).
+    const forJson = () => forText().map(({ sharedLabels, ...v }) => ({ ...v, labels: { ...v.labels, ...sharedLabels } }));
+    return this.metric(name, help, 'histogram', forJson, forText, () =>
+      this.forget((s) => {
+        s.timed = 0;
+        s.sum = 0;
+        s.perBucket.fill(0);
+      }),
+    );
   }
 
-  /** The shape a prom-client registry reads from a metric: name, help, type, get() and reset(). */
-  private metric(name: string, help: string, type: 'counter' | 'histogram', values: () => MetricValue[]): Metric {
+  /** Clears one metric's part of every series; a series neither metric still shows is dropped. */
+  private forget(clear: (s: Series) => void): void {
+    for (const [key, s] of this.series) {
+      clear(s);
+      if (s.count === 0 && s.timed === 0) this.series.delete(key);
+    }
+  }
+
+  /**
+   * The shape a prom-client registry reads from a metric: name, help, type, aggregator, get() (JSON
+   * and cluster aggregation), getForPromString() (the text exposition) and reset().
+   */
+  private metric(name: string, help: string, type: 'counter' | 'histogram', json: () => MetricValue[], text: () => MetricValue[], reset: () => void): Metric {
     const metric = {
       name,
       help,
       type,
       aggregator: 'sum',
       // metric.name, not name: in OpenMetrics mode the registry renames counters (drops `_total`).
-      get: async () => ({ name: metric.name, help, type, aggregator: 'sum', values: values() }),
-      reset: () => this.reset(),
+      get: async () => ({ name: metric.name, help, type, aggregator: 'sum', values: json() }),
+      getForPromString: async () => ({ name: metric.name, help, type, aggregator: 'sum', values: text() }),
+      reset,
     };
     return metric as unknown as Metric;
   }

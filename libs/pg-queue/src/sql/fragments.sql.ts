@@ -19,8 +19,10 @@ export function notifyCte(source: string, channelParam: string): string {
  * parallel arrays it replaced cost it per element: about 4 µs of Node CPU per row.
  */
 export function taskInput(param: number): string {
+  // A JSON null payload arrives as SQL NULL: it is the JSON value null (every row has the key).
   return `
-  SELECT i.*, coalesce(i.run_at_in, now() + i.delay_ms * interval '1 millisecond') AS due_at
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, i.max_attempts, i.parent_id,
+         i.dedup_key, i.group_key, i.ord, coalesce(i.run_at_in, now() + i.delay_ms * interval '1 millisecond') AS due_at
   FROM ROWS FROM (json_to_recordset($${param}::json) AS (
          queue text, payload jsonb, priority int, run_at_in timestamptz, delay_ms bigint,
          max_attempts int, parent_id bigint, dedup_key text, group_key text))
