@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
+import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { drainQueue } from '@app/pg-queue/testing';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -72,5 +73,27 @@ describe('payload values', () => {
       expect({ queue, payloads: sorted(echo.seen.get(queue) ?? []) }).toEqual({ queue, payloads: sorted(PAYLOADS) });
     }
     expect(await db.sql("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue LIKE 'values.%'")).toEqual([{ n: 0 }]);
+  });
+
+  // A claim returns its rows as one JSON text: with a payload limit of 48 MiB, at most two rows fit
+  // the 128 MiB claim budget, whatever batchSize says.
+  it('claims no more rows than the largest allowed payloads can carry in one claim', async () => {
+    const big = await bootQueueApp(db.prisma(2), [Echo], { autoStart: false, maxPayloadBytes: 48 * 1024 * 1024 });
+    try {
+      const repo = big.app.get(TaskRepository);
+      const limits: number[] = [];
+      const claim = repo.claim.bind(repo);
+      jest.spyOn(repo, 'claim').mockImplementation((db, queue, limit, ...rest) => {
+        limits.push(limit);
+        return claim(db, queue, limit, ...rest);
+      });
+      await big.queue.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ queue: 'values.last', payload: { i } })));
+      await drainQueue(big.app, 'values.last');
+      expect(limits.length).toBeGreaterThanOrEqual(3);
+      expect(Math.max(...limits)).toBe(2);
+      expect(await db.sql("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'values.last'")).toEqual([{ n: 0 }]);
+    } finally {
+      await big.close();
+    }
   });
 });

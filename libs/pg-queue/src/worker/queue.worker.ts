@@ -22,6 +22,13 @@ import { publish, type WorkerDeps } from './worker.deps';
  * handlers instead of waiting for slots to free one by one. One claim is in flight at a time; a
  * wake that arrives meanwhile is remembered by sequence number, never lost.
  */
+/**
+ * The most payload bytes one claim may bring back. A claim returns its rows as one JSON text, which
+ * must stay far below V8's string limit (about 512 MB) and Postgres's (1 GB) even when every
+ * payload is as large as `maxPayloadBytes` allows (jsonb prints up to about twice its input).
+ */
+const CLAIM_PAYLOAD_BUDGET = 128 * 1024 * 1024;
+
 export class QueueWorker {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   /** The claim loop while it runs (drain() waits for it: its claims may already be committed). */
@@ -41,6 +48,8 @@ export class QueueWorker {
   private readonly lease: LeaseRunner | null;
   private readonly transactional: TransactionalRunner | null;
   private readonly sizer: ClaimSizer;
+  /** Rows per claim within CLAIM_PAYLOAD_BUDGET (512 at the default 256 KiB payload limit). */
+  private readonly maxClaimRows: number;
 
   constructor(
     readonly handler: RegisteredHandler,
@@ -51,6 +60,7 @@ export class QueueWorker {
     const o = handler.options;
     const wakeIn = (ms: number) => this.wakeAt(Date.now() + ms);
     this.sizer = new ClaimSizer(o.batchSize, o.concurrency);
+    this.maxClaimRows = Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / deps.rowDefaults.maxPayloadBytes));
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
     this.transactional =
       o.mode === 'transactional'
@@ -124,7 +134,7 @@ export class QueueWorker {
     const before = this.dispatched;
     for (;;) {
       await this.quiesce();
-      const rows = await this.claim(this.handler.options.batchSize);
+      const rows = await this.claim(Math.min(this.maxClaimRows, this.handler.options.batchSize));
       if (rows.length > 0) this.dispatch(rows);
       else if (this.filling === null && this.work.size === 0 && this.buffer.length === 0) return this.dispatched - before;
     }
@@ -144,8 +154,8 @@ export class QueueWorker {
   }
 
   private capacity(): number {
-    if (this.lease) return this.sizer.leaseClaim(this.busy, this.buffer.length);
-    return this.busy < this.handler.options.concurrency ? this.sizer.transactionClaim() : 0;
+    if (this.lease) return Math.min(this.maxClaimRows, this.sizer.leaseClaim(this.busy, this.buffer.length));
+    return this.busy < this.handler.options.concurrency ? Math.min(this.maxClaimRows, this.sizer.transactionClaim()) : 0;
   }
 
   private fill(): void {
