@@ -39,9 +39,10 @@ export const ON_LIVE_KEY = `ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NO
  * comma-separated text (see `leaseParams`): an array parameter costs Prisma's driver stack work per
  * element, a string costs it once. Each list is parsed in an uncorrelated subquery, which runs once
  * per statement: as a plain expression, the token list would be parsed again for every row the
- * filter checks. (The outer cast only keeps `ANY (subquery)` from meaning "any row of".) No `state = 'running'` here: it would invite the partial
- * task_lease_idx, which the planner believes empty and which holds every running task. A token is
- * only ever set together with `running` (a CHECK constraint says so), so the token match implies it.
+ * filter checks. (The outer cast only keeps `ANY (subquery)` from meaning "any row of".)
+ * No `state = 'running'` here: it would invite the partial task_lease_idx, which the planner
+ * believes empty and which holds every running task. A token is only ever set together with
+ * `running` (a CHECK constraint says so), so the token match implies it.
  */
 export const HELD = `t.id = ANY ((SELECT string_to_array($1, ',')::bigint[])::bigint[])
   AND t.lease_token = ANY ((SELECT string_to_array($2, ',')::uuid[])::uuid[])`;
