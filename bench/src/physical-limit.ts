@@ -5,6 +5,7 @@ import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
 import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
+import { leaseParams, parseIds } from '../../libs/pg-queue/src/sql/task.repository';
 import { QUEUE, connect } from './common';
 
 const SCHEMA = 'pgqueue';
@@ -52,9 +53,9 @@ export async function runLimit(url: string, concurrency: number): Promise<number
           const res = await c.query<{ done_ids: string }>({
             name: 'complete',
             text: complete,
-            values: [claimed.map((r) => r.id).join(','), claimed.map((r) => r.lease_token).join(','), NO_FOLLOW_UPS, channel],
+            values: [...leaseParams(claimed.map((r) => ({ id: r.id, token: r.lease_token }))), NO_FOLLOW_UPS, channel],
           });
-          done += res.rows[0].done_ids === '' ? 0 : res.rows[0].done_ids.split(',').length;
+          done += parseIds(res.rows[0].done_ids).length;
         }
       }),
     );

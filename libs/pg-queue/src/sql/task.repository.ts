@@ -90,7 +90,7 @@ function splitByConflictMode(rows: NewTaskRow[]): Map<ConflictMode | 'plain', { 
 const MAX_KEYED_RETRIES = 5;
 
 /** $1 and $2 of the lease statements: ids and tokens as comma-separated text (see HELD). */
-function leaseParams(leases: Lease[]): [string, string] {
+export function leaseParams(leases: Lease[]): [string, string] {
   let ids = '';
   let tokens = '';
   for (let i = 0; i < leases.length; i++) {
@@ -102,7 +102,7 @@ function leaseParams(leases: Lease[]): [string, string] {
 }
 
 /** An id list from a statement's result (idList in fragments.sql). */
-function parseIds(list: string): string[] {
+export function parseIds(list: string): string[] {
   return list === '' ? [] : list.split(',');
 }
 

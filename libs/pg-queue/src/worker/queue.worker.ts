@@ -4,7 +4,16 @@ import { Attempt, byClaimOrder } from './attempt';
 import { ClaimSizer } from './claim.sizer';
 import { LeaseRunner } from './lease.runner';
 import { TransactionalRunner } from './transactional.runner';
+import { WakeTimers } from './wake.timers';
+import { WorkInFlight } from './work.in-flight';
 import { publish, type WorkerDeps } from './worker.deps';
+
+/**
+ * The most payload bytes one claim may bring back. A claim returns its rows as one JSON text, which
+ * must stay far below V8's string limit (about 512 MB) and Postgres's (1 GB) even when every
+ * payload is as large as `maxPayloadBytes` allows (jsonb prints up to about twice its input).
+ */
+const CLAIM_PAYLOAD_BUDGET = 128 * 1024 * 1024;
 
 /**
  * Runs one queue in this process.
@@ -22,13 +31,6 @@ import { publish, type WorkerDeps } from './worker.deps';
  * handlers instead of waiting for slots to free one by one. One claim is in flight at a time; a
  * wake that arrives meanwhile is remembered by sequence number, never lost.
  */
-/**
- * The most payload bytes one claim may bring back. A claim returns its rows as one JSON text, which
- * must stay far below V8's string limit (about 512 MB) and Postgres's (1 GB) even when every
- * payload is as large as `maxPayloadBytes` allows (jsonb prints up to about twice its input).
- */
-const CLAIM_PAYLOAD_BUDGET = 128 * 1024 * 1024;
-
 export class QueueWorker {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   /** The claim loop while it runs (drain() waits for it: its claims may already be committed). */
@@ -40,27 +42,25 @@ export class QueueWorker {
   private dispatched = 0;
   /** Lease mode: claimed attempts waiting for a free slot. */
   private readonly buffer: Attempt[] = [];
-  private readonly work = new Set<Promise<void>>();
-  private pollTimer: NodeJS.Timeout | null = null;
-  private retryTimer: NodeJS.Timeout | null = null;
-  /** Earliest known future due time (a retry's backoff, a delayed task) and its timer. */
-  private dueTimer: { at: number; timer: NodeJS.Timeout } | null = null;
+  private readonly work = new WorkInFlight();
+  private readonly timers: WakeTimers;
   private readonly lease: LeaseRunner | null;
   private readonly transactional: TransactionalRunner | null;
   private readonly sizer: ClaimSizer;
-  /** Rows per claim within CLAIM_PAYLOAD_BUDGET (512 at the default 256 KiB payload limit). */
-  private readonly maxClaimRows: number;
+  /** The most rows one claim takes: batchSize, or fewer when large payloads would pass CLAIM_PAYLOAD_BUDGET. */
+  private readonly claimCeiling: number;
 
   constructor(
     readonly handler: RegisteredHandler,
     private readonly deps: WorkerDeps,
     /** Current fallback poll period (longer while LISTEN is healthy). */
-    private readonly pollIntervalMs: () => number,
+    pollIntervalMs: () => number,
   ) {
     const o = handler.options;
+    this.timers = new WakeTimers(() => this.wake(), pollIntervalMs);
     const wakeIn = (ms: number) => this.wakeAt(Date.now() + ms);
-    this.sizer = new ClaimSizer(o.batchSize, o.concurrency);
-    this.maxClaimRows = Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / deps.rowDefaults.maxPayloadBytes));
+    this.claimCeiling = Math.min(o.batchSize, Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / deps.rowDefaults.maxPayloadBytes)));
+    this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
     this.transactional =
       o.mode === 'transactional'
@@ -75,7 +75,7 @@ export class QueueWorker {
   start(): void {
     if (this.state !== 'idle') return;
     this.state = 'running';
-    this.schedulePoll();
+    this.timers.startPolling();
     this.wake();
   }
 
@@ -89,14 +89,7 @@ export class QueueWorker {
   wakeAt(at: number): void {
     if (this.state !== 'running') return;
     if (at <= Date.now()) return this.wake();
-    if (this.dueTimer && this.dueTimer.at <= at) return;
-    if (this.dueTimer) clearTimeout(this.dueTimer.timer);
-    const timer = setTimeout(() => {
-      this.dueTimer = null;
-      this.wake();
-    }, at - Date.now() + 5);
-    timer.unref();
-    this.dueTimer = { at, timer };
+    this.timers.wakeAt(at);
   }
 
   /** A running task of this queue was cancelled: abort its handler if it runs here. */
@@ -110,17 +103,15 @@ export class QueueWorker {
   async stop(deadline: number): Promise<void> {
     if (this.state === 'stopped') return;
     this.state = 'stopping';
-    if (this.pollTimer) clearTimeout(this.pollTimer);
-    if (this.retryTimer) clearTimeout(this.retryTimer);
-    if (this.dueTimer) clearTimeout(this.dueTimer.timer);
+    this.timers.stop();
     // A claim in flight may still commit: its tasks must reach the buffer before it is released.
     await this.filling;
     await this.releaseBuffered();
-    const finished = await this.settleWithin(Math.max(0, deadline - Date.now()));
+    const finished = await this.work.settleWithin(Math.max(0, deadline - Date.now()));
     if (!finished) {
       // Transactional attempts see the abort and roll their transaction back; lease attempts are released.
       for (const a of this.running()) a.abort(new ShutdownAbortError());
-      await this.settleWithin(Number.MAX_SAFE_INTEGER);
+      await this.work.settleWithin(Number.MAX_SAFE_INTEGER);
     }
     await this.lease?.flush();
     this.state = 'stopped';
@@ -134,7 +125,7 @@ export class QueueWorker {
     const before = this.dispatched;
     for (;;) {
       await this.quiesce();
-      const rows = await this.claim(Math.min(this.maxClaimRows, this.handler.options.batchSize));
+      const rows = await this.claim(this.claimCeiling);
       if (rows.length > 0) this.dispatch(rows);
       else if (this.filling === null && this.work.size === 0 && this.buffer.length === 0) return this.dispatched - before;
     }
@@ -144,7 +135,7 @@ export class QueueWorker {
   private async quiesce(): Promise<void> {
     while (this.filling || this.work.size > 0) {
       await this.filling;
-      await this.settleWithin(Number.MAX_SAFE_INTEGER);
+      await this.work.settleWithin(Number.MAX_SAFE_INTEGER);
     }
   }
 
@@ -154,8 +145,8 @@ export class QueueWorker {
   }
 
   private capacity(): number {
-    if (this.lease) return Math.min(this.maxClaimRows, this.sizer.leaseClaim(this.busy, this.buffer.length));
-    return this.busy < this.handler.options.concurrency ? Math.min(this.maxClaimRows, this.sizer.transactionClaim()) : 0;
+    if (this.lease) return this.sizer.leaseClaim(this.busy, this.buffer.length);
+    return this.busy < this.handler.options.concurrency ? this.sizer.transactionClaim() : 0;
   }
 
   private fill(): void {
@@ -183,11 +174,7 @@ export class QueueWorker {
       return true;
     } catch (err) {
       this.deps.logger.error(`claim failed for queue "${this.queue}": ${(err as Error).message}`);
-      this.retryTimer ??= setTimeout(() => {
-        this.retryTimer = null;
-        this.wake();
-      }, 1000);
-      this.retryTimer.unref();
+      this.timers.retryAfter(1000);
       return false;
     }
   }
@@ -273,33 +260,5 @@ export class QueueWorker {
       this.lease?.unhold(a);
       publish(this.deps, a, 'released');
     }
-  }
-
-  private async settleWithin(ms: number): Promise<boolean> {
-    const deadline = Date.now() + ms;
-    while (this.work.size > 0) {
-      const left = deadline - Date.now();
-      if (left <= 0) return false;
-      let timer: NodeJS.Timeout | undefined;
-      const timedOut = await Promise.race([
-        Promise.allSettled([...this.work]).then(() => false),
-        new Promise<boolean>((resolve) => {
-          timer = setTimeout(() => resolve(true), Math.min(left, 2 ** 31 - 1));
-        }),
-      ]);
-      clearTimeout(timer);
-      if (timedOut) return this.work.size === 0;
-    }
-    return true;
-  }
-
-  private schedulePoll(): void {
-    const jittered = this.pollIntervalMs() * (0.9 + Math.random() * 0.2);
-    this.pollTimer = setTimeout(() => {
-      if (this.state !== 'running') return;
-      this.wake();
-      this.schedulePoll();
-    }, jittered);
-    this.pollTimer.unref();
   }
 }
