@@ -63,6 +63,10 @@ describe('lease statements', () => {
         // The id and token lists are parsed once (an InitPlan), not again for every row a filter checks.
         const parsedPerRow = plan.split('\n').some((line) => /^\s*Filter:.*string_to_array/.test(line));
         expect({ name, parsedPerRow }).toEqual({ name, parsedPerRow: false });
+        // Tokens are matched against a hashed set: `lease_token = ANY (array)` compares every row
+        // with every token, quadratic in the batch size.
+        const linearTokenMatch = /lease_token = ANY/.test(plan);
+        expect({ name, linearTokenMatch, hashed: /hashed SubPlan/.test(plan) }).toEqual({ name, linearTokenMatch: false, hashed: true });
       } else {
         expect({ name, byPrimaryKey: /task_pkey on task t(_\d)?\s/.test(plan) }).toEqual({ name, byPrimaryKey: true });
       }
