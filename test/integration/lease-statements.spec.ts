@@ -98,4 +98,25 @@ describe('lease statements', () => {
     expect(await db.sql("SELECT payload->>'tag' AS tag FROM pgqueue.task WHERE queue = 'twice.next'")).toEqual([{ tag: 'current' }]);
     expect(await db.sql('SELECT state, attempt FROM pgqueue.task_archive WHERE id = $1', [id])).toEqual([{ state: 'done', attempt: 2 }]);
   });
+  it('give each failed lease its own error, delay and fatality, also in a batch out of id order', async () => {
+    await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
+    const prisma = db.prisma();
+    await repo.insert(prisma, Array.from({ length: 40 }, () => taskRow('fail.q')));
+    const leases = await repo.claim(prisma, 'fail.q', 40, 'w', 60_000);
+    // Reversed, so that the order of $2 differs from the order the rows are found in.
+    const failures = leases.reverse().map((l, i) => ({
+      id: l.id, token: l.lease_token, error: `boom ${l.id}`, delayMs: i % 2 === 0 ? 3_600_000 : 0, fatal: i % 3 === 0,
+    }));
+    const states = await repo.fail(prisma, failures);
+    const rows = await db.sql<{ id: string; state: string; last_error: string; later: boolean }>(
+      "SELECT id::text, state, last_error, run_at > now() + interval '30 minutes' AS later FROM pgqueue.task WHERE queue = 'fail.q'",
+    );
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    for (const f of failures) {
+      const row = byId.get(f.id)!;
+      const state = f.fatal ? 'dead' : 'pending';
+      expect({ id: f.id, state: row.state, reported: states.get(f.id), error: row.last_error, later: row.later })
+        .toEqual({ id: f.id, state, reported: state, error: `boom ${f.id}`, later: !f.fatal && f.delayMs > 0 });
+    }
+  });
 });

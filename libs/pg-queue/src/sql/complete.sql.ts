@@ -28,10 +28,10 @@ export function completeStatements(schema: string, retention: FinishedRetention)
     : '';
   const cancelRequested = cancelRequestedOf(s);
   /**
-   * Element of a per-lease input array ($n) for this row, by its token's position in $2. The
-   * uncorrelated subquery parses $2 once per statement, not once per row.
+   * Element of a per-lease input array ($n) for row `t`: looked up by its token's position in $2,
+   * from a map the lease_pos CTE builds once (array_position would scan $2 for every row).
    */
-  const perLease = (n: number, type: string) => `($${n}::${type}[])[array_position((SELECT string_to_array($2, ',')::uuid[])::uuid[], t.lease_token)]`;
+  const perLease = (n: number, type: string) => `($${n}::${type}[])[((SELECT pos FROM lease_pos) ->> t.lease_token::text)::int]`;
   return marked({
     /**
      * Success. A task re-enqueued with onConflict 'rerun' while it ran goes back to pending with
@@ -78,7 +78,10 @@ SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
      * in the order of $2.
      */
     fail: `
-WITH failed AS (
+WITH lease_pos AS (
+  SELECT jsonb_object_agg(token::uuid::text, ord) AS pos
+  FROM unnest(string_to_array($2, ',')) WITH ORDINALITY AS l(token, ord)
+), failed AS (
   UPDATE ${s}.task t
   SET state = CASE WHEN ${cancelRequested} THEN 'cancelled'
                    WHEN t.rerun_payload IS NOT NULL THEN 'pending'
