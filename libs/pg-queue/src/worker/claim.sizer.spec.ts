@@ -44,6 +44,16 @@ describe('ClaimSizer, lease mode', () => {
     expect(s.leaseClaim(0, 0)).toBe(11);
   });
 
+  it('measures the pace of a burst within milliseconds, also after quiet spells', () => {
+    const { s, complete, wait } = sizer(500, 10);
+    wait(5000); // started five seconds ago, nothing to do since
+    complete(20, 4); // two rounds of slots in 4 ms: 5 000 tasks/s
+    expect(s.leaseClaim(0, 0)).toBe(500);
+    wait(1500);
+    complete(20, 2); // and again after the next quiet spell
+    expect(s.leaseClaim(0, 0)).toBe(500);
+  });
+
   it('forgets the pace of a queue that has been quiet for a second', () => {
     const { s, complete, wait } = sizer(500, 10);
     complete(2000, 100);

@@ -16,6 +16,8 @@
  */
 const AHEAD_MS = 100;
 const TX_TARGET_MS = 50;
+/** A lease-mode queue with no completion for this long has no current pace. */
+const QUIET_MS = 1000;
 /** Weight of the newest measure in the moving averages. */
 const NEW_WEIGHT = 0.3;
 
@@ -38,11 +40,18 @@ export class ClaimSizer {
 
   /** Lease mode: a handler finished. */
   finished(): void {
-    this.windowCount++;
     const now = this.now();
+    if (now - this.windowStart > QUIET_MS) {
+      // The first completion after a quiet spell (or since start): the old pace says nothing.
+      this.ratePerMs = 0;
+      this.windowStart = now;
+      this.windowCount = 0;
+    }
+    this.windowCount++;
     const elapsed = now - this.windowStart;
-    // Fold the window into the rate every 20 ms.
-    if (elapsed >= 20) {
+    // Fold the window into the rate every 20 ms, or sooner once two rounds of slots have finished:
+    // a burst on a fast queue then claims full batches within milliseconds.
+    if (elapsed >= 20 || (elapsed >= 1 && this.windowCount >= 2 * this.concurrency)) {
       this.ratePerMs = this.ratePerMs === 0 ? this.windowCount / elapsed : this.ratePerMs * (1 - NEW_WEIGHT) + (this.windowCount / elapsed) * NEW_WEIGHT;
       this.windowStart = now;
       this.windowCount = 0;
@@ -53,7 +62,7 @@ export class ClaimSizer {
   leaseClaim(busy: number, waiting: number): number {
     const idleFor = this.now() - this.windowStart;
     // A queue that has been quiet for a while starts over from its slots.
-    const rate = idleFor > 1000 ? 0 : this.ratePerMs;
+    const rate = idleFor > QUIET_MS ? 0 : this.ratePerMs;
     const lookahead = Math.min(2 * this.batchSize, Math.ceil(rate * AHEAD_MS));
     const room = this.concurrency + lookahead - busy - waiting;
     return room >= Math.max(1, Math.floor(lookahead / 2)) ? Math.min(room, this.batchSize) : 0;
