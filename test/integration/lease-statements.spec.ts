@@ -98,6 +98,7 @@ describe('lease statements', () => {
     expect(await db.sql("SELECT payload->>'tag' AS tag FROM pgqueue.task WHERE queue = 'twice.next'")).toEqual([{ tag: 'current' }]);
     expect(await db.sql('SELECT state, attempt FROM pgqueue.task_archive WHERE id = $1', [id])).toEqual([{ state: 'done', attempt: 2 }]);
   });
+
   it('give each failed lease its own error, delay and fatality, also in a batch out of id order', async () => {
     await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
     const prisma = db.prisma();
