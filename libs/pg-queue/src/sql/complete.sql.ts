@@ -3,8 +3,8 @@ import { HELD, INPUT_VALUES, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, canc
 
 /**
  * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
- * matches no row and changes nothing. Rows are found as `id = ANY(ids) AND lease_token =
- * ANY(tokens)` (HELD; $1 and $2 are comma-separated lists): an index scan of the primary key
+ * matches no row and changes nothing. Rows are found as `id = ANY(ids)` with the token in the
+ * hashed set of $2 (HELD; $1 and $2 are comma-separated lists): an index scan of the primary key
  * whatever the statistics say, where a join against unnest() let a generic plan pick a nested loop
  * that compared every lease with every running row. Tokens are random per claim, so a row's
  * current token is in $2 only if the caller holds that very lease, provided one statement never

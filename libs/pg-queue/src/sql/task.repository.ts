@@ -107,7 +107,7 @@ export function parseIds(list: string): string[] {
 }
 
 /**
- * The finishing statements fence by `id = ANY AND lease_token = ANY` (see complete.sql.ts), which
+ * The finishing statements fence by id and token set (HELD, see complete.sql.ts), which
  * identifies each lease only while a statement carries at most one lease per task.
  */
 function assertOneLeasePerTask(leases: Lease[]): void {
