@@ -92,6 +92,13 @@ function enqueueVariants() {
   return out;
 }
 
+/** Scenario 4's bare-pg rows: pg-queue's wake-up path for each selected mode, without the library. */
+function bareWakeUpVariants() {
+  return ['transactional', 'lease']
+    .filter((mode) => LIB_SET.includes(`pg-queue-${mode}`))
+    .map((mode) => ({ key: `bare-pg-${mode}@10`, lib: 'bare-pg', libKey: `bare-pg-${mode}`, mode, concurrency: 10, group: '', label: `bare pg, ${mode} path (pg-queue SQL, no library)` }));
+}
+
 const SCENARIOS = {
   enqueue: {
     num: 1,
@@ -130,7 +137,8 @@ const SCENARIOS = {
   latency: {
     num: 4,
     title: `Wake-up latency: idle worker, ${SIZES.latency} tasks enqueued ${SIZES.latencyGapMs} ms apart, enqueue call → handler start`,
-    variants: () => LIB_SET.map((l) => variant(l, 10)),
+    // With pg-queue, also its "physical limit" here: the same statements on bare pg clients.
+    variants: () => [...LIB_SET.map((l) => variant(l, 10)), ...bareWakeUpVariants()],
     n: SIZES.latency,
     timeoutMs: 60_000,
     metrics: ['p50', 'p95', 'p99', 'max'].map((p) => ({ key: p, label: `${p}, ms`, unit: `ms ${p}`, better: 'lower' })),

@@ -48,6 +48,10 @@ async function makeTarget(spec: RunSpec): Promise<BenchTarget> {
       const { GraphileWorkerTarget } = await import('./targets/graphile-worker.js');
       return new GraphileWorkerTarget(opts);
     }
+    case 'bare-pg': {
+      const { BarePgTarget } = await import('./targets/bare-pg.js');
+      return new BarePgTarget(opts);
+    }
     default:
       throw new Error(`no target for ${spec.lib}`);
   }

@@ -62,7 +62,7 @@ export interface CompleteResult {
  * serialisePayload already produced valid JSON; every other value is a validated number, a Date
  * or a string escaped by JSON.stringify.
  */
-function taskRowsJson(rows: NewTaskRow[]): string {
+export function taskRowsJson(rows: NewTaskRow[]): string {
   const text = (v: string | null) => (v === null ? 'null' : JSON.stringify(v));
   let json = '[';
   for (let i = 0; i < rows.length; i++) {

@@ -1,0 +1,141 @@
+import { randomBytes } from 'node:crypto';
+import type { Client } from 'pg';
+import { DEFAULT_HANDLER_OPTIONS } from '../../../libs/pg-queue/src/pg-queue.options';
+import { claimStatements } from '../../../libs/pg-queue/src/sql/claim.sql';
+import { completeStatements } from '../../../libs/pg-queue/src/sql/complete.sql';
+import { enqueueStatements } from '../../../libs/pg-queue/src/sql/enqueue.sql';
+import { notifyChannel } from '../../../libs/pg-queue/src/sql/identifiers';
+import { printSchemaSql } from '../../../libs/pg-queue/src/sql/schema.sql';
+import { leaseParams, taskRowsJson } from '../../../libs/pg-queue/src/sql/task.repository';
+import { QUEUE, connect, type BenchTarget, type Payload, type TargetOptions } from '../common';
+
+const SCHEMA = 'pgqueue';
+const LEASE_MS = 60_000;
+const IDLE_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + 1000);
+
+interface Claimed {
+  id: string;
+  lease_token: string;
+  payload: Payload;
+}
+
+/**
+ * The wake-up "physical limit" (scenario 4): pg-queue's own statements on plain `pg` clients, with
+ * no library, Nest or Prisma in the path. Enqueue is pg-queue's insert statement (its NOTIFY
+ * included); a LISTEN client wakes a claimer, which runs the claim statement and calls the
+ * handler at once (lease path), or first opens a transaction and locks the leases as the
+ * transactional runner does (BEGIN, lockLeases). Completion runs after the handler started, on
+ * the same client, as pg-queue's complete statement. Every statement is a named prepared
+ * statement, as with queueStatementName.
+ */
+export class BarePgTarget implements BenchTarget {
+  readonly claimStatementPattern = '%FOR UPDATE OF t SKIP LOCKED%lease_token = gen_random_uuid()%';
+  private readonly mode: 'transactional' | 'lease';
+  private readonly channel = notifyChannel(SCHEMA);
+  private readonly workerId = `bench-bare:${process.pid}:${randomBytes(3).toString('hex')}`;
+  private readonly sql = {
+    insert: enqueueStatements(SCHEMA).insertMany,
+    ...claimStatements(SCHEMA),
+    complete: completeStatements(SCHEMA, 'archive').complete,
+  };
+  private enqueuer: Client | null = null;
+  private listener: Client | null = null;
+  private worker: Client | null = null;
+  private wakes = 0;
+  private looping: Promise<void> | null = null;
+
+  constructor(private readonly opts: TargetOptions) {
+    this.mode = opts.mode ?? 'transactional';
+  }
+
+  describe(): string {
+    return `three pg Clients (enqueue; LISTEN; claim → ${this.mode === 'transactional' ? 'BEGIN → lockLeases → handler → complete → COMMIT' : 'handler → complete'}), pg-queue's statements as named prepared statements, claims of up to ${DEFAULT_HANDLER_OPTIONS.batchSize}`;
+  }
+
+  async open(): Promise<void> {
+    this.enqueuer = await connect(this.opts.url);
+    await this.enqueuer.query(printSchemaSql(SCHEMA));
+  }
+
+  async enqueueOne(payload: Payload): Promise<void> {
+    const row = {
+      queue: QUEUE,
+      payloadJson: JSON.stringify(payload),
+      priority: 0,
+      runAt: null,
+      delayMs: 0,
+      maxAttempts: DEFAULT_HANDLER_OPTIONS.maxAttempts,
+      parentId: null,
+      dedupKey: null,
+      groupKey: null,
+      onConflict: 'ignore' as const,
+    };
+    await this.enqueuer!.query({ name: 'insert', text: this.sql.insert, values: [taskRowsJson([row]), this.channel] });
+  }
+
+  enqueueMany(): Promise<void> {
+    throw new Error('bare-pg measures only the wake-up path (scenario 4)');
+  }
+
+  async startWorker(onTask: (payload: Payload) => void): Promise<void> {
+    this.worker = await connect(this.opts.url);
+    this.listener = await connect(this.opts.url);
+    this.listener.on('notification', () => this.wake(onTask));
+    await this.listener.query(`LISTEN ${this.channel}`);
+    this.wake(onTask);
+  }
+
+  /** One claim loop at a time; a wake during it makes it claim once more. */
+  private wake(onTask: (payload: Payload) => void): void {
+    this.wakes++;
+    if (this.looping) return;
+    this.looping = this.claimUntilEmpty(onTask).finally(() => (this.looping = null));
+  }
+
+  private async claimUntilEmpty(onTask: (payload: Payload) => void): Promise<void> {
+    const c = this.worker!;
+    for (let seen = -1; seen !== this.wakes; ) {
+      seen = this.wakes;
+      for (;;) {
+        const res = await c.query<{ claimed: string }>({
+          name: 'claim',
+          text: this.sql.claim,
+          values: [QUEUE, DEFAULT_HANDLER_OPTIONS.batchSize, this.workerId, LEASE_MS, true],
+        });
+        const rows = JSON.parse(res.rows[0].claimed) as Claimed[];
+        if (rows.length === 0) break;
+        const leases = leaseParams(rows.map((r) => ({ id: r.id, token: r.lease_token })));
+        const transactional = this.mode === 'transactional';
+        if (transactional) {
+          await c.query('BEGIN');
+          await c.query({ name: 'lock', text: this.sql.lockLeases, values: [...leases, IDLE_LIMIT_MS] });
+        }
+        for (const r of rows) onTask(r.payload);
+        await c.query({ name: 'complete', text: this.sql.complete, values: [...leases, '[]', this.channel] });
+        if (transactional) await c.query('COMMIT');
+      }
+    }
+  }
+
+  async unfinished(db: Client): Promise<number> {
+    const r = await db.query(`SELECT count(*)::int AS n FROM ${SCHEMA}.task WHERE queue = $1`, [QUEUE]);
+    return r.rows[0].n;
+  }
+
+  async stored(db: Client): Promise<number> {
+    const r = await db.query(
+      `SELECT (SELECT count(*) FROM ${SCHEMA}.task WHERE queue = $1) + (SELECT count(*) FROM ${SCHEMA}.task_archive WHERE queue = $1) AS n`,
+      [QUEUE],
+    );
+    return Number(r.rows[0].n);
+  }
+
+  insertHistory(): Promise<void> {
+    throw new Error('bare-pg measures only the wake-up path (scenario 4)');
+  }
+
+  async close(): Promise<void> {
+    await this.looping?.catch(() => undefined);
+    await Promise.all([this.listener, this.worker, this.enqueuer].map((c) => c?.end().catch(() => undefined)));
+  }
+}
