@@ -166,7 +166,7 @@ async function runScenario(spec: RunSpec): Promise<RunResult> {
       await checkpoint(db);
       const t0 = performance.now();
       const done = await Promise.race([
-        runLimit(spec.url, spec.concurrency),
+        runLimit(spec.url, spec.concurrency, spec.mode ?? 'lease'),
         sleep(spec.timeoutMs).then(() => {
           throw new Error(`timed out after ${spec.timeoutMs} ms`);
         }),

@@ -12,6 +12,8 @@ const SCHEMA = 'pgqueue';
 /** pg-queue's defaults: batchSize (the claim ceiling a fast queue reaches), leaseMs 60 000, retryBlocksGroup true, finished: 'archive'. */
 export const LIMIT_BATCH = DEFAULT_HANDLER_OPTIONS.batchSize;
 const LEASE_MS = 60_000;
+/** The transactional runner's idle-in-transaction limit at the default handler timeout. */
+const IDLE_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + 1000);
 
 /** No follow-up rows ($3 of `complete`): no task enqueues a follow-up. */
 const NO_FOLLOW_UPS = '[]';
@@ -29,11 +31,13 @@ export async function prepareLimit(db: Client, n: number): Promise<void> {
 /**
  * The "physical limit": no library, no Nest, no Prisma. `concurrency` loops, each on its own pg
  * connection, each doing only: claim a batch (pg-queue's claim statement) → complete the batch
- * (pg-queue's complete statement, archiving), both as named prepared statements, until a claim
- * comes back empty. Returns the number of tasks completed.
+ * (pg-queue's complete statement, archiving), all as named prepared statements, until a claim
+ * comes back empty. The transactional path completes inside `BEGIN` → lock the leases (pg-queue's
+ * lockLeases) → complete → `COMMIT`, the statements the transactional runner adds. Returns the
+ * number of tasks completed.
  */
-export async function runLimit(url: string, concurrency: number): Promise<number> {
-  const claim = claimStatements(SCHEMA).claim;
+export async function runLimit(url: string, concurrency: number, mode: 'lease' | 'transactional'): Promise<number> {
+  const { claim, lockLeases } = claimStatements(SCHEMA);
   const complete = completeStatements(SCHEMA, 'archive').complete;
   const channel = notifyChannel(SCHEMA);
   const workerId = `bench-limit:${process.pid}:${randomBytes(3).toString('hex')}`;
@@ -50,11 +54,13 @@ export async function runLimit(url: string, concurrency: number): Promise<number
           });
           const claimed = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string }[];
           if (claimed.length === 0) return;
-          const res = await c.query<{ done_ids: string }>({
-            name: 'complete',
-            text: complete,
-            values: [...leaseParams(claimed.map((r) => ({ id: r.id, token: r.lease_token }))), NO_FOLLOW_UPS, channel],
-          });
+          const leases = leaseParams(claimed.map((r) => ({ id: r.id, token: r.lease_token })));
+          if (mode === 'transactional') {
+            await c.query('BEGIN');
+            await c.query({ name: 'lock', text: lockLeases, values: [...leases, IDLE_LIMIT_MS] });
+          }
+          const res = await c.query<{ done_ids: string }>({ name: 'complete', text: complete, values: [...leases, NO_FOLLOW_UPS, channel] });
+          if (mode === 'transactional') await c.query('COMMIT');
           done += parseIds(res.rows[0].done_ids).length;
         }
       }),
