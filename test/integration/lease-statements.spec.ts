@@ -99,6 +99,30 @@ describe('lease statements', () => {
     expect(await db.sql('SELECT state, attempt FROM pgqueue.task_archive WHERE id = $1', [id])).toEqual([{ state: 'done', attempt: 2 }]);
   });
 
+  it('look for reruns only when some lease was not finished, and still find one in a mixed batch', async () => {
+    await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
+    const prisma = db.prisma();
+    const keyed = (key: string, tag: string) => taskRow('rerun.q', { dedupKey: key, onConflict: 'rerun', payloadJson: JSON.stringify({ tag }) });
+    await repo.insert(prisma, ['a', 'b', 'c'].map((k) => keyed(k, 'first')));
+    const claimed = await repo.claim(prisma, 'rerun.q', 3, 'w', 60_000);
+    // While the three run, b is enqueued again: its completion must send it back to pending.
+    const [rerunId] = await repo.insert(prisma, [keyed('b', 'second')]);
+    const res = await repo.complete(prisma, claimed.map((r) => ({ id: r.id, token: r.lease_token })), []);
+    expect({ done: res.done.size, rerun: [...res.rerun] }).toEqual({ done: 2, rerun: [rerunId] });
+    expect(await db.sql("SELECT state, payload->>'tag' AS tag FROM pgqueue.task WHERE queue = 'rerun.q'")).toEqual([{ state: 'pending', tag: 'second' }]);
+
+    // A batch whose every lease finishes never computes the set difference of the rerun lookup.
+    await repo.insert(prisma, [taskRow('rerun.q'), taskRow('rerun.q')]);
+    const all = await repo.claim(prisma, 'rerun.q', 10, 'w', 60_000);
+    expect(all).toHaveLength(3);
+    const [ids, tokens] = [all.map((r) => r.id).join(','), all.map((r) => r.lease_token).join(',')];
+    const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${completeStatements('pgqueue', 'archive').complete}`, [ids, tokens, '[]', 'ch']))
+      .map((r) => r['QUERY PLAN'])
+      .join('\n');
+    expect(plan).toMatch(/HashSetOp Except All \(never executed\)/);
+    expect(await db.sql("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'rerun.q'")).toEqual([{ n: 0 }]);
+  });
+
   it('give each failed lease its own error, delay and fatality, also in a batch out of id order', async () => {
     await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
     const prisma = db.prisma();

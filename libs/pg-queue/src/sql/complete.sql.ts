@@ -48,11 +48,14 @@ WITH done AS (
   WHERE ${HELD} AND (t.rerun_payload IS NULL OR ${cancelRequested})
   RETURNING t.*, ${cancelRequested} AS cancelled
 ), rerun AS (
-  -- Only the leases not finished above are looked up again: almost always none.
+  -- Only the leases not finished above are looked up again: almost always none. The count check
+  -- is a one-time filter that skips the lookup, and the set difference it needs, when every lease
+  -- was finished (a lease is a task, at most once per statement).
   UPDATE ${s}.task t
   SET state = 'pending', payload = t.rerun_payload, rerun_payload = NULL, attempt = 0, run_at = now(),
       locked_by = NULL, lease_token = NULL, locked_until = NULL, last_error = NULL, finished_at = now()
-  WHERE t.id = ANY (ARRAY (SELECT unnest(string_to_array($1, ',')::bigint[]) EXCEPT ALL SELECT id FROM done))
+  WHERE (SELECT count(*) FROM done) < length($1) - length(replace($1, ',', '')) + 1
+    AND t.id = ANY (ARRAY (SELECT unnest(string_to_array($1, ',')::bigint[]) EXCEPT ALL SELECT id FROM done))
     AND ${TOKEN_HELD}
     AND t.rerun_payload IS NOT NULL AND NOT ${cancelRequested}
   RETURNING t.id, t.queue, t.run_at
