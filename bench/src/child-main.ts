@@ -6,7 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Client } from 'pg';
 import { chunks, connect, payloads, sleep, waitFor, type BenchTarget, type Payload, type TargetOptions } from './common';
-import { prepareLimit, runLimit } from './physical-limit';
+import { openLimitClients, prepareLimit, runLimit } from './physical-limit';
 
 export interface RunSpec {
   scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'make-history';
@@ -164,14 +164,22 @@ async function runScenario(spec: RunSpec): Promise<RunResult> {
     if (spec.scenario === 'limit') {
       await prepareLimit(db, spec.n);
       await checkpoint(db);
-      const t0 = performance.now();
-      const done = await Promise.race([
-        runLimit(spec.url, spec.concurrency, spec.mode ?? 'lease'),
-        sleep(spec.timeoutMs).then(() => {
-          throw new Error(`timed out after ${spec.timeoutMs} ms`);
-        }),
-      ]);
-      const t1 = performance.now();
+      const clients = await openLimitClients(spec.url, spec.concurrency);
+      let t0 = 0;
+      let t1 = 0;
+      let done = 0;
+      try {
+        t0 = performance.now();
+        done = await Promise.race([
+          runLimit(clients, spec.mode ?? 'lease'),
+          sleep(spec.timeoutMs).then((): number => {
+            throw new Error(`timed out after ${spec.timeoutMs} ms`);
+          }),
+        ]);
+        t1 = performance.now();
+      } finally {
+        await Promise.all(clients.map((c) => c.end().catch(() => undefined)));
+      }
       const left = Number((await db.query(`SELECT count(*) AS n FROM pgqueue.task`)).rows[0].n);
       const archived = Number((await db.query(`SELECT count(*) AS n FROM pgqueue.task_archive`)).rows[0].n);
       if (done !== spec.n || left !== 0 || archived !== spec.n) throw new Error(`limit: completed ${done}, left ${left}, archived ${archived}`);

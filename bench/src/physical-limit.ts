@@ -28,45 +28,44 @@ export async function prepareLimit(db: Client, n: number): Promise<void> {
   await db.query(`VACUUM ANALYZE ${SCHEMA}.task`);
 }
 
+/** The loops' connections, opened before the clock starts: a limit should not include connecting. */
+export function openLimitClients(url: string, concurrency: number): Promise<Client[]> {
+  return Promise.all(Array.from({ length: concurrency }, () => connect(url)));
+}
+
 /**
- * The "physical limit": no library, no Nest, no Prisma. `concurrency` loops, each on its own pg
- * connection, each doing only: claim a batch (pg-queue's claim statement) → complete the batch
- * (pg-queue's complete statement, archiving), all as named prepared statements, until a claim
- * comes back empty. The transactional path completes inside `BEGIN` → lock the leases (pg-queue's
- * lockLeases) → complete → `COMMIT`, the statements the transactional runner adds. Returns the
- * number of tasks completed.
+ * The "physical limit": no library, no Nest, no Prisma. One loop per client, each doing only:
+ * claim a batch (pg-queue's claim statement) → complete the batch (pg-queue's complete statement,
+ * archiving), all as named prepared statements, until a claim comes back empty. The transactional
+ * path completes inside `BEGIN` → lock the leases (pg-queue's lockLeases) → complete → `COMMIT`,
+ * the statements the transactional runner adds. Returns the number of tasks completed.
  */
-export async function runLimit(url: string, concurrency: number, mode: 'lease' | 'transactional'): Promise<number> {
+export async function runLimit(clients: Client[], mode: 'lease' | 'transactional'): Promise<number> {
   const { claim, lockLeases } = claimStatements(SCHEMA);
   const complete = completeStatements(SCHEMA, 'archive').complete;
   const channel = notifyChannel(SCHEMA);
   const workerId = `bench-limit:${process.pid}:${randomBytes(3).toString('hex')}`;
-  const clients = await Promise.all(Array.from({ length: concurrency }, () => connect(url)));
   let done = 0;
-  try {
-    await Promise.all(
-      clients.map(async (c) => {
-        for (;;) {
-          const res0 = await c.query<{ claimed: string }>({
-            name: 'claim',
-            text: claim,
-            values: [QUEUE, LIMIT_BATCH, workerId, LEASE_MS, true],
-          });
-          const claimed = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string }[];
-          if (claimed.length === 0) return;
-          const leases = leaseParams(claimed.map((r) => ({ id: r.id, token: r.lease_token })));
-          if (mode === 'transactional') {
-            await c.query('BEGIN');
-            await c.query({ name: 'lock', text: lockLeases, values: [...leases, IDLE_LIMIT_MS] });
-          }
-          const res = await c.query<{ done_ids: string }>({ name: 'complete', text: complete, values: [...leases, NO_FOLLOW_UPS, channel] });
-          if (mode === 'transactional') await c.query('COMMIT');
-          done += parseIds(res.rows[0].done_ids).length;
+  await Promise.all(
+    clients.map(async (c) => {
+      for (;;) {
+        const res0 = await c.query<{ claimed: string }>({
+          name: 'claim',
+          text: claim,
+          values: [QUEUE, LIMIT_BATCH, workerId, LEASE_MS, true],
+        });
+        const claimed = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string }[];
+        if (claimed.length === 0) return;
+        const leases = leaseParams(claimed.map((r) => ({ id: r.id, token: r.lease_token })));
+        if (mode === 'transactional') {
+          await c.query('BEGIN');
+          await c.query({ name: 'lock', text: lockLeases, values: [...leases, IDLE_LIMIT_MS] });
         }
-      }),
-    );
-  } finally {
-    await Promise.all(clients.map((c) => c.end().catch(() => undefined)));
-  }
+        const res = await c.query<{ done_ids: string }>({ name: 'complete', text: complete, values: [...leases, NO_FOLLOW_UPS, channel] });
+        if (mode === 'transactional') await c.query('COMMIT');
+        done += parseIds(res.rows[0].done_ids).length;
+      }
+    }),
+  );
   return done;
 }

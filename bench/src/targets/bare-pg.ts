@@ -43,6 +43,8 @@ export class BarePgTarget implements BenchTarget {
   private worker: Client | null = null;
   private wakes = 0;
   private looping: Promise<void> | null = null;
+  /** The first error of a claim loop: the run fails with it at close() instead of timing out. */
+  private failure: unknown = null;
 
   constructor(private readonly opts: TargetOptions) {
     this.mode = opts.mode ?? 'transactional';
@@ -89,7 +91,12 @@ export class BarePgTarget implements BenchTarget {
   private wake(onTask: (payload: Payload) => void): void {
     this.wakes++;
     if (this.looping) return;
-    this.looping = this.claimUntilEmpty(onTask).finally(() => (this.looping = null));
+    this.looping = this.claimUntilEmpty(onTask)
+      .catch((err: unknown) => {
+        this.failure ??= err;
+        console.error(`bare-pg claim loop failed: ${(err as Error).message}`);
+      })
+      .finally(() => (this.looping = null));
   }
 
   private async claimUntilEmpty(onTask: (payload: Payload) => void): Promise<void> {
@@ -105,14 +112,21 @@ export class BarePgTarget implements BenchTarget {
         const rows = JSON.parse(res.rows[0].claimed) as Claimed[];
         if (rows.length === 0) break;
         const leases = leaseParams(rows.map((r) => ({ id: r.id, token: r.lease_token })));
-        const transactional = this.mode === 'transactional';
-        if (transactional) {
-          await c.query('BEGIN');
-          await c.query({ name: 'lock', text: this.sql.lockLeases, values: [...leases, IDLE_LIMIT_MS] });
+        if (this.mode === 'lease') {
+          for (const r of rows) onTask(r.payload);
+          await c.query({ name: 'complete', text: this.sql.complete, values: [...leases, '[]', this.channel] });
+          continue;
         }
-        for (const r of rows) onTask(r.payload);
-        await c.query({ name: 'complete', text: this.sql.complete, values: [...leases, '[]', this.channel] });
-        if (transactional) await c.query('COMMIT');
+        await c.query('BEGIN');
+        try {
+          await c.query({ name: 'lock', text: this.sql.lockLeases, values: [...leases, IDLE_LIMIT_MS] });
+          for (const r of rows) onTask(r.payload);
+          await c.query({ name: 'complete', text: this.sql.complete, values: [...leases, '[]', this.channel] });
+          await c.query('COMMIT');
+        } catch (err) {
+          await c.query('ROLLBACK').catch(() => undefined);
+          throw err;
+        }
       }
     }
   }
@@ -135,7 +149,8 @@ export class BarePgTarget implements BenchTarget {
   }
 
   async close(): Promise<void> {
-    await this.looping?.catch(() => undefined);
+    await this.looping;
     await Promise.all([this.listener, this.worker, this.enqueuer].map((c) => c?.end().catch(() => undefined)));
+    if (this.failure) throw this.failure;
   }
 }
