@@ -6,14 +6,15 @@ import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
 import { leaseParams, parseIds } from '../../libs/pg-queue/src/sql/task.repository';
+import { IDLE_GRACE_MS } from '../../libs/pg-queue/src/worker/transactional.runner';
 import { QUEUE, connect } from './common';
 
-const SCHEMA = 'pgqueue';
+/** The schema every bare-pg measurement installs (scenarios 4 and 7). */
+export const SCHEMA = 'pgqueue';
 /** pg-queue's defaults: batchSize (the claim ceiling a fast queue reaches), leaseMs 60 000, retryBlocksGroup true, finished: 'archive'. */
 export const LIMIT_BATCH = DEFAULT_HANDLER_OPTIONS.batchSize;
-const LEASE_MS = 60_000;
 /** The transactional runner's idle-in-transaction limit at the default handler timeout. */
-const IDLE_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + 1000);
+const IDLE_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + IDLE_GRACE_MS);
 
 /** No follow-up rows ($3 of `complete`): no task enqueues a follow-up. */
 const NO_FOLLOW_UPS = '[]';
@@ -28,42 +29,70 @@ export async function prepareLimit(db: Client, n: number): Promise<void> {
   await db.query(`VACUUM ANALYZE ${SCHEMA}.task`);
 }
 
+/** One claimed batch of pg-queue's worker path on a bare client (see runBatch). */
+export interface BatchResult {
+  claimed: number;
+  completed: number;
+}
+
+const STATEMENTS = {
+  ...claimStatements(SCHEMA),
+  complete: completeStatements(SCHEMA, 'archive').complete,
+};
+const CHANNEL = notifyChannel(SCHEMA);
+
+/**
+ * pg-queue's worker path for one batch, as named prepared statements on a bare client: claim up to
+ * batchSize, call `onTask` for each claimed payload, complete. The transactional path calls the
+ * handlers and completes inside `BEGIN` → lock the leases (lockLeases) → … → `COMMIT`, the
+ * statements the transactional runner adds; a failure rolls it back. `claimed` 0: nothing was due.
+ */
+export async function runBatch(c: Client, mode: 'lease' | 'transactional', workerId: string, onTask?: (payload: unknown) => void): Promise<BatchResult> {
+  const res0 = await c.query<{ claimed: string }>({
+    name: 'claim',
+    text: STATEMENTS.claim,
+    values: [QUEUE, LIMIT_BATCH, workerId, DEFAULT_HANDLER_OPTIONS.leaseMs, DEFAULT_HANDLER_OPTIONS.retryBlocksGroup],
+  });
+  const rows = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string; payload: unknown }[];
+  if (rows.length === 0) return { claimed: 0, completed: 0 };
+  const leases = leaseParams(rows.map((r) => ({ id: r.id, token: r.lease_token })));
+  const handleAndComplete = async () => {
+    if (onTask) for (const r of rows) onTask(r.payload);
+    const res = await c.query<{ done_ids: string }>({ name: 'complete', text: STATEMENTS.complete, values: [...leases, NO_FOLLOW_UPS, CHANNEL] });
+    return { claimed: rows.length, completed: parseIds(res.rows[0].done_ids).length };
+  };
+  if (mode === 'lease') return handleAndComplete();
+  await c.query('BEGIN');
+  try {
+    await c.query({ name: 'lock', text: STATEMENTS.lockLeases, values: [...leases, IDLE_LIMIT_MS] });
+    const result = await handleAndComplete();
+    await c.query('COMMIT');
+    return result;
+  } catch (err) {
+    await c.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  }
+}
+
 /** The loops' connections, opened before the clock starts: a limit should not include connecting. */
 export function openLimitClients(url: string, concurrency: number): Promise<Client[]> {
   return Promise.all(Array.from({ length: concurrency }, () => connect(url)));
 }
 
 /**
- * The "physical limit": no library, no Nest, no Prisma. One loop per client, each doing only:
- * claim a batch (pg-queue's claim statement) → complete the batch (pg-queue's complete statement,
- * archiving), all as named prepared statements, until a claim comes back empty. The transactional
- * path completes inside `BEGIN` → lock the leases (pg-queue's lockLeases) → complete → `COMMIT`,
- * the statements the transactional runner adds. Returns the number of tasks completed.
+ * The "physical limit": no library, no Nest, no Prisma. One loop per client, each running
+ * runBatch (archiving completions) until a claim comes back empty. Returns the number of tasks
+ * completed.
  */
 export async function runLimit(clients: Client[], mode: 'lease' | 'transactional'): Promise<number> {
-  const { claim, lockLeases } = claimStatements(SCHEMA);
-  const complete = completeStatements(SCHEMA, 'archive').complete;
-  const channel = notifyChannel(SCHEMA);
   const workerId = `bench-limit:${process.pid}:${randomBytes(3).toString('hex')}`;
   let done = 0;
   await Promise.all(
     clients.map(async (c) => {
       for (;;) {
-        const res0 = await c.query<{ claimed: string }>({
-          name: 'claim',
-          text: claim,
-          values: [QUEUE, LIMIT_BATCH, workerId, LEASE_MS, true],
-        });
-        const claimed = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string }[];
-        if (claimed.length === 0) return;
-        const leases = leaseParams(claimed.map((r) => ({ id: r.id, token: r.lease_token })));
-        if (mode === 'transactional') {
-          await c.query('BEGIN');
-          await c.query({ name: 'lock', text: lockLeases, values: [...leases, IDLE_LIMIT_MS] });
-        }
-        const res = await c.query<{ done_ids: string }>({ name: 'complete', text: complete, values: [...leases, NO_FOLLOW_UPS, channel] });
-        if (mode === 'transactional') await c.query('COMMIT');
-        done += parseIds(res.rows[0].done_ids).length;
+        const { claimed, completed } = await runBatch(c, mode, workerId);
+        if (claimed === 0) return;
+        done += completed;
       }
     }),
   );

@@ -1,43 +1,26 @@
 import { randomBytes } from 'node:crypto';
 import type { Client } from 'pg';
 import { DEFAULT_HANDLER_OPTIONS } from '../../../libs/pg-queue/src/pg-queue.options';
-import { claimStatements } from '../../../libs/pg-queue/src/sql/claim.sql';
-import { completeStatements } from '../../../libs/pg-queue/src/sql/complete.sql';
 import { enqueueStatements } from '../../../libs/pg-queue/src/sql/enqueue.sql';
 import { notifyChannel } from '../../../libs/pg-queue/src/sql/identifiers';
 import { printSchemaSql } from '../../../libs/pg-queue/src/sql/schema.sql';
-import { leaseParams, taskRowsJson } from '../../../libs/pg-queue/src/sql/task.repository';
+import { taskRowsJson } from '../../../libs/pg-queue/src/sql/task.repository';
 import { QUEUE, connect, type BenchTarget, type Payload, type TargetOptions } from '../common';
-
-const SCHEMA = 'pgqueue';
-const LEASE_MS = 60_000;
-const IDLE_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + 1000);
-
-interface Claimed {
-  id: string;
-  lease_token: string;
-  payload: Payload;
-}
+import { SCHEMA, runBatch } from '../physical-limit';
 
 /**
  * The wake-up "physical limit" (scenario 4): pg-queue's own statements on plain `pg` clients, with
  * no library, Nest or Prisma in the path. Enqueue is pg-queue's insert statement (its NOTIFY
- * included); a LISTEN client wakes a claimer, which runs the claim statement and calls the
- * handler at once (lease path), or first opens a transaction and locks the leases as the
- * transactional runner does (BEGIN, lockLeases). Completion runs after the handler started, on
- * the same client, as pg-queue's complete statement. Every statement is a named prepared
- * statement, as with queueStatementName.
+ * included); a LISTEN client wakes a claimer, which runs scenario 7's runBatch: the handler is
+ * called right after the claim (lease path), or after `BEGIN` and the lease lock (transactional
+ * path), then the batch is completed on the same client.
  */
 export class BarePgTarget implements BenchTarget {
   readonly claimStatementPattern = '%FOR UPDATE OF t SKIP LOCKED%lease_token = gen_random_uuid()%';
   private readonly mode: 'transactional' | 'lease';
   private readonly channel = notifyChannel(SCHEMA);
+  private readonly insert = enqueueStatements(SCHEMA).insertMany;
   private readonly workerId = `bench-bare:${process.pid}:${randomBytes(3).toString('hex')}`;
-  private readonly sql = {
-    insert: enqueueStatements(SCHEMA).insertMany,
-    ...claimStatements(SCHEMA),
-    complete: completeStatements(SCHEMA, 'archive').complete,
-  };
   private enqueuer: Client | null = null;
   private listener: Client | null = null;
   private worker: Client | null = null;
@@ -72,7 +55,7 @@ export class BarePgTarget implements BenchTarget {
       groupKey: null,
       onConflict: 'ignore' as const,
     };
-    await this.enqueuer!.query({ name: 'insert', text: this.sql.insert, values: [taskRowsJson([row]), this.channel] });
+    await this.enqueuer!.query({ name: 'insert', text: this.insert, values: [taskRowsJson([row]), this.channel] });
   }
 
   enqueueMany(): Promise<void> {
@@ -100,34 +83,9 @@ export class BarePgTarget implements BenchTarget {
   }
 
   private async claimUntilEmpty(onTask: (payload: Payload) => void): Promise<void> {
-    const c = this.worker!;
     for (let seen = -1; seen !== this.wakes; ) {
       seen = this.wakes;
-      for (;;) {
-        const res = await c.query<{ claimed: string }>({
-          name: 'claim',
-          text: this.sql.claim,
-          values: [QUEUE, DEFAULT_HANDLER_OPTIONS.batchSize, this.workerId, LEASE_MS, true],
-        });
-        const rows = JSON.parse(res.rows[0].claimed) as Claimed[];
-        if (rows.length === 0) break;
-        const leases = leaseParams(rows.map((r) => ({ id: r.id, token: r.lease_token })));
-        if (this.mode === 'lease') {
-          for (const r of rows) onTask(r.payload);
-          await c.query({ name: 'complete', text: this.sql.complete, values: [...leases, '[]', this.channel] });
-          continue;
-        }
-        await c.query('BEGIN');
-        try {
-          await c.query({ name: 'lock', text: this.sql.lockLeases, values: [...leases, IDLE_LIMIT_MS] });
-          for (const r of rows) onTask(r.payload);
-          await c.query({ name: 'complete', text: this.sql.complete, values: [...leases, '[]', this.channel] });
-          await c.query('COMMIT');
-        } catch (err) {
-          await c.query('ROLLBACK').catch(() => undefined);
-          throw err;
-        }
-      }
+      while ((await runBatch(this.worker!, this.mode, this.workerId, onTask as (payload: unknown) => void)).claimed > 0);
     }
   }
 

@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { HELD, INPUT_VALUES, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked } from './fragments.sql';
+import { HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked } from './fragments.sql';
 
 /**
  * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
@@ -54,7 +54,7 @@ WITH done AS (
   UPDATE ${s}.task t
   SET state = 'pending', payload = t.rerun_payload, rerun_payload = NULL, attempt = 0, run_at = now(),
       locked_by = NULL, lease_token = NULL, locked_until = NULL, last_error = NULL, finished_at = now()
-  WHERE (SELECT count(*) FROM done) < length($1) - length(replace($1, ',', '')) + 1
+  WHERE (SELECT count(*) FROM done) < ${LEASE_COUNT}
     AND t.id = ANY (ARRAY (SELECT unnest(string_to_array($1, ',')::bigint[]) EXCEPT ALL SELECT id FROM done))
     AND ${TOKEN_HELD}
     AND t.rerun_payload IS NOT NULL AND NOT ${cancelRequested}

@@ -55,6 +55,9 @@ export const TOKEN_HELD = `(t.lease_token IN (SELECT unnest(string_to_array($2, 
 export const HELD = `t.id = ANY ((SELECT string_to_array($1, ',')::bigint[])::bigint[])
   AND ${TOKEN_HELD}`;
 
+/** How many leases $1 names, counted from its separators (a string function, no parse of the list). */
+export const LEASE_COUNT = `(length($1) - length(replace($1, ',', '')) + 1)`;
+
 /** Ids in a result as comma-separated text ('' for none), for the same reason. */
 export function idList(column: string, orderBy?: string): string {
   return `coalesce(string_agg((${column})::text, ','${orderBy ? ` ORDER BY ${orderBy}` : ''}), '')`;

@@ -17,7 +17,7 @@ const TX_BUDGET_MS = 200;
  */
 const MAX_SAVEPOINTS = 48;
 /** Server-side idle-in-transaction limit beyond the handler timeout (see lockLeases). */
-const IDLE_GRACE_MS = 1000;
+export const IDLE_GRACE_MS = 1000;
 /** How long a timed-out handler may take to settle before its whole transaction is rolled back. */
 const SETTLE_GRACE_MS = 250;
 
