@@ -51,7 +51,7 @@ export async function runBatch(c: Client, mode: 'lease' | 'transactional', worke
   const res0 = await c.query<{ claimed: string }>({
     name: 'claim',
     text: STATEMENTS.claim,
-    values: [QUEUE, LIMIT_BATCH, workerId, DEFAULT_HANDLER_OPTIONS.leaseMs, DEFAULT_HANDLER_OPTIONS.retryBlocksGroup],
+    values: [QUEUE, LIMIT_BATCH, workerId, DEFAULT_HANDLER_OPTIONS.leaseMs, DEFAULT_HANDLER_OPTIONS.retryBlocksGroup, DEFAULT_HANDLER_OPTIONS.maxAttempts],
   });
   const rows = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string; payload: unknown }[];
   if (rows.length === 0) return { claimed: 0, completed: 0 };

@@ -49,7 +49,7 @@ export class BarePgTarget implements BenchTarget {
       priority: 0,
       runAt: null,
       delayMs: 0,
-      maxAttempts: DEFAULT_HANDLER_OPTIONS.maxAttempts,
+      maxAttempts: null,
       parentId: null,
       dedupKey: null,
       groupKey: null,

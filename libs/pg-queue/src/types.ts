@@ -58,7 +58,10 @@ export interface EnqueueOptions<TTx = unknown> {
   delayMs?: number;
   /** Lower runs first. Default 0. */
   priority?: number;
-  /** Default: the queue's handler setting when it is registered here, else the module default. */
+  /**
+   * Set only to override the handler: by default the maxAttempts of the handler that runs the task
+   * governs it, whichever process enqueued it.
+   */
   maxAttempts?: number;
   /**
    * Dedup key: at most one pending-or-running task per (queue, key), enforced by a unique index.

@@ -1,14 +1,13 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import { InvalidArgumentError, InvalidEnqueueOptionsError } from '../errors';
-import { TaskHandlerRegistry } from '../discovery/task-handler.registry';
 import { TaskEvents } from '../observability/task-events';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { OperatorRepository, type TaskRow, type TaskState } from '../sql/operator.repository';
 import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItem, EnqueueOptions, QueueStats, SqlExecutor, TaskEvent } from '../types';
-import { buildTaskRow, validateQueueName } from './task-input';
+import { buildTaskRow, validateQueueName } from '../core/task-input';
 
 const STATES: TaskState[] = ['pending', 'running', 'dead', 'done', 'cancelled'];
 
@@ -34,7 +33,6 @@ export class TaskQueue {
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
     private readonly repo: TaskRepository,
     private readonly operator: OperatorRepository,
-    private readonly registry: TaskHandlerRegistry,
     private readonly taskEvents: TaskEvents,
   ) {}
 
@@ -46,7 +44,7 @@ export class TaskQueue {
   /** Enqueues one task and returns its id. Validates everything before writing. */
   async enqueue<P>(queue: string, payload: P, options?: EnqueueOptions): Promise<string> {
     const { tx, ...rest } = options ?? {};
-    const row = buildTaskRow(queue, payload, rest, this.rowDefaults());
+    const row = buildTaskRow(queue, payload, rest, this.rowLimits);
     const [id] = await this.repo.insert(this.executor(tx), [row]);
     return id;
   }
@@ -54,8 +52,7 @@ export class TaskQueue {
   /** Enqueues many tasks in one statement; ids come back in input order. All or nothing. */
   async enqueueMany(items: EnqueueItem[], options?: Pick<EnqueueOptions, 'tx'>): Promise<string[]> {
     if (!Array.isArray(items)) throw new InvalidEnqueueOptionsError('items', 'expected an array');
-    const defaults = this.rowDefaults();
-    const rows = items.map((item) => buildTaskRow(item?.queue, item?.payload, item?.options, defaults));
+    const rows = items.map((item) => buildTaskRow(item?.queue, item?.payload, item?.options, this.rowLimits));
     return this.repo.insert(this.executor(options?.tx), rows);
   }
 
@@ -167,12 +164,8 @@ export class TaskQueue {
     return candidate as SqlExecutor;
   }
 
-  /** @internal shared with handler contexts, so follow-ups get the same validation. */
-  rowDefaults() {
-    return {
-      maxPayloadBytes: this.options.maxPayloadBytes,
-      maxAttemptsFor: (queue: string) => this.registry.optionsFor(queue).maxAttempts,
-    };
+  private get rowLimits() {
+    return { maxPayloadBytes: this.options.maxPayloadBytes };
   }
 }
 

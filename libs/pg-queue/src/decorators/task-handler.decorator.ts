@@ -1,4 +1,4 @@
-import { validateQueueName } from '../client/task-input';
+import { validateQueueName } from '../core/task-input';
 import type { HandlerOptions } from '../pg-queue.options';
 import type { ScheduleOptions } from '../schedules/schedule.definition';
 

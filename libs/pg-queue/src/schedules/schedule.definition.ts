@@ -1,6 +1,6 @@
 import { Cron } from 'croner';
 import { HandlerConfigurationError } from '../errors';
-import { serialisePayload, validateQueueName } from '../client/task-input';
+import { serialisePayload, validateQueueName } from '../core/task-input';
 
 /**
  * A periodic task declared in code: a cron expression (seconds optional, with a time zone) or a

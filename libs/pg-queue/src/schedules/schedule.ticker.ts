@@ -21,7 +21,6 @@ export class ScheduleTicker {
     private readonly prisma: PrismaClientLike,
     private readonly schedules: ScheduleRepository,
     private readonly tasks: TaskRepository,
-    private readonly maxAttemptsFor: (queue: string) => number,
     private readonly logger: Logger,
   ) {}
 
@@ -62,7 +61,7 @@ export class ScheduleTicker {
           priority: 0,
           runAt: tick, // the tick itself: due now, and visible as the task's scheduled time
           delayMs: 0,
-          maxAttempts: this.maxAttemptsFor(row.queue),
+          maxAttempts: null, // the handler that runs it decides
           parentId: null,
           dedupKey: null,
           groupKey: null,

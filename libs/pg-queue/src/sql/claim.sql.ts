@@ -17,7 +17,8 @@ import { quoteIdent } from './identifiers';
  * - The scan walks task_claim_idx (queue, priority, run_at, id) WHERE state = 'pending', so the cost
  *   does not depend on how many running, dead or finished tasks exist.
  *
- * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 a retry holds back its group.
+ * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 a retry holds back its group,
+ * $6 the claiming handler's maxAttempts (the limit in force unless the enqueuer set one).
  */
 const EPOCH_MS = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8`;
 
@@ -42,13 +43,14 @@ WITH next AS (
   UPDATE ${s}.task t
   SET state = 'running',
       attempt = t.attempt + 1,
+      attempt_limit = coalesce(t.max_attempts, $6),
       locked_by = $3,
       lease_token = gen_random_uuid(),
       locked_until = now() + $4 * interval '1 millisecond',
       started_at = now(),
       finished_at = NULL
   WHERE t.id = ANY (ARRAY (SELECT id FROM next))
-  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at')} AS run_at_ms, t.attempt, t.max_attempts,
+  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at')} AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
             ${EPOCH_MS('t.created_at')} AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
             t.group_key, t.dedup_key
 )

@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked } from './fragments.sql';
+import { ATTEMPT_LIMIT, HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked } from './fragments.sql';
 
 /**
  * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
@@ -22,7 +22,7 @@ export function completeStatements(schema: string, retention: FinishedRetention)
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
                                  last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at)
   SELECT id, queue, CASE WHEN cancelled THEN 'cancelled' ELSE 'done' END, payload, priority, run_at, attempt,
-         max_attempts, last_error, parent_id, dedup_key, group_key, created_at, started_at, now()
+         coalesce(max_attempts, attempt_limit), last_error, parent_id, dedup_key, group_key, created_at, started_at, now()
   FROM done
 )`
     : '';
@@ -88,10 +88,10 @@ WITH lease_pos AS (
   UPDATE ${s}.task t
   SET state = CASE WHEN ${cancelRequested} THEN 'cancelled'
                    WHEN t.rerun_payload IS NOT NULL THEN 'pending'
-                   WHEN ${perLease(5, 'boolean')} OR t.attempt >= t.max_attempts THEN 'dead'
+                   WHEN ${perLease(5, 'boolean')} OR t.attempt >= ${ATTEMPT_LIMIT} THEN 'dead'
                    ELSE 'pending' END,
       run_at = CASE WHEN ${cancelRequested} OR t.rerun_payload IS NOT NULL THEN now()
-                    WHEN ${perLease(5, 'boolean')} OR t.attempt >= t.max_attempts THEN t.run_at
+                    WHEN ${perLease(5, 'boolean')} OR t.attempt >= ${ATTEMPT_LIMIT} THEN t.run_at
                     ELSE now() + ${perLease(4, 'bigint')} * interval '1 millisecond' END,
       payload = coalesce(t.rerun_payload, t.payload),
       attempt = CASE WHEN t.rerun_payload IS NOT NULL AND NOT ${cancelRequested} THEN 0 ELSE t.attempt END,

@@ -63,6 +63,12 @@ export function idList(column: string, orderBy?: string): string {
   return `coalesce(string_agg((${column})::text, ','${orderBy ? ` ORDER BY ${orderBy}` : ''}), '')`;
 }
 
+/**
+ * The attempt limit in force for task `t`: the one its last claim recorded (see claim.sql.ts);
+ * rows claimed before attempt_limit existed carry it in max_attempts.
+ */
+export const ATTEMPT_LIMIT = 'coalesce(t.attempt_limit, t.max_attempts)';
+
 /** Whether a cancel request waits for task `t` (schema `s` quoted). */
 export function cancelRequestedOf(s: string): string {
   return `EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id)`;

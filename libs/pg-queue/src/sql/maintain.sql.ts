@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { cancelRequestedOf, notifyCte, marked } from './fragments.sql';
+import { ATTEMPT_LIMIT, cancelRequestedOf, notifyCte, marked } from './fragments.sql';
 
 /** First key of the pruner's advisory lock; the second is hashtext(schema). */
 const PRUNE_LOCK_NAMESPACE = 0x70_67_72; // "pgr"
@@ -29,7 +29,7 @@ WITH expired AS (
 ), rescued AS (
   UPDATE ${s}.task t
   SET state = CASE WHEN ${cancelRequestedOf(s)} THEN 'cancelled'
-                   WHEN t.attempt >= t.max_attempts THEN 'dead' ELSE 'pending' END,
+                   WHEN t.attempt >= ${ATTEMPT_LIMIT} THEN 'dead' ELSE 'pending' END,
       last_error = 'lease expired: worker ' || coalesce(t.locked_by, '?') || ' did not finish attempt ' || t.attempt,
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       run_at = now(), finished_at = now()

@@ -18,7 +18,7 @@ WITH now_cancelled AS (
 ), archived AS (
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
                                  last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at)
-  SELECT id, queue, 'cancelled', payload, priority, run_at, attempt, max_attempts,
+  SELECT id, queue, 'cancelled', payload, priority, run_at, attempt, coalesce(max_attempts, attempt_limit),
          last_error, parent_id, dedup_key, group_key, created_at, started_at, now()
   FROM now_cancelled
 ), requested AS (

@@ -13,7 +13,8 @@ export interface TaskRow {
   priority: number;
   run_at: Date;
   attempt: number;
-  max_attempts: number;
+  /** The enqueuer's explicit limit; null: the handler's (or, once claimed, see attempt). */
+  max_attempts: number | null;
   last_error: string | null;
   locked_by: string | null;
   locked_until: Date | null;

@@ -130,6 +130,21 @@ ALTER TABLE ${s}.task ADD CONSTRAINT task_lease_token_check
 ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_lease_token_check;
 `,
     },
+    {
+      version: 4,
+      name: 'settings_where_tasks_run',
+      sql: `
+-- The handler that runs a task governs its attempts (DESIGN 16): max_attempts is only the
+-- enqueuer's explicit choice (NULL: the handler decides). Each claim records the limit in force
+-- in attempt_limit, which the failure statement and the rescuer read: a rescuer in any process
+-- then applies the limit of the handler that ran the attempt.
+ALTER TABLE ${s}.task
+  ALTER COLUMN max_attempts DROP NOT NULL,
+  ALTER COLUMN max_attempts DROP DEFAULT,
+  ADD COLUMN attempt_limit integer CHECK (attempt_limit >= 1);
+ALTER TABLE ${s}.task_archive ALTER COLUMN max_attempts DROP NOT NULL;
+`,
+    },
   ];
 }
 

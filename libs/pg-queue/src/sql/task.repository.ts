@@ -12,7 +12,8 @@ export interface NewTaskRow {
   priority: number;
   runAt: Date | null;
   delayMs: number;
-  maxAttempts: number;
+  /** The enqueuer's explicit limit; null: the handler that claims the task decides. */
+  maxAttempts: number | null;
   parentId: string | null;
   dedupKey: string | null;
   groupKey: string | null;
@@ -206,8 +207,9 @@ export class TaskRepository {
     for (const p of part) ids[p.index] ??= ids[last.get(`${p.row.queue}\u0000${p.row.dedupKey}`)!.index];
   }
 
-  async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, retryBlocksGroup = true): Promise<ClaimedRow[]> {
-    const [res] = await db.$queryRawUnsafe<{ claimed: string }[]>(this.claimSql.claim, queue, limit, workerId, leaseMs, retryBlocksGroup);
+  /** `maxAttempts`: the claiming handler's limit, for tasks whose enqueuer set none. */
+  async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number, retryBlocksGroup = true): Promise<ClaimedRow[]> {
+    const [res] = await db.$queryRawUnsafe<{ claimed: string }[]>(this.claimSql.claim, queue, limit, workerId, leaseMs, retryBlocksGroup, maxAttempts);
     return JSON.parse(res.claimed) as ClaimedRow[];
   }
 

@@ -1,5 +1,5 @@
 import { HandlerConfigurationError, PgQueueError } from '../errors';
-import { buildTaskRow } from '../client/task-input';
+import { buildTaskRow, type RowLimits } from '../core/task-input';
 import type { FollowUpOptions, HandlerMode, TaskContext } from '../types';
 import type { Attempt } from './attempt';
 import type { TransactionGate } from './transaction.gate';
@@ -8,7 +8,7 @@ import type { TransactionGate } from './transaction.gate';
 export interface ContextScope {
   mode: HandlerMode;
   workerId: string;
-  rowDefaults: Parameters<typeof buildTaskRow>[3];
+  rowLimits: RowLimits;
   /** `ctx.heartbeat()` of an attempt. */
   heartbeat(attempt: Attempt): Promise<void>;
 }
@@ -67,5 +67,5 @@ async function enqueueFollowUp(attempt: Attempt, scope: ContextScope, queue: str
   if (attempt.finished) {
     throw new PgQueueError(`pg-queue: ctx.enqueue called after task ${attempt.task.id}'s handler returned`);
   }
-  attempt.followUps.push(buildTaskRow(queue, payload, options, scope.rowDefaults, attempt.task.id));
+  attempt.followUps.push(buildTaskRow(queue, payload, options, scope.rowLimits, attempt.task.id));
 }

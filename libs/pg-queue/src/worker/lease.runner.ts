@@ -26,7 +26,7 @@ export class LeaseRunner {
     private readonly wakeIn: (ms: number) => void,
   ) {
     this.batcher = new CompletionBatcher(deps.prisma, deps.repo, handler.options.batchSize);
-    this.scope = { mode: 'lease', workerId: deps.workerId, rowDefaults: deps.rowDefaults, heartbeat: (a) => this.heartbeatOne(a) };
+    this.scope = { mode: 'lease', workerId: deps.workerId, rowLimits: deps.rowLimits, heartbeat: (a) => this.heartbeatOne(a) };
   }
 
   /** Keeps a claimed attempt's lease alive from now on, before its handler starts. */

@@ -59,7 +59,7 @@ export class QueueWorker {
     const o = handler.options;
     this.timers = new WakeTimers(() => this.wake(), pollIntervalMs);
     const wakeIn = (ms: number) => this.wakeAt(Date.now() + ms);
-    this.claimCeiling = Math.min(o.batchSize, Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / deps.rowDefaults.maxPayloadBytes)));
+    this.claimCeiling = Math.min(o.batchSize, Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / deps.rowLimits.maxPayloadBytes)));
     this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
     this.transactional =
@@ -181,7 +181,7 @@ export class QueueWorker {
 
   private async claim(limit: number): Promise<Attempt[]> {
     const o = this.handler.options;
-    const rows = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.retryBlocksGroup);
+    const rows = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o.retryBlocksGroup);
     return rows.map((r) => new Attempt(r)).sort(byClaimOrder);
   }
 

@@ -70,7 +70,7 @@ export class TransactionalRunner {
     this.scope = {
       mode: 'transactional',
       workerId: deps.workerId,
-      rowDefaults: deps.rowDefaults,
+      rowLimits: deps.rowLimits,
       // The lease is fenced by the transaction's row locks: nothing to extend.
       heartbeat: async (a) => {
         if (a.aborted) throw new LeaseLostError(a.task.id);

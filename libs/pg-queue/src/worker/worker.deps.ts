@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import type { buildTaskRow } from '../client/task-input';
+import type { RowLimits } from '../core/task-input';
 import { NonRetryableError } from '../errors';
 import type { TaskEvents } from '../observability/task-events';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
@@ -17,7 +17,8 @@ export interface WorkerDeps {
   events: TaskEvents;
   logger: Logger;
   maxErrorBytes: number;
-  rowDefaults: Parameters<typeof buildTaskRow>[3];
+  /** What follow-ups are checked against (the same rules as enqueue). */
+  rowLimits: RowLimits;
 }
 
 /** The failure record of an attempt: fatal errors and last attempts go to dead (the SQL decides). */

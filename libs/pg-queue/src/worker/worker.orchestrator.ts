@@ -1,5 +1,4 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
-import { TaskQueue } from '../client/task-queue.service';
 import { TaskHandlerRegistry } from '../discovery/task-handler.registry';
 import { PgQueueError } from '../errors';
 import { TaskEvents } from '../observability/task-events';
@@ -42,7 +41,6 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     private readonly registry: TaskHandlerRegistry,
     private readonly scheduleRepo: ScheduleRepository,
     events: TaskEvents,
-    queue: TaskQueue,
   ) {
     this.deps = {
       prisma: options.prisma,
@@ -51,7 +49,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       events,
       logger: this.logger,
       maxErrorBytes: options.maxErrorBytes,
-      rowDefaults: queue.rowDefaults(),
+      rowLimits: { maxPayloadBytes: options.maxPayloadBytes },
     };
   }
 
@@ -130,7 +128,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   /** The ticker, created on first use after declaring this process's schedules in the database. */
   private async syncedTicker(): Promise<ScheduleTicker> {
     if (!this.ticker) {
-      const ticker = new ScheduleTicker(this.options.prisma, this.scheduleRepo, this.repo, (q) => this.registry.optionsFor(q).maxAttempts, this.logger);
+      const ticker = new ScheduleTicker(this.options.prisma, this.scheduleRepo, this.repo, this.logger);
       await ticker.sync(this.registry.schedules(), this.registry.all().map((h) => h.queue));
       this.ticker = ticker;
     }

@@ -54,12 +54,21 @@ export function serialisePayload(queue: string, payload: unknown, maxBytes: numb
   return json;
 }
 
-/** Validates one enqueue call and turns it into a row; throws before anything is written. */
+/** What enqueue checks rows against, from the module options of the enqueuing process. */
+export interface RowLimits {
+  maxPayloadBytes: number;
+}
+
+/**
+ * Validates one enqueue call and turns it into a row; throws before anything is written. Settings
+ * the enqueuer does not give explicitly stay unset on the row: the handler that runs the task
+ * decides them, whichever process enqueued it (DESIGN 16).
+ */
 export function buildTaskRow(
   queue: unknown,
   payload: unknown,
   options: Omit<EnqueueOptions, 'tx'> | undefined,
-  defaults: { maxPayloadBytes: number; maxAttemptsFor: (queue: string) => number },
+  limits: RowLimits,
   parentId: string | null = null,
 ): NewTaskRow {
   const name = validateQueueName(queue);
@@ -82,8 +91,8 @@ export function buildTaskRow(
   if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_DELAY_MS) {
     throw new InvalidEnqueueOptionsError('delayMs', `expected a number from 0 to ${MAX_DELAY_MS} (100 years), got ${JSON.stringify(delayMs)}`);
   }
-  const maxAttempts = o.maxAttempts ?? defaults.maxAttemptsFor(name);
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000_000) {
+  const maxAttempts = o.maxAttempts ?? null;
+  if (maxAttempts !== null && (!Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1_000_000)) {
     throw new InvalidEnqueueOptionsError('maxAttempts', `expected an integer in [1, 1000000], got ${JSON.stringify(maxAttempts)}`);
   }
   const dedupKey = optionalText('key', o.key);
@@ -97,7 +106,7 @@ export function buildTaskRow(
   }
   return {
     queue: name,
-    payloadJson: serialisePayload(name, payload, defaults.maxPayloadBytes),
+    payloadJson: serialisePayload(name, payload, limits.maxPayloadBytes),
     priority,
     runAt,
     delayMs: Math.round(delayMs),

@@ -7,7 +7,7 @@ import {
 import type { EnqueueOptions } from '../types';
 import { buildTaskRow, serialisePayload, validateQueueName } from './task-input';
 
-const DEFAULTS = { maxPayloadBytes: 1024, maxAttemptsFor: () => 5 };
+const DEFAULTS = { maxPayloadBytes: 1024 };
 type Options = Omit<EnqueueOptions, 'tx'>;
 
 /** The error thrown by `fn`, or a failure when it does not throw. */
@@ -147,7 +147,7 @@ describe('buildTaskRow', () => {
       priority: 0,
       runAt: null,
       delayMs: 0,
-      maxAttempts: 5,
+      maxAttempts: null,
       parentId: null,
       dedupKey: null,
       groupKey: null,
@@ -155,13 +155,9 @@ describe('buildTaskRow', () => {
     });
   });
 
-  it('asks for the queue default of maxAttempts only when none is given', () => {
-    const maxAttemptsFor = jest.fn(() => 7);
-    expect(buildTaskRow('x.q', {}, undefined, { maxPayloadBytes: 100, maxAttemptsFor }).maxAttempts).toBe(7);
-    expect(maxAttemptsFor).toHaveBeenCalledWith('x.q');
-    maxAttemptsFor.mockClear();
-    expect(buildTaskRow('x.q', {}, { maxAttempts: 2 }, { maxPayloadBytes: 100, maxAttemptsFor }).maxAttempts).toBe(2);
-    expect(maxAttemptsFor).not.toHaveBeenCalled();
+  it('leaves maxAttempts unset unless given: the handler that runs the task decides', () => {
+    expect(buildTaskRow('x.q', {}, undefined, DEFAULTS).maxAttempts).toBeNull();
+    expect(buildTaskRow('x.q', {}, { maxAttempts: 2 }, DEFAULTS).maxAttempts).toBe(2);
   });
 
   it('keeps valid options and rounds delayMs', () => {
