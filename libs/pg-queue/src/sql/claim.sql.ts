@@ -58,8 +58,12 @@ SELECT coalesce(json_agg(c), '[]')::text AS claimed FROM claimed c`,
 
     /**
      * Transactional mode, first statement of the handler transaction: re-check that each lease is
-     * still ours and row-lock it until commit. A plain FOR UPDATE (no SKIP): nothing else holds
-     * these rows for long, and while we hold them no rescuer or claimer can take them over.
+     * still ours and row-lock it until commit. FOR KEY SHARE, the weakest row lock: it still keeps
+     * out the rescuer (FOR UPDATE SKIP LOCKED) and any DELETE, so no one takes the task over, but it
+     * does not conflict with an UPDATE of non-key columns. An enqueue with onConflict
+     * 'rerun'/'replace' for this task's key therefore returns at once instead of waiting for the
+     * handler's whole transaction (DESIGN 17); complete.sql.ts reads its rerun request at the end.
+     * No SKIP: nothing else holds these rows for long.
      * The same statement bounds how long this transaction may sit idle: a worker that stalls
      * (paused, partitioned) mid-handler has its transaction ended by the server, which releases the
      * rows to the rescuer and rolls back the stalled attempt's writes.
@@ -72,7 +76,7 @@ WITH held AS (
   FROM ${s}.task t
   CROSS JOIN (SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS idle_limit
   WHERE ${HELD}
-  FOR UPDATE OF t
+  FOR KEY SHARE OF t
 )
 SELECT ${idList('id')} AS ids FROM held`,
   });

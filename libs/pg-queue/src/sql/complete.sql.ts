@@ -40,7 +40,8 @@ export function completeStatements(schema: string, retention: FinishedRetention)
      * when their parent's completion does.
      * Parameters: $1 ids, $2 lease tokens (see HELD), $3 follow-ups (JSON rows as in enqueue), $4 channel.
      * A lease in none of the three result lists either was lost or raced a concurrent rerun
-     * request (lease mode); the caller retries it once.
+     * request (possible in both modes: a transactional handler's FOR KEY SHARE lets the request
+     * in); the repository sends those once more.
      */
     complete: `
 WITH done AS (

@@ -221,11 +221,23 @@ export class TaskRepository {
   }
 
   /**
-   * Completes the leases still held and inserts their follow-ups. A lease in none of the result
-   * sets was lost (or, in lease mode, raced a rerun request: see complete.sql).
+   * Completes the leases still held and inserts their follow-ups; a lease in none of the result
+   * sets was lost. A rerun request that commits while the statement runs is seen by the DELETE's
+   * recheck of the row but not by the rerun UPDATE's snapshot, so the lease lands in no set: a
+   * second statement, with a fresh snapshot, settles those (rare: most batches never need it).
    */
   async complete(db: SqlExecutor, leases: Lease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set() };
+    const result = await this.completeOnce(db, leases, followUps);
+    const unsettled = leases.filter((l) => !result.done.has(l.id) && !result.rerun.has(l.id) && !result.cancelled.has(l.id));
+    if (unsettled.length === 0) return result;
+    const ids = new Set(unsettled.map((l) => l.id));
+    const again = await this.completeOnce(db, unsettled, followUps.filter((f) => f.parentId !== null && ids.has(f.parentId)));
+    for (const key of ['done', 'cancelled', 'rerun'] as const) for (const id of again[key]) result[key].add(id);
+    return result;
+  }
+
+  private async completeOnce(db: SqlExecutor, leases: Lease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     assertOneLeasePerTask(leases);
     const [res] = await db.$queryRawUnsafe<{ done_ids: string; cancelled_ids: string; rerun_ids: string }[]>(
       this.completeSql.complete,

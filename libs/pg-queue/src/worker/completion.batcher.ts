@@ -11,7 +11,6 @@ export type CompletionOutcome = 'done' | 'rerun' | 'cancelled' | 'lost';
 interface Completion extends Pending<CompletionOutcome> {
   lease: Lease;
   followUps: NewTaskRow[];
-  retried: boolean;
 }
 
 /**
@@ -35,7 +34,7 @@ export class CompletionBatcher {
 
   complete(lease: Lease, followUps: NewTaskRow[]): Promise<CompletionOutcome> {
     return new Promise((resolve, reject) => {
-      this.completions.push({ lease, followUps, resolve, reject, retried: false });
+      this.completions.push({ lease, followUps, resolve, reject });
       this.schedule();
     });
   }
@@ -84,12 +83,7 @@ export class CompletionBatcher {
           if (res.done.has(id)) c.resolve('done');
           else if (res.rerun.has(id)) c.resolve('rerun');
           else if (res.cancelled.has(id)) c.resolve('cancelled');
-          else if (!c.retried) {
-            // Lost, or raced a rerun request that landed mid-statement: one more try tells which.
-            c.retried = true;
-            this.completions.push(c);
-            this.schedule();
-          } else c.resolve('lost');
+          else c.resolve('lost');
         }
       }, completions);
     }

@@ -190,7 +190,8 @@ export class TransactionalRunner {
       for (const a of done) {
         const id = a.task.id;
         const outcome = res.done.has(id) ? 'done' : res.rerun.has(id) ? 'rerun' : null;
-        // The rows are locked by this transaction, so a lease cannot be missing; if one ever is, commit nothing.
+        // The rows are locked by this transaction (no one else can change a token), so a lease
+        // cannot be missing; if one ever is, commit nothing.
         if (outcome === null) throw new LeaseLostError(id);
         outcomes.set(id, outcome);
       }
