@@ -16,6 +16,12 @@ const TX_BUDGET_MS = 200;
  * the whole database ("subtransaction overflow"). Handlers that never touch ctx.tx take none.
  */
 const MAX_SAVEPOINTS = 48;
+/**
+ * How long a batch waits for a pool connection to start its transaction. Past it the batch's
+ * tasks are released uncounted (a small pool slows the queue, never kills tasks) and claimed
+ * again; a long wait would only keep them from workers that have a connection.
+ */
+const TX_START_WAIT_MS = 2000;
 /** Server-side idle-in-transaction limit beyond the handler timeout (see lockLeases). */
 export const IDLE_GRACE_MS = 1000;
 /** How long a timed-out handler may take to settle before its whole transaction is rolled back. */
@@ -103,7 +109,8 @@ export class TransactionalRunner {
   private async runTransaction(attempts: Attempt[]): Promise<Attempt[]> {
     const results = new Map<Attempt, Result>();
     const later: Attempt[] = [];
-    let held = new Set<string>();
+    /** null until the leases are locked: a failure before that reached no handler. */
+    let held: Set<string> | null = null;
     let current: Attempt | null = null;
     const { timeoutMs } = this.handler.options;
     let outcomes = new Map<string, Outcome>();
@@ -111,10 +118,11 @@ export class TransactionalRunner {
     try {
       await this.deps.prisma.$transaction(
         async (tx: SqlExecutor) => {
-          held = await this.deps.repo.lockLeases(tx, attempts.map((a) => a.lease), timeoutMs + IDLE_GRACE_MS);
+          const locked = await this.deps.repo.lockLeases(tx, attempts.map((a) => a.lease), timeoutMs + IDLE_GRACE_MS);
+          held = locked;
           const began = performance.now();
           for (const a of attempts) {
-            if (!held.has(a.task.id)) {
+            if (!locked.has(a.task.id)) {
               publish(this.deps, a, 'lease-lost');
               continue;
             }
@@ -129,10 +137,11 @@ export class TransactionalRunner {
           this.measured(results.size, performance.now() - began, later.length);
           outcomes = await this.finish(tx, results);
         },
-        { maxWait: 10_000, timeout: timeoutMs + TX_BUDGET_MS + 10_000 },
+        { maxWait: TX_START_WAIT_MS, timeout: timeoutMs + TX_BUDGET_MS + 10_000 },
       );
     } catch (err) {
-      return this.recover(err, attempts.filter((a) => held.has(a.task.id)), results, later, current);
+      const stillHeld = held === null ? attempts : attempts.filter((a) => held!.has(a.task.id));
+      return this.recover(err, stillHeld, results, current);
     }
     this.announce(results, outcomes);
     return later;
@@ -209,7 +218,7 @@ export class TransactionalRunner {
   }
 
   /** Nothing of the transaction committed. Decide what each held attempt needs now. */
-  private async recover(err: unknown, attempts: Attempt[], results: Map<Attempt, Result>, later: Attempt[], current: Attempt | null): Promise<Attempt[]> {
+  private async recover(err: unknown, attempts: Attempt[], results: Map<Attempt, Result>, current: Attempt | null): Promise<Attempt[]> {
     if (err instanceof RollbackAll && err.why === 'shutdown') {
       await this.release(attempts);
       return [];
@@ -224,13 +233,17 @@ export class TransactionalRunner {
       for (const [i, a] of err.culprits.entries()) this.announceFailures([a], states, failures[i].error);
       return attempts.filter((a) => !err.culprits.includes(a));
     }
-    // The transaction itself failed (connection lost, commit refused, ...): count the attempts
-    // that ran as failed with that error; the ones never started go again.
+    // The transaction itself failed (no pool connection in time, lock or connection lost, commit
+    // refused, ...): the attempts that ran failed with that error; the ones that never reached
+    // their handler go back uncounted at once (DESIGN 16), for this or another worker to claim.
     this.deps.logger.error(`transaction for queue "${this.handler.queue}" failed: ${(err as Error)?.message ?? err}`);
     const ran = [...results.keys(), ...(current ? [current] : [])];
-    const states = await this.recordOutsideTransaction(ran.map((a) => failureOf(a, err, this.handler, this.deps.maxErrorBytes)));
-    this.announceFailures(ran, states, String(err));
-    return later;
+    if (ran.length > 0) {
+      const states = await this.recordOutsideTransaction(ran.map((a) => failureOf(a, err, this.handler, this.deps.maxErrorBytes)));
+      this.announceFailures(ran, states, String(err));
+    }
+    await this.release(attempts.filter((a) => !ran.includes(a)));
+    return [];
   }
 
   private async recordOutsideTransaction(failures: Failure[]): Promise<Map<string, Outcome> | null> {
@@ -249,11 +262,13 @@ export class TransactionalRunner {
   }
 
   private async release(attempts: Attempt[]): Promise<void> {
+    if (attempts.length === 0) return;
     try {
       await this.deps.repo.release(this.deps.prisma, attempts.map((a) => a.lease));
       for (const a of attempts) publish(this.deps, a, 'released');
     } catch (err) {
-      this.deps.logger.error(`could not release tasks on shutdown: ${(err as Error).message}`);
+      // Their leases will expire and the rescuer will give them back (counted: see README).
+      this.deps.logger.error(`could not release tasks of "${this.handler.queue}": ${(err as Error).message}`);
     }
   }
 }
