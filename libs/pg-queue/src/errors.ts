@@ -109,3 +109,17 @@ export class ShutdownAbortError extends PgQueueError {
     super('pg-queue: worker is shutting down');
   }
 }
+
+/**
+ * A schedule declaration (module option `schedules[i]` or a handler's `schedule`) that cannot work;
+ * a startup error. `where` names the declaration, `option` its field at fault.
+ */
+export class InvalidScheduleError extends HandlerConfigurationError {
+  constructor(
+    readonly where: string,
+    readonly option: string,
+    reason: string,
+  ) {
+    super(`pg-queue: ${where}: invalid schedule: option "${option}": ${reason}`);
+  }
+}

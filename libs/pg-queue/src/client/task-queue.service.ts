@@ -57,7 +57,7 @@ export class TaskQueue {
   }
 
   /** One task by id, from the hot table or the archive. */
-  get(id: string): Promise<TaskRow | null> {
+  async get(id: string): Promise<TaskRow | null> {
     return this.operator.get(this.options.prisma, taskId(id));
   }
 
@@ -66,16 +66,15 @@ export class TaskQueue {
    * @example const page = await queue.list({ queue: 'email.send', state: 'dead', limit: 50 });
    */
   async list(filter: { queue?: string; state?: TaskState; cursor?: string; limit?: number } = {}): Promise<TaskRow[]> {
+    filterObject(filter);
     if (filter.state !== undefined && !STATES.includes(filter.state)) {
       throw new InvalidArgumentError('state', `expected one of ${STATES.join(', ')}`);
     }
-    const limit = filter.limit ?? 100;
-    if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidArgumentError('limit', 'expected an integer in [1, 10000]');
     return await this.operator.list(this.options.prisma, {
       queue: filter.queue === undefined ? null : validateQueueName(filter.queue),
       state: filter.state ?? null,
-      cursor: filter.cursor === undefined ? null : taskId(filter.cursor),
-      limit,
+      cursor: filter.cursor === undefined ? null : taskId(filter.cursor, 'cursor'),
+      limit: rowLimit(filter.limit ?? 100),
     });
   }
 
@@ -111,21 +110,28 @@ export class TaskQueue {
   }
 
   /** Retries every dead or cancelled task of a queue, optionally only those whose error matches (ILIKE). */
-  retryDead(filter: { queue: string; errorLike?: string }): Promise<string[]> {
-    return this.operator.retry(this.options.prisma, { ids: null, queue: validateQueueName(filter.queue), errorLike: filter.errorLike ?? null });
+  async retryDead(filter: { queue: string; errorLike?: string }): Promise<string[]> {
+    filterObject(filter);
+    const queue = validateQueueName(filter.queue);
+    const errorLike = filter.errorLike ?? null;
+    // Postgres text cannot hold U+0000; the driver would fail mid-call with "invalid byte sequence".
+    if (errorLike !== null && (typeof errorLike !== 'string' || errorLike.includes('\u0000'))) {
+      throw new InvalidArgumentError('errorLike', `expected an ILIKE pattern string without U+0000, got ${shown(errorLike)}`);
+    }
+    return this.operator.retry(this.options.prisma, { ids: null, queue, errorLike });
   }
 
   /** Changes a pending task's priority (lower runs first); false when it is not pending. */
-  setPriority(id: string, priority: number): Promise<boolean> {
-    if (!Number.isInteger(priority) || Math.abs(priority) > 2_147_483_647) {
-      throw new InvalidArgumentError('priority', 'expected a 32-bit integer');
+  async setPriority(id: string, priority: number): Promise<boolean> {
+    if (!Number.isInteger(priority) || priority < -2_147_483_648 || priority > 2_147_483_647) {
+      throw new InvalidArgumentError('priority', `expected a 32-bit integer, got ${shown(priority)}`);
     }
     return this.operator.setPriority(this.options.prisma, taskId(id), priority);
   }
 
   /** The seed's `select error_text, count(*) … group by 1 order by 2 desc`, for failing and dead tasks. */
-  topErrors(queue: string, limit = 20) {
-    return this.operator.topErrors(this.options.prisma, validateQueueName(queue), limit);
+  async topErrors(queue: string, limit = 20): Promise<{ error: string; count: number; dead: number; last_seen: Date }[]> {
+    return this.operator.topErrors(this.options.prisma, validateQueueName(queue), rowLimit(limit));
   }
 
   /**
@@ -133,8 +139,11 @@ export class TaskQueue {
    * (default: the last 24 hours).
    */
   async hourly(filter: { queue?: string; since?: Date } = {}) {
+    filterObject(filter);
     const since = filter.since ?? new Date(Date.now() - 86_400_000);
-    if (!(since instanceof Date) || Number.isNaN(since.getTime())) throw new InvalidArgumentError('since', 'expected a valid Date');
+    // Outside years 1-9999 toISOString writes "+010000-…" or "-000001-…", which Postgres cannot read.
+    const year = since instanceof Date ? since.getUTCFullYear() : NaN;
+    if (!(year >= 1 && year <= 9999)) throw new InvalidArgumentError('since', 'expected a valid Date between the years 1 and 9999');
     const rows = await this.operator.hourly(this.options.prisma, filter.queue === undefined ? null : validateQueueName(filter.queue), since);
     return rows.map((r) => ({ hour: r.hour, queue: r.queue, done: r.done, totalMs: r.total_ms, avgMs: r.avg_ms }));
   }
@@ -169,7 +178,35 @@ export class TaskQueue {
   }
 }
 
-function taskId(id: unknown): string {
-  if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id)) throw new InvalidArgumentError('id', `expected a task id, got ${JSON.stringify(id)}`);
+/** A task id: a positive bigint as a canonical decimal string (what the API hands out). */
+function taskId(id: unknown, argument = 'id'): string {
+  // 19 digits can still exceed bigint's maximum; equal-length digit strings compare like numbers.
+  if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id) || (id.length === 19 && id > '9223372036854775807')) {
+    throw new InvalidArgumentError(argument, `expected a task id (a positive bigint as a decimal string), got ${shown(id)}`);
+  }
   return id;
+}
+
+/** A page size (`list`, `topErrors`): an integer in [1, 10000]. */
+function rowLimit(limit: unknown): number {
+  if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > 10_000) {
+    throw new InvalidArgumentError('limit', `expected an integer in [1, 10000], got ${shown(limit)}`);
+  }
+  return limit;
+}
+
+/** The filter object of list / retryDead / hourly: a missing one is a call-site error, not a TypeError inside. */
+function filterObject(filter: unknown): void {
+  if (typeof filter !== 'object' || filter === null) throw new InvalidArgumentError('filter', `expected an object, got ${shown(filter)}`);
+}
+
+/** A bad argument as the caller would write it (JSON.stringify turns NaN into null and throws on BigInt). */
+function shown(value: unknown): string {
+  if (typeof value === 'number' || typeof value === 'undefined') return String(value);
+  if (typeof value === 'bigint') return `${value}n`;
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
 }

@@ -1,6 +1,14 @@
 import { Cron } from 'croner';
-import { HandlerConfigurationError } from '../errors';
+import { InvalidScheduleError, PayloadTooLargeError, PgQueueError } from '../errors';
 import { serialisePayload, validateQueueName } from '../core/task-input';
+
+/**
+ * At most 366 days: longer periods read better as cron, and a huge interval puts the first tick past
+ * what Date and timestamptz hold (1e15 ms lands in the year 33658, which Postgres cannot parse).
+ */
+const MAX_EVERY_MS = 366 * 86_400_000;
+/** The limit for schedule payloads, fixed whatever the module's maxPayloadBytes. */
+const MAX_PAYLOAD_BYTES = 64 * 1024;
 
 /**
  * A periodic task declared in code: a cron expression (seconds optional, with a time zone) or a
@@ -32,31 +40,62 @@ export interface ValidSchedule {
   missed: 'skip' | 'once';
 }
 
-/** Validates a declaration; `where` names the handler or option in the error. */
+/**
+ * Validates a declaration; `where` names the handler or `schedules[i]` in the error. Everything the
+ * database would refuse (U+0000, out-of-range times) is caught here, at startup, before any
+ * schedule is written.
+ */
 export function validateSchedule(def: ScheduleDefinition, where: string): ValidSchedule {
-  const fail = (reason: string): never => {
-    throw new HandlerConfigurationError(`pg-queue: ${where}: invalid schedule: ${reason}`);
+  const fail = (option: string, reason: string): never => {
+    throw new InvalidScheduleError(where, option, reason);
   };
-  const queue = validateQueueName(def.queue);
-  if ((def.cron === undefined) === (def.everyMs === undefined)) fail('give exactly one of cron and everyMs');
-  if (def.everyMs !== undefined && (!Number.isInteger(def.everyMs) || def.everyMs < 100)) fail('everyMs must be an integer >= 100');
-  if (def.tz !== undefined && def.cron === undefined) fail('tz only applies to cron');
-  if (def.missed !== undefined && def.missed !== 'skip' && def.missed !== 'once') fail(`missed must be 'skip' or 'once'`);
+  /** Runs a shared validator and restates its typed error as one naming this schedule and option. */
+  const restate = <T>(option: string, check: () => T): T => {
+    try {
+      return check();
+    } catch (err) {
+      // PayloadTooLargeError names maxPayloadBytes, which is not the limit here
+      if (err instanceof PayloadTooLargeError) fail(option, `${err.bytes} bytes of JSON, over the ${MAX_PAYLOAD_BYTES}-byte limit for schedule payloads`);
+      if (err instanceof PgQueueError) fail(option, err.message.replace(/^pg-queue: /, ''));
+      throw err;
+    }
+  };
+  if (typeof def !== 'object' || def === null) fail('schedule', `expected an object, got ${String(def)}`);
+  const queue = restate('queue', () => validateQueueName(def.queue));
+  if ((def.cron === undefined) === (def.everyMs === undefined)) fail('cron', 'give exactly one of cron and everyMs');
+  if (def.cron !== undefined && (typeof def.cron !== 'string' || def.cron.includes('\u0000'))) fail('cron', 'expected a cron expression string');
+  if (def.everyMs !== undefined && (!Number.isInteger(def.everyMs) || def.everyMs < 100 || def.everyMs > MAX_EVERY_MS)) {
+    fail('everyMs', `expected an integer from 100 to ${MAX_EVERY_MS} (366 days), got ${String(def.everyMs)}`);
+  }
+  if (def.tz !== undefined) {
+    if (def.cron === undefined) fail('tz', 'only applies to cron');
+    // croner does not refuse '' or a non-string: it would quietly use some other zone.
+    if (typeof def.tz !== 'string' || def.tz.length === 0) fail('tz', `expected an IANA time zone name, got ${JSON.stringify(def.tz)}`);
+    try {
+      new Cron('0 * * * *', { timezone: def.tz, paused: true }).nextRun();
+    } catch {
+      fail('tz', `unknown time zone ${JSON.stringify(def.tz)}`);
+    }
+  }
+  if (def.missed !== undefined && def.missed !== 'skip' && def.missed !== 'once') fail('missed', `expected 'skip' or 'once', got ${JSON.stringify(def.missed)}`);
   const name = def.name ?? queue;
-  if (typeof name !== 'string' || name.length === 0 || name.length > 200) fail('name must be a non-empty string');
+  // The name is the row's primary key: text Postgres can store unchanged (no U+0000, no lone surrogate).
+  if (typeof name !== 'string' || name.length === 0 || name.length > 200 || name.includes('\u0000') || Buffer.from(name, 'utf8').toString('utf8') !== name) {
+    fail('name', 'expected a non-empty string of at most 200 characters, without U+0000 or unpaired UTF-16 surrogates');
+  }
   const valid: ValidSchedule = {
     name,
     queue,
     cron: def.cron ?? null,
     tz: def.cron !== undefined ? def.tz ?? 'UTC' : null,
     everyMs: def.everyMs ?? null,
-    payloadJson: serialisePayload(queue, def.payload ?? {}, 64 * 1024),
+    payloadJson: restate('payload', () => serialisePayload(queue, def.payload ?? {}, MAX_PAYLOAD_BYTES)),
     missed: def.missed ?? 'skip',
   };
   try {
     nextTick(valid, new Date());
   } catch (err) {
-    fail((err as Error).message);
+    fail(def.cron !== undefined ? 'cron' : 'everyMs', (err as Error).message);
   }
   return valid;
 }
