@@ -83,10 +83,10 @@ describe('fencing: a worker that lost its lease changes nothing', () => {
     const prisma = db.prisma();
     const repo = new TaskRepository('pgqueue', 'archive');
     const [id] = await qa.queue.enqueueMany([{ queue: 'fence.raw', payload: {} }]);
-    const [stale] = await repo.claim(prisma, 'fence.raw', 1, 'A', 1, 5);
+    const [stale] = (await repo.claim(prisma, 'fence.raw', 1, 'A', 1, 5)).rows;
     await db.sql("UPDATE pgqueue.task SET locked_until = now() - interval '1 second' WHERE id = $1", [id]);
     expect(await repo.rescueExpired(prisma)).toEqual({ rescued: 1, dead: 0 });
-    const [fresh] = await repo.claim(prisma, 'fence.raw', 1, 'B', 60_000, 5);
+    const [fresh] = (await repo.claim(prisma, 'fence.raw', 1, 'B', 60_000, 5)).rows;
     expect(fresh.attempt).toBe(2);
     const staleLease = [{ id, token: stale.lease_token }];
     const before = await qa.queue.get(id);

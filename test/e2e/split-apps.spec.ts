@@ -104,7 +104,7 @@ describe('split producer and worker apps: the handler where a task runs governs 
     const prisma = db.prisma();
     // Two workers that died holding the task (1 ms leases), each claiming as split.tx's handler does.
     for (const expected of [{ rescued: 1, dead: 0 }, { rescued: 1, dead: 1 }]) {
-      const [row] = await repo.claim(prisma, 'split.tx', 1, 'gone-worker', 1, 2);
+      const [row] = (await repo.claim(prisma, 'split.tx', 1, 'gone-worker', 1, 2)).rows;
       expect(row.id).toBe(id);
       await db.sql("UPDATE pgqueue.task SET locked_until = now() - interval '1 second' WHERE id = $1", [id]);
       expect(await rescueExpiredLeases(worker.app)).toEqual(expected);

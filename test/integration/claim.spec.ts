@@ -27,7 +27,7 @@ describe('claim statement', () => {
         Array.from({ length: 4 }, async (_, l) => {
           const worker = `w${c}.${l}`;
           for (;;) {
-            const rows = await repo.claim(client, 'claim.q', 7, worker, 60_000, 5);
+            const rows = (await repo.claim(client, 'claim.q', 7, worker, 60_000, 5)).rows;
             if (rows.length === 0) return;
             for (const r of rows) claimedBy.set(r.id, [...(claimedBy.get(r.id) ?? []), worker]);
           }
@@ -54,7 +54,7 @@ describe('claim statement', () => {
       row(4, { priority: 0, delayMs: 60_000 }),
       row(5, { priority: 1 }),
     ]);
-    const rows = await repo.claim(db.prisma(), 'claim.q', 10, 'w', 1000, 5);
+    const rows = (await repo.claim(db.prisma(), 'claim.q', 10, 'w', 1000, 5)).rows;
     const order = rows
       .sort((a, b) => a.priority - b.priority || a.run_at_ms - b.run_at_ms || Number(a.id) - Number(b.id))
       .map((r) => (r.payload as { n: number }).n);
@@ -63,7 +63,7 @@ describe('claim statement', () => {
 
   it('counts the attempt and takes a lease at claim time', async () => {
     const [id] = await repo.insert(db.prisma(), [row(1)]);
-    const [claimed] = await repo.claim(db.prisma(), 'claim.q', 1, 'host:1:abc', 30_000, 5);
+    const [claimed] = (await repo.claim(db.prisma(), 'claim.q', 1, 'host:1:abc', 30_000, 5)).rows;
     expect(claimed).toMatchObject({ id, attempt: 1 });
     const [t] = await db.sql('SELECT state, locked_by, lease_token::text, extract(epoch FROM locked_until - now()) AS left_s FROM pgqueue.task WHERE id = $1', [id]);
     expect(t).toMatchObject({ state: 'running', locked_by: 'host:1:abc', lease_token: claimed.lease_token });

@@ -47,7 +47,7 @@ describe('lease statements', () => {
       ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'boolean', 'int'], [`'plan.q'`, '500', `'w'`, '60000', 'true', '5']],
       ['lockLeases', claim.lockLeases, ['text', 'text', 'text'], [...leases, `'1000'`]],
       ['complete', finish.complete, ['text', 'text', 'text', 'text'], [...leases, `'[]'`, `'ch'`]],
-      ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`]],
+      ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]', 'text'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`, `'ch'`]],
       ['release', finish.release, ['text', 'text', 'text'], [...leases, `'ch'`]],
       ['heartbeat', finish.heartbeat, ['text', 'text', 'float8'], [...leases, '60000']],
       ['rescueExpired', maintainStatements('pgqueue').rescueExpired, ['int', 'text'], ['100', `'ch'`]],
@@ -77,11 +77,11 @@ describe('lease statements', () => {
     await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
     const prisma = db.prisma();
     const [id] = await repo.insert(prisma, [taskRow('twice.q')]);
-    const [first] = await repo.claim(prisma, 'twice.q', 1, 'w', 60_000, 5);
+    const [first] = (await repo.claim(prisma, 'twice.q', 1, 'w', 60_000, 5)).rows;
     // The first lease runs out and the same task is claimed again (by the same worker, even).
     await db.sql("UPDATE pgqueue.task SET locked_until = now() - interval '1 second' WHERE id = $1", [id]);
     expect(await repo.rescueExpired(prisma)).toEqual({ rescued: 1, dead: 0 });
-    const [second] = await repo.claim(prisma, 'twice.q', 1, 'w', 60_000, 5);
+    const [second] = (await repo.claim(prisma, 'twice.q', 1, 'w', 60_000, 5)).rows;
     const stale = { id, token: first.lease_token };
     const current = { id, token: second.lease_token };
 
@@ -104,7 +104,7 @@ describe('lease statements', () => {
     const prisma = db.prisma();
     const keyed = (key: string, tag: string) => taskRow('rerun.q', { dedupKey: key, onConflict: 'rerun', payloadJson: JSON.stringify({ tag }) });
     await repo.insert(prisma, ['a', 'b', 'c'].map((k) => keyed(k, 'first')));
-    const claimed = await repo.claim(prisma, 'rerun.q', 3, 'w', 60_000, 5);
+    const claimed = (await repo.claim(prisma, 'rerun.q', 3, 'w', 60_000, 5)).rows;
     // While the three run, b is enqueued again: its completion must send it back to pending.
     const [rerunId] = await repo.insert(prisma, [keyed('b', 'second')]);
     const res = await repo.complete(prisma, claimed.map((r) => ({ id: r.id, token: r.lease_token })), []);
@@ -113,7 +113,7 @@ describe('lease statements', () => {
 
     // A batch whose every lease finishes never computes the set difference of the rerun lookup.
     await repo.insert(prisma, [taskRow('rerun.q'), taskRow('rerun.q')]);
-    const all = await repo.claim(prisma, 'rerun.q', 10, 'w', 60_000, 5);
+    const all = (await repo.claim(prisma, 'rerun.q', 10, 'w', 60_000, 5)).rows;
     expect(all).toHaveLength(3);
     const [ids, tokens] = [all.map((r) => r.id).join(','), all.map((r) => r.lease_token).join(',')];
     const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${completeStatements('pgqueue', 'archive').complete}`, [ids, tokens, '[]', 'ch']))
@@ -127,7 +127,7 @@ describe('lease statements', () => {
     await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
     const prisma = db.prisma();
     await repo.insert(prisma, Array.from({ length: 40 }, () => taskRow('fail.q')));
-    const leases = await repo.claim(prisma, 'fail.q', 40, 'w', 60_000, 5);
+    const leases = (await repo.claim(prisma, 'fail.q', 40, 'w', 60_000, 5)).rows;
     // Reversed, so that the order of $2 differs from the order the rows are found in.
     const failures = leases.reverse().map((l, i) => ({
       id: l.id, token: l.lease_token, error: `boom ${l.id}`, delayMs: i % 2 === 0 ? 3_600_000 : 0, fatal: i % 3 === 0,

@@ -15,7 +15,15 @@ import { quoteIdent } from './identifiers';
  * - The claimed rows come back as one JSON array (times as epoch milliseconds): the driver stack's
  *   per-row and per-column work cost more Node CPU than a single JSON.parse of the same data.
  * - The scan walks task_claim_idx (queue, priority, run_at, id) WHERE state = 'pending', so the cost
- *   does not depend on how many running, dead or finished tasks exist.
+ *   does not depend on how many running, dead or finished tasks exist. That index orders by
+ *   priority first, so its scan passes over the queue's not-yet-due rows: a one-time probe of
+ *   task_due_idx (queue, run_at) skips the scan when nothing is due, which keeps a claim that finds
+ *   nothing flat however many delayed tasks and retries wait.
+ * - A claim that comes back short also says when the queue's next task is due, as a delay from the
+ *   database's own clock (another probe of task_due_idx): the worker sets its timer from that, so
+ *   every due time is met without polling and without trusting the app's clock. It returns the
+ *   database's time too, from which the worker estimates how far its clock is off (see
+ *   DatabaseClock) to read the due times that notifications carry.
  *
  * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 a retry holds back its group,
  * $6 the claiming handler's maxAttempts (the limit in force unless the enqueuer set one).
@@ -29,6 +37,9 @@ export function claimStatements(schema: string) {
 WITH next AS (
   SELECT t.id FROM ${s}.task t
   WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
+    -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
+    -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
+    AND (SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
     -- Per-group FIFO: only a group's head runs, and only while nothing of its group runs.
     -- With $5 = false a task waiting for its retry does not hold back the rest of its group.
     AND (t.group_key IS NULL OR NOT EXISTS (
@@ -54,7 +65,13 @@ WITH next AS (
             ${EPOCH_MS('t.created_at')} AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
             t.group_key, t.dedup_key
 )
-SELECT coalesce(json_agg(c), '[]')::text AS claimed FROM claimed c`,
+SELECT coalesce(json_agg(c), '[]')::text AS claimed,
+       CASE WHEN count(*) < $2 THEN (
+         SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM ${s}.task d
+         WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
+       ) END AS next_due_in_ms,
+       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms
+FROM claimed c`,
 
     /**
      * Transactional mode, first statement of the handler transaction: re-check that each lease is

@@ -78,8 +78,10 @@ SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
     /**
      * Failure: retry at now + delay, or `dead` when the error is fatal or attempts are used up. A
      * newer payload from a rerun request supersedes the failed run: it starts over with that one.
+     * A retry is announced like a delayed task (its due time in the NOTIFY), so any idle worker,
+     * not only this one, sets its timer for it.
      * Parameters: $1 ids, $2 lease tokens (see HELD), $3 error[] (already truncated), $4 delay_ms[], $5 fatal[],
-     * in the order of $2.
+     * in the order of $2; $6 channel.
      */
     fail: `
 WITH lease_pos AS (
@@ -101,11 +103,11 @@ WITH lease_pos AS (
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       finished_at = now()
   WHERE ${HELD}
-  RETURNING t.id, t.state
+  RETURNING t.id, t.state, t.queue, t.run_at
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING failed f WHERE c.task_id = f.id AND f.state = 'cancelled'
-)
-SELECT id::text AS id, state FROM failed`,
+), ${notifyCte("SELECT queue, run_at FROM failed WHERE state = 'pending'", '$6')}
+SELECT id::text AS id, state, (SELECT count(*) FROM notified)::int AS notified FROM failed`,
 
     /**
      * Shutdown: give unfinished tasks back without counting the attempt (or cancel them if asked).

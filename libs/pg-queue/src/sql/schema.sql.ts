@@ -143,6 +143,11 @@ ALTER TABLE ${s}.task
   ALTER COLUMN max_attempts DROP DEFAULT,
   ADD COLUMN attempt_limit integer CHECK (attempt_limit >= 1);
 ALTER TABLE ${s}.task_archive ALTER COLUMN max_attempts DROP NOT NULL;
+
+-- Due times by queue: when the next delayed task or retry of a queue is due (the worker sets its
+-- timer from it), and whether anything is due at all, in one index probe however many tasks wait
+-- for a later time (task_claim_idx orders by priority first and cannot answer either).
+CREATE INDEX task_due_idx ON ${s}.task (queue, run_at) WHERE state = 'pending';
 `,
     },
   ];

@@ -38,6 +38,18 @@ export interface ClaimedRow {
   dedup_key: string | null;
 }
 
+/** What one claim brought back. */
+export interface Claim {
+  rows: ClaimedRow[];
+  /**
+   * When the claim came back short: how long until the queue's next not-yet-due task is due, by
+   * the database's clock (null: none waits). Unset after a full claim (the worker claims again).
+   */
+  nextDueInMs: number | null;
+  /** The database's clock (epoch ms) when the claim ran. */
+  dbNowMs: number;
+}
+
 export interface Lease {
   id: string;
   token: string;
@@ -208,9 +220,11 @@ export class TaskRepository {
   }
 
   /** `maxAttempts`: the claiming handler's limit, for tasks whose enqueuer set none. */
-  async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number, retryBlocksGroup = true): Promise<ClaimedRow[]> {
-    const [res] = await db.$queryRawUnsafe<{ claimed: string }[]>(this.claimSql.claim, queue, limit, workerId, leaseMs, retryBlocksGroup, maxAttempts);
-    return JSON.parse(res.claimed) as ClaimedRow[];
+  async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number, retryBlocksGroup = true): Promise<Claim> {
+    const [res] = await db.$queryRawUnsafe<{ claimed: string; next_due_in_ms: number | null; db_now_ms: number }[]>(
+      this.claimSql.claim, queue, limit, workerId, leaseMs, retryBlocksGroup, maxAttempts,
+    );
+    return { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms };
   }
 
   /** Row-locks the leases still held; returns the ids that are. */
@@ -258,6 +272,7 @@ export class TaskRepository {
       failures.map((f) => f.error),
       failures.map((f) => Math.max(0, Math.round(f.delayMs))),
       failures.map((f) => f.fatal),
+      this.channel,
     );
     return new Map(rows.map((r) => [r.id, r.state]));
   }

@@ -58,7 +58,7 @@ export class QueueWorker {
   ) {
     const o = handler.options;
     this.timers = new WakeTimers(() => this.wake(), pollIntervalMs);
-    const wakeIn = (ms: number) => this.wakeAt(Date.now() + ms);
+    const wakeIn = (ms: number) => this.wakeIn(ms);
     this.claimCeiling = Math.min(o.batchSize, Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / deps.rowLimits.maxPayloadBytes)));
     this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
@@ -85,11 +85,11 @@ export class QueueWorker {
     this.fill();
   }
 
-  /** A task becomes due at `at` (epoch ms): wake then, unless an earlier wake-up is already set. */
-  wakeAt(at: number): void {
+  /** A task becomes due in `ms`: wake then, unless an earlier wake-up is already set. */
+  wakeIn(ms: number): void {
     if (this.state !== 'running') return;
-    if (at <= Date.now()) return this.wake();
-    this.timers.wakeAt(at);
+    if (ms <= 0) return this.wake();
+    this.timers.dueIn(ms);
   }
 
   /** A running task of this queue was cancelled: abort its handler if it runs here. */
@@ -167,7 +167,8 @@ export class QueueWorker {
         if (want === 0) break;
         const seq = this.wakeSeq;
         const rows = await this.claim(want);
-        // A short batch means the queue is empty for now, unless a wake came in meanwhile.
+        // A short batch means the queue is empty for now, unless a wake came in meanwhile. The
+        // claim then also said when the next task is due: the timer takes over from there.
         if (rows.length < want) this.claimedSeq = seq;
         if (rows.length > 0) this.dispatch(rows);
       }
@@ -181,8 +182,11 @@ export class QueueWorker {
 
   private async claim(limit: number): Promise<Attempt[]> {
     const o = this.handler.options;
-    const rows = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o.retryBlocksGroup);
-    return rows.map((r) => new Attempt(r)).sort(byClaimOrder);
+    const sentAt = Date.now();
+    const claim = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o.retryBlocksGroup);
+    this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
+    if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
+    return claim.rows.map((r) => new Attempt(r)).sort(byClaimOrder);
   }
 
   private dispatch(attempts: Attempt[]): void {

@@ -16,8 +16,8 @@ export class WakeupListener {
     private readonly channel: string,
     private readonly logger: Logger,
     private readonly on: {
-      /** Tasks of `queue` are due at `at` (epoch ms; now or later). */
-      wake: (queue: string, at: number) => void;
+      /** Tasks of `queue` are due now (null) or at `dueAt`, epoch ms by the database's clock. */
+      wake: (queue: string, dueAt: number | null) => void;
       cancel: (taskId: string) => void;
       reconnected: () => void;
     },
@@ -27,7 +27,7 @@ export class WakeupListener {
   private dispatch(payload: string): void {
     if (payload.startsWith('!cancel ')) return this.on.cancel(payload.slice('!cancel '.length));
     const at = payload.lastIndexOf('@');
-    if (at < 0) return this.on.wake(payload, Date.now());
+    if (at < 0) return this.on.wake(payload, null);
     this.on.wake(payload.slice(0, at), Number(payload.slice(at + 1)));
   }
 

@@ -7,6 +7,7 @@ import type { FailedState, Failure, TaskRepository } from '../sql/task.repositor
 import type { PrismaClientLike, TaskEvent } from '../types';
 import type { Attempt } from './attempt';
 import { backoffDelayMs } from './backoff';
+import type { DatabaseClock } from './database.clock';
 import { errorText } from './error-text';
 
 /** What a queue worker and its runners share. */
@@ -19,6 +20,8 @@ export interface WorkerDeps {
   maxErrorBytes: number;
   /** What follow-ups are checked against (the same rules as enqueue). */
   rowLimits: RowLimits;
+  /** This process's estimate of the database's clock (claims feed it; notifications read it). */
+  clock: DatabaseClock;
 }
 
 /** The failure record of an attempt: fatal errors and last attempts go to dead (the SQL decides). */

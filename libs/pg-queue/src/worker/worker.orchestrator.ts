@@ -8,6 +8,7 @@ import { ScheduleTicker } from '../schedules/schedule.ticker';
 import { installSchema } from '../sql/schema.installer';
 import { ScheduleRepository } from '../sql/schedule.repository';
 import { TaskRepository } from '../sql/task.repository';
+import { DatabaseClock } from './database.clock';
 import { LeaseRescuer } from './lease.rescuer';
 import { RetentionPruner } from './retention.pruner';
 import { QueueWorker } from './queue.worker';
@@ -50,6 +51,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       logger: this.logger,
       maxErrorBytes: options.maxErrorBytes,
       rowLimits: { maxPayloadBytes: options.maxPayloadBytes },
+      clock: new DatabaseClock(),
     };
   }
 
@@ -147,7 +149,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private async ensureListener(): Promise<void> {
     if (this.listener || !this.options.databaseUrl) return;
     this.listener = new WakeupListener(this.options.databaseUrl, this.repo.channel, this.logger, {
-      wake: (queue, at) => this.workers.get(queue)?.wakeAt(at),
+      wake: (queue, dueAt) => this.workers.get(queue)?.wakeIn(dueAt === null ? 0 : this.deps.clock.msUntil(dueAt)),
       cancel: (taskId) => this.cancelRunning(taskId),
       reconnected: () => this.wakeAll(),
     });
