@@ -98,7 +98,7 @@ describe('fencing: a worker that lost its lease changes nothing', () => {
       prisma.$transaction(async (tx) => {
         expect(await repo.lockLeases(tx, staleLease, 1000)).toEqual(new Set());
         await tx.order.create({ data: { customer: 'stale-write', amountCents: 1 } });
-        const done = await repo.complete(tx, staleLease, []);
+        const done = await repo.complete(tx, staleLease.map((l) => ({ ...l, startedAt: 0, finishedAt: 0 })), []);
         if (!done.done.has(id)) throw new Error('lease lost'); // what the runner does
       }),
     ).rejects.toThrow('lease lost');

@@ -46,7 +46,7 @@ describe('lease statements', () => {
     const cases: [string, string, string[], string[]][] = [
       ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'boolean', 'int'], [`'plan.q'`, '500', `'w'`, '60000', 'true', '5']],
       ['lockLeases', claim.lockLeases, ['text', 'text', 'text'], [...leases, `'1000'`]],
-      ['complete', finish.complete, ['text', 'text', 'text', 'text'], [...leases, `'[]'`, `'ch'`]],
+      ['complete', finish.complete, ['text', 'text', 'text', 'text', 'float8[]', 'float8[]'], [...leases, `'[]'`, `'ch'`, `'{1,2,3}'`, `'{0,0,0}'`]],
       ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]', 'text'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`, `'ch'`]],
       ['release', finish.release, ['text', 'text', 'text'], [...leases, `'ch'`]],
       ['heartbeat', finish.heartbeat, ['text', 'text', 'float8'], [...leases, '60000']],
@@ -82,8 +82,9 @@ describe('lease statements', () => {
     await db.sql("UPDATE pgqueue.task SET locked_until = now() - interval '1 second' WHERE id = $1", [id]);
     expect(await repo.rescueExpired(prisma)).toEqual({ rescued: 1, dead: 0 });
     const [second] = (await repo.claim(prisma, 'twice.q', 1, 'w', 60_000, 5)).rows;
-    const stale = { id, token: first.lease_token };
-    const current = { id, token: second.lease_token };
+    const ran = { startedAt: performance.now(), finishedAt: performance.now() };
+    const stale = { id, token: first.lease_token, ...ran };
+    const current = { id, token: second.lease_token, ...ran };
 
     // Heartbeat extends the current lease only (results are keyed by token).
     expect([...(await repo.heartbeat(prisma, [stale, current], 60_000)).keys()]).toEqual([current.token]);
@@ -107,7 +108,7 @@ describe('lease statements', () => {
     const claimed = (await repo.claim(prisma, 'rerun.q', 3, 'w', 60_000, 5)).rows;
     // While the three run, b is enqueued again: its completion must send it back to pending.
     const [rerunId] = await repo.insert(prisma, [keyed('b', 'second')]);
-    const res = await repo.complete(prisma, claimed.map((r) => ({ id: r.id, token: r.lease_token })), []);
+    const res = await repo.complete(prisma, claimed.map((r) => ({ id: r.id, token: r.lease_token, startedAt: 0, finishedAt: 0 })), []);
     expect({ done: res.done.size, rerun: [...res.rerun] }).toEqual({ done: 2, rerun: [rerunId] });
     expect(await db.sql("SELECT state, payload->>'tag' AS tag FROM pgqueue.task WHERE queue = 'rerun.q'")).toEqual([{ state: 'pending', tag: 'second' }]);
 
@@ -116,7 +117,7 @@ describe('lease statements', () => {
     const all = (await repo.claim(prisma, 'rerun.q', 10, 'w', 60_000, 5)).rows;
     expect(all).toHaveLength(3);
     const [ids, tokens] = [all.map((r) => r.id).join(','), all.map((r) => r.lease_token).join(',')];
-    const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${completeStatements('pgqueue', 'archive').complete}`, [ids, tokens, '[]', 'ch']))
+    const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${completeStatements('pgqueue', 'archive').complete}`, [ids, tokens, '[]', 'ch', all.map(() => 1), all.map(() => 0)]))
       .map((r) => r['QUERY PLAN'])
       .join('\n');
     expect(plan).toMatch(/SetOp Except All \(never executed\)/);

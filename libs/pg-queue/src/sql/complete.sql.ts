@@ -17,13 +17,19 @@ export type FinishedRetention = 'archive' | 'delete';
 
 export function completeStatements(schema: string, retention: FinishedRetention) {
   const s = quoteIdent(schema);
+  // The archive keeps when each handler really started and ended: $5 and $6 say how many ms before
+  // this statement, per lease in $1's order (measured on the worker's monotonic clock, so neither
+  // the transaction's start, which now() would give, nor clock skew distorts run times).
   const keepHistory = retention === 'archive'
     ? `, archived AS (
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
                                  last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at)
-  SELECT id, queue, CASE WHEN cancelled THEN 'cancelled' ELSE 'done' END, payload, priority, run_at, attempt,
-         coalesce(max_attempts, attempt_limit), last_error, parent_id, dedup_key, group_key, created_at, started_at, now()
-  FROM done
+  SELECT d.id, d.queue, CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END, d.payload, d.priority, d.run_at, d.attempt,
+         coalesce(d.max_attempts, d.attempt_limit), d.last_error, d.parent_id, d.dedup_key, d.group_key, d.created_at,
+         coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at),
+         coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp())
+  FROM done d
+  LEFT JOIN unnest(string_to_array($1, ',')::bigint[], $5::float8[], $6::float8[]) AS r(id, started_ago, finished_ago) ON r.id = d.id
 )`
     : '';
   const cancelRequested = cancelRequestedOf(s);
@@ -38,7 +44,8 @@ export function completeStatements(schema: string, retention: FinishedRetention)
      * its newest payload; the rest leave the hot table (archived or deleted). Follow-ups are
      * inserted in the same statement, only for parents whose fence held, so they commit exactly
      * when their parent's completion does.
-     * Parameters: $1 ids, $2 lease tokens (see HELD), $3 follow-ups (JSON rows as in enqueue), $4 channel.
+     * Parameters: $1 ids, $2 lease tokens (see HELD), $3 follow-ups (JSON rows as in enqueue), $4 channel;
+     * with the archive, $5 and $6 the handlers' start and end as ms before now, in $1's order.
      * A lease in none of the three result lists either was lost or raced a concurrent rerun
      * request (possible in both modes: a transactional handler's FOR KEY SHARE lets the request
      * in); the repository sends those once more.

@@ -55,6 +55,12 @@ export interface Lease {
   token: string;
 }
 
+/** A lease whose handler ran, with when (performance.now() values of this process). */
+export interface RanLease extends Lease {
+  startedAt: number;
+  finishedAt: number;
+}
+
 export type FailedState = 'pending' | 'dead' | 'cancelled';
 
 export interface Failure extends Lease {
@@ -156,8 +162,11 @@ export class TaskRepository {
   private readonly completeSql;
   private readonly maintainSql;
   readonly channel: string;
+  /** Finished tasks are archived (the completion then records run times). */
+  private readonly archives: boolean;
 
   constructor(readonly schema: string, retention: FinishedRetention) {
+    this.archives = retention === 'archive';
     this.enqueueSql = enqueueStatements(schema);
     this.claimSql = claimStatements(schema);
     this.completeSql = completeStatements(schema, retention);
@@ -240,7 +249,7 @@ export class TaskRepository {
    * recheck of the row but not by the rerun UPDATE's snapshot, so the lease lands in no set: a
    * second statement, with a fresh snapshot, settles those (rare: most batches never need it).
    */
-  async complete(db: SqlExecutor, leases: Lease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
+  async complete(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set() };
     const result = await this.completeOnce(db, leases, followUps);
     const unsettled = leases.filter((l) => !result.done.has(l.id) && !result.rerun.has(l.id) && !result.cancelled.has(l.id));
@@ -251,13 +260,16 @@ export class TaskRepository {
     return result;
   }
 
-  private async completeOnce(db: SqlExecutor, leases: Lease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
+  private async completeOnce(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     assertOneLeasePerTask(leases);
+    const now = performance.now();
+    const ranAgo = this.archives ? [leases.map((l) => now - l.startedAt), leases.map((l) => now - l.finishedAt)] : [];
     const [res] = await db.$queryRawUnsafe<{ done_ids: string; cancelled_ids: string; rerun_ids: string }[]>(
       this.completeSql.complete,
       ...leaseParams(leases),
       taskRowsJson(followUps),
       this.channel,
+      ...ranAgo,
     );
     return { done: new Set(parseIds(res.done_ids)), cancelled: new Set(parseIds(res.cancelled_ids)), rerun: new Set(parseIds(res.rerun_ids)) };
   }

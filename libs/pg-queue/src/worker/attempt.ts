@@ -1,4 +1,4 @@
-import type { ClaimedRow, Lease, NewTaskRow } from '../sql/task.repository';
+import type { ClaimedRow, Lease, NewTaskRow, RanLease } from '../sql/task.repository';
 import type { Task } from '../types';
 
 /** One claimed attempt of a task, from claim to its recorded outcome. */
@@ -17,6 +17,9 @@ export class Attempt {
   /** Set once the handler has returned; later ctx.enqueue calls are refused. */
   finished = false;
   startedAt = 0;
+  /** When the handler ran, as performance.now() values (recorded with the completion). */
+  ranFrom = 0;
+  ranUntil = 0;
   readonly groupKey: string | null;
 
   constructor(row: ClaimedRow) {
@@ -58,6 +61,18 @@ export class Attempt {
     this.finished = false;
     this.followUps.length = 0;
     this.startedAt = Date.now();
+    this.ranFrom = performance.now();
+  }
+
+  /** The handler returned (or was given up on). */
+  endRun(): void {
+    this.finished = true;
+    this.ranUntil = performance.now();
+  }
+
+  /** The lease with when its handler ran, for the completion. */
+  get ranLease(): RanLease {
+    return { id: this.lease.id, token: this.lease.token, startedAt: this.ranFrom, finishedAt: this.ranUntil };
   }
 
   get isLastAttempt(): boolean {

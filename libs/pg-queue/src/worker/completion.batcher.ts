@@ -1,4 +1,4 @@
-import { oneLeasePerTask, type FailedState, type Failure, type Lease, type NewTaskRow, type TaskRepository } from '../sql/task.repository';
+import { oneLeasePerTask, type FailedState, type Failure, type NewTaskRow, type RanLease, type TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
 interface Pending<T> {
@@ -9,7 +9,7 @@ interface Pending<T> {
 export type CompletionOutcome = 'done' | 'rerun' | 'cancelled' | 'lost';
 
 interface Completion extends Pending<CompletionOutcome> {
-  lease: Lease;
+  lease: RanLease;
   followUps: NewTaskRow[];
 }
 
@@ -32,7 +32,7 @@ export class CompletionBatcher {
     private readonly maxBatch: number,
   ) {}
 
-  complete(lease: Lease, followUps: NewTaskRow[]): Promise<CompletionOutcome> {
+  complete(lease: RanLease, followUps: NewTaskRow[]): Promise<CompletionOutcome> {
     return new Promise((resolve, reject) => {
       this.completions.push({ lease, followUps, resolve, reject });
       this.schedule();

@@ -53,7 +53,7 @@ export class LeaseRunner {
       publish(this.deps, a, 'claimed');
       const ctx = new AttemptContext(a, this.scope, null);
       const result = await invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
-      a.finished = true;
+      a.endRun();
       handlerDone();
       await this.record(a, result);
     } finally {
@@ -73,7 +73,7 @@ export class LeaseRunner {
   private async record(a: Attempt, result: InvokeOutcome): Promise<void> {
     try {
       if (result.kind === 'ok') {
-        publishOutcome(this.deps, a, await this.batcher.complete(a.lease, a.followUps));
+        publishOutcome(this.deps, a, await this.batcher.complete(a.ranLease, a.followUps));
         return;
       }
       if (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError) {

@@ -153,7 +153,7 @@ export class TransactionalRunner {
     a.beginRun();
     publish(this.deps, a, 'claimed');
     const result = await invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
-    a.finished = true;
+    a.endRun();
     gate.close(() => new LeaseLostError(a.task.id));
     if (gate.tookSavepoint) usage.savepoints++;
     if (result.kind === 'ok') {
@@ -192,7 +192,7 @@ export class TransactionalRunner {
       else failures.push(r.failure);
     }
     if (done.length > 0) {
-      const res = await this.deps.repo.complete(tx, done.map((a) => a.lease), done.flatMap((a) => a.followUps));
+      const res = await this.deps.repo.complete(tx, done.map((a) => a.ranLease), done.flatMap((a) => a.followUps));
       // Cancelled while running (the notification did not reach us in time): keep none of its writes.
       const cancelled = done.filter((a) => res.cancelled.has(a.task.id));
       if (cancelled.length > 0) throw new RollbackAll('cancelled', cancelled);
