@@ -3,6 +3,7 @@ import { Test } from '@nestjs/testing';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PgQueueModule, TaskHandler, TaskQueue, type Task, type TaskContext } from '@app/pg-queue';
 import { PrismaClient, type Prisma } from '../../src/generated/prisma/client';
+import { track } from '../support/leftovers';
 import { deferred } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -74,10 +75,11 @@ async function boot(shutdownTimeoutMs: number) {
     ],
     providers: [SlowHandlers],
   }).compile();
+  const close = track(db.url, () => moduleRef.close()); // by the test, or with the database if it fails
   const app = await moduleRef.init();
   const queue = app.get(TaskQueue);
   queue.events$.subscribe((e) => log.push(`event.${e.type}`));
-  return { app, queue };
+  return { queue, close };
 }
 
 describe('graceful shutdown', () => {
@@ -92,10 +94,10 @@ describe('graceful shutdown', () => {
   });
 
   it('app.close() lets a running handler finish and commit before Prisma disconnects', async () => {
-    const { app, queue } = await boot(10_000);
+    const { queue, close } = await boot(10_000);
     const id = await queue.enqueue('shutdown.tx', { sleepMs: 400, honourSignal: true });
     await started.tx.promise;
-    await app.close();
+    await close();
     expect(log.filter((l) => !l.startsWith('event.claimed'))).toEqual([
       'prisma.onModuleDestroy',
       'handler.done',
@@ -112,11 +114,11 @@ describe('graceful shutdown', () => {
     ['shutdown.lease', true],
     ['shutdown.lease', false],
   ])('past the deadline, %s (signal honoured: %s) is rolled back and released without counting the attempt', async (queueName, honourSignal) => {
-    const { app, queue } = await boot(300);
+    const { queue, close } = await boot(300);
     const id = await queue.enqueue(queueName, { sleepMs: 3000, honourSignal });
     await (queueName === 'shutdown.tx' ? started.tx.promise : started.lease.promise);
     const t0 = Date.now();
-    await app.close();
+    await close();
     expect(Date.now() - t0).toBeLessThan(2900); // did not wait for the handler
     expect(log).toContain('event.released');
     expect(log.indexOf('event.released')).toBeLessThan(log.indexOf('prisma.disconnected'));
@@ -127,7 +129,7 @@ describe('graceful shutdown', () => {
   });
 
   it('lease mode: tasks claimed ahead of a free slot are released uncounted too', async () => {
-    const { app, queue } = await boot(300);
+    const { queue, close } = await boot(300);
     // Quick tasks first, so the worker has seen a high rate and claims ahead of its one slot; then
     // five that block: one runs, the others wait claimed in the local buffer.
     await queue.enqueueMany(Array.from({ length: 300 }, () => ({ queue: 'shutdown.buffered', payload: { block: false } })));
@@ -139,7 +141,7 @@ describe('graceful shutdown', () => {
       await new Promise((r) => setImmediate(r));
     }
     expect(await running()).toEqual(ids);
-    await app.close();
+    await close();
     const rows = await db.sql('SELECT state, attempt FROM pgqueue.task WHERE id = ANY($1::bigint[])', [ids]);
     expect(rows).toEqual(Array(5).fill({ state: 'pending', attempt: 0 }));
     expect(log.filter((l) => l === 'event.released')).toHaveLength(5);

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as path from 'node:path';
 import type { INestApplicationContext } from '@nestjs/common';
 import { rescueExpiredLeases } from '@app/pg-queue/testing';
+import { track } from './leftovers';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -13,11 +14,15 @@ export interface CrashWorker {
   output(): string;
 }
 
-/** Runs test/fixtures/crash-worker.ts in its own process (label becomes part of its workerId). */
+/**
+ * Runs test/fixtures/crash-worker.ts in its own process (label becomes part of its workerId). It is
+ * killed with its test database at the latest, and exits by itself when this process goes (its
+ * IPC channel closes).
+ */
 export function startCrashWorker(url: string, label: string): CrashWorker {
   const child = spawn(process.execPath, ['-r', path.join(ROOT, 'test/support/ts-register.js'), path.join(ROOT, 'test/fixtures/crash-worker.ts'), url, label], {
     cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
   let out = '';
   let err = '';
@@ -37,6 +42,11 @@ export function startCrashWorker(url: string, label: string): CrashWorker {
   });
   child.stderr!.on('data', (d) => (err += d));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code, signal) => resolve(signal ? null : code)));
+  const stop = track(url, async () => {
+    child.kill('SIGKILL');
+    await exited;
+  });
+  void exited.then(stop);
   return {
     child,
     exited,

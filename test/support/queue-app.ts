@@ -3,6 +3,7 @@ import { Test } from '@nestjs/testing';
 import { PgQueueModule, TaskQueue, type PgQueueModuleOptions, type TaskEvent } from '@app/pg-queue';
 import type { PrismaClient } from '../../src/generated/prisma/client';
 import { firstValueFrom, filter, take, toArray, type Observable } from 'rxjs';
+import { ownerOf, track } from './leftovers';
 
 export interface QueueApp {
   app: INestApplicationContext;
@@ -10,7 +11,7 @@ export interface QueueApp {
   close(): Promise<void>;
 }
 
-/** Boots a Nest app with PgQueueModule and the given handler providers. */
+/** Boots a Nest app with PgQueueModule and the given handler providers; closed with its test database at the latest. */
 export async function bootQueueApp(
   prisma: PrismaClient,
   providers: Provider[],
@@ -20,8 +21,12 @@ export async function bootQueueApp(
     imports: [PgQueueModule.forRoot({ prisma, pollIntervalMs: 200, shutdownTimeoutMs: 5000, ...options })],
     providers,
   }).compile();
-  const app = await moduleRef.init();
-  return { app, queue: app.get(TaskQueue), close: () => app.close() };
+  const close = track(ownerOf.get(prisma) ?? '', () => moduleRef.close());
+  const app = await moduleRef.init().catch(async (err: unknown) => {
+    await close().catch(() => undefined); // a failed init may have started part of the machinery
+    throw err;
+  });
+  return { app, queue: app.get(TaskQueue), close };
 }
 
 /** Resolves with the first `count` events matching `predicate`; subscribe before acting. */

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../../src/generated/prisma/client';
+import { closeLeftovers, ownerOf, track } from './leftovers';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { migrate } = require('../../scripts/migrate.js') as { migrate: (url: string) => Promise<string[]> };
@@ -24,7 +25,7 @@ function withDatabase(url: string, db: string): string {
 export interface TestDatabase {
   url: string;
   name: string;
-  /** A new PrismaClient on this database (closed by `drop`). */
+  /** A new PrismaClient on this database (closed by `drop`, as are apps booted on it). */
   prisma(poolSize?: number): PrismaClient;
   /** A plain pg client for assertions that must not go through the library. */
   sql<T = any>(text: string, values?: unknown[]): Promise<T[]>;
@@ -49,18 +50,28 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     prisma(poolSize = 10) {
       const client = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: poolSize }) });
       clients.push(client);
+      ownerOf.set(client, url);
       return client;
     },
     async sql(text, values) {
       return (await plain.query(text, values as unknown[])).rows;
     },
-    async drop() {
-      await Promise.all(clients.map((c) => c.$disconnect().catch(() => undefined)));
-      await plain.end().catch(() => undefined);
-      const a = new Client({ connectionString: serverUrl() });
-      await a.connect();
-      await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await a.end();
-    },
+    // Tracked: if the spec never gets to drop it, the file's last afterAll does.
+    drop: track(
+      url,
+      async () => {
+        await closeLeftovers(url); // apps and workers still running on it (a test failed)
+        await Promise.all(clients.map((c) => c.$disconnect().catch(() => undefined)));
+        await plain.end().catch(() => undefined);
+        const a = new Client({ connectionString: serverUrl() });
+        await a.connect();
+        try {
+          await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+        } finally {
+          await a.end();
+        }
+      },
+      true,
+    ),
   };
 }

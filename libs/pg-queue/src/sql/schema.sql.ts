@@ -15,7 +15,16 @@ import { quoteIdent } from './identifiers';
 export interface SchemaMigration {
   version: number;
   name: string;
-  sql: string;
+  /**
+   * One step, or several. Each step commits in its own transaction together with the record of it
+   * (`schema_version.steps_done`), so an interrupted migration resumes at its next step and a lock
+   * an earlier step took is not held by a later one (ADD CONSTRAINT … NOT VALID, then VALIDATE).
+   */
+  sql: string | readonly string[];
+}
+
+export function migrationSteps(m: SchemaMigration): readonly string[] {
+  return typeof m.sql === 'string' ? [m.sql] : m.sql;
 }
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
@@ -122,13 +131,17 @@ CREATE INDEX schedule_due_idx ON ${s}.schedule (next_run_at);
     {
       version: 3,
       name: 'lease_token_means_running',
-      sql: `
+      sql: [
+        `
 -- The lease statements fence by (id, lease_token) alone (see complete.sql.ts): a token exists
--- exactly while the task runs. NOT VALID + VALIDATE checks existing rows without blocking writes.
+-- exactly while the task runs. Two steps: NOT VALID holds ACCESS EXCLUSIVE only for the catalog
+-- change and commits; VALIDATE then checks existing rows under SHARE UPDATE EXCLUSIVE, which lets
+-- writes through.
 ALTER TABLE ${s}.task ADD CONSTRAINT task_lease_token_check
   CHECK ((state = 'running') = (lease_token IS NOT NULL)) NOT VALID;
-ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_lease_token_check;
 `,
+        `ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_lease_token_check;`,
+      ],
     },
     {
       version: 4,
@@ -162,7 +175,9 @@ CREATE TABLE IF NOT EXISTS ${s}.schema_version (
   version     integer     PRIMARY KEY,
   name        text        NOT NULL,
   applied_at  timestamptz NOT NULL DEFAULT now()
-);`;
+);
+-- Steps of a migration committed so far while it is unfinished; NULL once it is applied.
+ALTER TABLE ${s}.schema_version ADD COLUMN IF NOT EXISTS steps_done integer;`;
 }
 
 /** The full SQL, for `prisma/migrations` users: bootstrap plus every migration, each recorded. */
@@ -170,8 +185,18 @@ export function printSchemaSql(schema: string): string {
   const s = quoteIdent(schema);
   const parts = [`-- pg-queue schema "${schema}"`, schemaBootstrapSql(schema).trim()];
   for (const m of schemaMigrations(schema)) {
-    parts.push(`-- migration ${m.version}: ${m.name}`, m.sql.trim());
+    parts.push(`-- migration ${m.version}: ${m.name}`);
+    // Run from one file, the steps share a transaction; harmless on an empty table. For an upgrade
+    // of a large one, put each step in a migration of its own.
+    migrationSteps(m).forEach((step, i, all) => {
+      if (all.length > 1) parts.push(`-- step ${i + 1} of ${all.length}`);
+      parts.push(terminated(step.trim()));
+    });
     parts.push(`INSERT INTO ${s}.schema_version (version, name) VALUES (${m.version}, '${m.name}') ON CONFLICT DO NOTHING;`);
   }
   return parts.join('\n\n') + '\n';
+}
+
+function terminated(sql: string): string {
+  return sql.endsWith(';') ? sql : `${sql};`;
 }
