@@ -11,7 +11,7 @@ import { QUEUE, connect } from './common';
 
 /** The schema every bare-pg measurement installs (scenarios 4 and 7). */
 export const SCHEMA = 'pgqueue';
-/** pg-queue's defaults: batchSize (the claim ceiling a fast queue reaches), leaseMs 60 000, retryBlocksGroup true, finished: 'archive'. */
+/** pg-queue's defaults: batchSize (the claim ceiling a fast queue reaches), leaseMs 60 000, maxAttempts 5, finished: 'archive'. */
 export const LIMIT_BATCH = DEFAULT_HANDLER_OPTIONS.batchSize;
 /** The transactional runner's idle-in-transaction limit at the default handler timeout. */
 const IDLE_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + IDLE_GRACE_MS);
@@ -51,7 +51,7 @@ export async function runBatch(c: Client, mode: 'lease' | 'transactional', worke
   const res0 = await c.query<{ claimed: string }>({
     name: 'claim',
     text: STATEMENTS.claim,
-    values: [QUEUE, LIMIT_BATCH, workerId, DEFAULT_HANDLER_OPTIONS.leaseMs, DEFAULT_HANDLER_OPTIONS.retryBlocksGroup, DEFAULT_HANDLER_OPTIONS.maxAttempts],
+    values: [QUEUE, LIMIT_BATCH, workerId, DEFAULT_HANDLER_OPTIONS.leaseMs, DEFAULT_HANDLER_OPTIONS.maxAttempts],
   });
   const rows = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string; payload: unknown }[];
   if (rows.length === 0) return { claimed: 0, completed: 0 };

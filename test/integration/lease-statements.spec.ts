@@ -44,10 +44,10 @@ describe('lease statements', () => {
     const finish = completeStatements('pgqueue', 'archive');
     const leases = [`'1,2,3'`, `'${Array(3).fill('00000000-0000-4000-8000-000000000000').join(',')}'`];
     const cases: [string, string, string[], string[]][] = [
-      ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'boolean', 'int'], [`'plan.q'`, '500', `'w'`, '60000', 'true', '5']],
+      ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'int'], [`'plan.q'`, '500', `'w'`, '60000', '5']],
       ['lockLeases', claim.lockLeases, ['text', 'text', 'text'], [...leases, `'1000'`]],
       ['complete', finish.complete, ['text', 'text', 'text', 'text', 'float8[]', 'float8[]'], [...leases, `'[]'`, `'ch'`, `'{1,2,3}'`, `'{0,0,0}'`]],
-      ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]', 'text'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`, `'ch'`]],
+      ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]', 'text', 'boolean'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`, `'ch'`, 'false']],
       ['release', finish.release, ['text', 'text', 'text'], [...leases, `'ch'`]],
       ['heartbeat', finish.heartbeat, ['text', 'text', 'float8'], [...leases, '60000']],
       ['rescueExpired', maintainStatements('pgqueue').rescueExpired, ['int', 'text'], ['100', `'ch'`]],
@@ -92,7 +92,7 @@ describe('lease statements', () => {
     await expect(repo.complete(prisma, [stale, current], [])).rejects.toThrow(/two leases of one task/);
 
     // The lease-mode batcher holds the second lease back to its own statement.
-    const batcher = new CompletionBatcher(prisma, repo, 20);
+    const batcher = new CompletionBatcher(prisma, repo, 20, true);
     const followUp = (parentId: string, tag: string) => taskRow('twice.next', { parentId, payloadJson: JSON.stringify({ tag }) });
     const outcomes = await Promise.all([batcher.complete(stale, [followUp(id, 'stale')]), batcher.complete(current, [followUp(id, 'current')])]);
     expect(outcomes).toEqual(['lost', 'done']);

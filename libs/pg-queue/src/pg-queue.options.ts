@@ -26,8 +26,10 @@ export interface HandlerOptions {
   /** Lease length; lease-mode workers extend it by heartbeat every leaseMs / 3. */
   leaseMs: number;
   /**
-   * Per-group FIFO: a task waiting for its retry holds back the later tasks of its group (true,
-   * default), or lets them run meanwhile (false). A dead task always releases its group.
+   * Per-group FIFO, one task of a group at a time either way: a task waiting for its retry keeps
+   * its place and holds back the later tasks of its group (true, default), or moves behind the
+   * tasks waiting in its group when it failed, which run first (false). A dead task always
+   * releases its group.
    */
   retryBlocksGroup: boolean;
 }

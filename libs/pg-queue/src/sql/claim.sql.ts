@@ -25,8 +25,8 @@ import { quoteIdent } from './identifiers';
  *   database's time too, from which the worker estimates how far its clock is off (see
  *   DatabaseClock) to read the due times that notifications carry.
  *
- * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 a retry holds back its group,
- * $6 the claiming handler's maxAttempts (the limit in force unless the enqueuer set one).
+ * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 the claiming handler's
+ * maxAttempts (the limit in force unless the enqueuer set one).
  */
 const EPOCH_MS = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8`;
 
@@ -40,13 +40,17 @@ WITH next AS (
     -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
     -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
     AND (SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
-    -- Per-group FIFO: only a group's head runs, and only while nothing of its group runs.
-    -- With $5 = false a task waiting for its retry does not hold back the rest of its group.
-    AND (t.group_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM ${s}.task g
-      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-        AND (g.state = 'running' OR (g.id < t.id AND ($5 OR g.attempt = 0)))
-    ))
+    -- Per-group FIFO: only the first task of a group (by place, see task_group_idx) runs, and only
+    -- while nothing of its group runs. Which task is first never depends on the clock, so claimers
+    -- with different snapshots still agree: at most one task per group is ever eligible.
+    -- Two probes of task_group_idx: "anything before it?" is a range bound that stops at the first
+    -- hit (most group tasks fail it at once); only a group's first task pays for the second.
+    AND (t.group_key IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM ${s}.task g
+                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+      AND NOT EXISTS (SELECT 1 FROM ${s}.task g
+                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
   ORDER BY t.priority, t.run_at, t.id
   LIMIT $2
   FOR UPDATE OF t SKIP LOCKED
@@ -54,7 +58,7 @@ WITH next AS (
   UPDATE ${s}.task t
   SET state = 'running',
       attempt = t.attempt + 1,
-      attempt_limit = coalesce(t.max_attempts, $6),
+      attempt_limit = coalesce(t.max_attempts, $5),
       locked_by = $3,
       lease_token = gen_random_uuid(),
       locked_until = now() + $4 * interval '1 millisecond',

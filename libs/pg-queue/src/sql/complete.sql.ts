@@ -87,8 +87,10 @@ SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
      * newer payload from a rerun request supersedes the failed run: it starts over with that one.
      * A retry is announced like a delayed task (its due time in the NOTIFY), so any idle worker,
      * not only this one, sets its timer for it.
+     * With $7 false (retryBlocksGroup: false) a task of a group that will be retried moves to the
+     * back of its group: the tasks waiting behind it go first (see task_group_idx).
      * Parameters: $1 ids, $2 lease tokens (see HELD), $3 error[] (already truncated), $4 delay_ms[], $5 fatal[],
-     * in the order of $2; $6 channel.
+     * in the order of $2; $6 channel; $7 a retry keeps its place in its group.
      */
     fail: `
 WITH lease_pos AS (
@@ -106,6 +108,9 @@ WITH lease_pos AS (
       payload = coalesce(t.rerun_payload, t.payload),
       attempt = CASE WHEN t.rerun_payload IS NOT NULL AND NOT ${cancelRequested} THEN 0 ELSE t.attempt END,
       rerun_payload = NULL,
+      group_pos = CASE WHEN NOT $7 AND t.group_key IS NOT NULL AND t.rerun_payload IS NULL AND NOT ${cancelRequested}
+                            AND NOT ${perLease(5, 'boolean')} AND t.attempt < ${ATTEMPT_LIMIT}
+                       THEN nextval(pg_get_serial_sequence('${s}.task', 'id')) ELSE t.group_pos END,
       last_error = ${perLease(3, 'text')},
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       finished_at = now()

@@ -161,6 +161,14 @@ ALTER TABLE ${s}.task_archive ALTER COLUMN max_attempts DROP NOT NULL;
 -- timer from it), and whether anything is due at all, in one index probe however many tasks wait
 -- for a later time (task_claim_idx orders by priority first and cannot answer either).
 CREATE INDEX task_due_idx ON ${s}.task (queue, run_at) WHERE state = 'pending';
+
+-- Per-group FIFO by place in the group: a task's id, unless a failure moved it to the back of its
+-- group (group_pos, with retryBlocksGroup false). Only a group's first task may ever run, so two
+-- claimers can never start two tasks of one group, whatever their snapshots or clocks say.
+ALTER TABLE ${s}.task ADD COLUMN group_pos bigint;
+DROP INDEX ${s}.task_group_idx;
+CREATE INDEX task_group_idx ON ${s}.task (queue, group_key, (coalesce(group_pos, id)))
+  WHERE group_key IS NOT NULL AND state IN ('pending', 'running');
 `,
     },
   ];

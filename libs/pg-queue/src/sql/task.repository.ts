@@ -229,9 +229,9 @@ export class TaskRepository {
   }
 
   /** `maxAttempts`: the claiming handler's limit, for tasks whose enqueuer set none. */
-  async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number, retryBlocksGroup = true): Promise<Claim> {
+  async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number): Promise<Claim> {
     const [res] = await db.$queryRawUnsafe<{ claimed: string; next_due_in_ms: number | null; db_now_ms: number }[]>(
-      this.claimSql.claim, queue, limit, workerId, leaseMs, retryBlocksGroup, maxAttempts,
+      this.claimSql.claim, queue, limit, workerId, leaseMs, maxAttempts,
     );
     return { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms };
   }
@@ -274,8 +274,11 @@ export class TaskRepository {
     return { done: new Set(parseIds(res.done_ids)), cancelled: new Set(parseIds(res.cancelled_ids)), rerun: new Set(parseIds(res.rerun_ids)) };
   }
 
-  /** Records failed attempts; returns the new state of each task whose lease still held. */
-  async fail(db: SqlExecutor, failures: Failure[]): Promise<Map<string, FailedState>> {
+  /**
+   * Records failed attempts; returns the new state of each task whose lease still held.
+   * `retryBlocksGroup` false moves a retried group task behind the rest of its group.
+   */
+  async fail(db: SqlExecutor, failures: Failure[], retryBlocksGroup = true): Promise<Map<string, FailedState>> {
     if (failures.length === 0) return new Map();
     assertOneLeasePerTask(failures);
     const rows = await db.$queryRawUnsafe<{ id: string; state: FailedState }[]>(
@@ -285,6 +288,7 @@ export class TaskRepository {
       failures.map((f) => Math.max(0, Math.round(f.delayMs))),
       failures.map((f) => f.fatal),
       this.channel,
+      retryBlocksGroup,
     );
     return new Map(rows.map((r) => [r.id, r.state]));
   }

@@ -30,6 +30,8 @@ export class CompletionBatcher {
     private readonly db: SqlExecutor,
     private readonly repo: TaskRepository,
     private readonly maxBatch: number,
+    /** The handler's retryBlocksGroup (see TaskRepository.fail). */
+    private readonly retryBlocksGroup: boolean,
   ) {}
 
   complete(lease: RanLease, followUps: NewTaskRow[]): Promise<CompletionOutcome> {
@@ -89,7 +91,7 @@ export class CompletionBatcher {
     }
     if (failures.length > 0) {
       this.track(async () => {
-        const states = await this.repo.fail(this.db, failures.map((f) => f.failure));
+        const states = await this.repo.fail(this.db, failures.map((f) => f.failure), this.retryBlocksGroup);
         for (const f of failures) f.resolve(states.get(f.failure.id) ?? null);
       }, failures);
     }

@@ -25,7 +25,7 @@ export class LeaseRunner {
     /** Asks the worker to look for due tasks again in `ms` (a retry's backoff). */
     private readonly wakeIn: (ms: number) => void,
   ) {
-    this.batcher = new CompletionBatcher(deps.prisma, deps.repo, handler.options.batchSize);
+    this.batcher = new CompletionBatcher(deps.prisma, deps.repo, handler.options.batchSize, handler.options.retryBlocksGroup);
     this.scope = { mode: 'lease', workerId: deps.workerId, rowLimits: deps.rowLimits, heartbeat: (a) => this.heartbeatOne(a) };
   }
 

@@ -183,7 +183,7 @@ export class QueueWorker {
   private async claim(limit: number): Promise<Attempt[]> {
     const o = this.handler.options;
     const sentAt = Date.now();
-    const claim = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o.retryBlocksGroup);
+    const claim = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts);
     this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
     if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
     return claim.rows.map((r) => new Attempt(r)).sort(byClaimOrder);

@@ -205,7 +205,7 @@ export class TransactionalRunner {
         outcomes.set(id, outcome);
       }
     }
-    if (failures.length > 0) for (const [id, state] of await this.deps.repo.fail(tx, failures)) outcomes.set(id, state);
+    if (failures.length > 0) for (const [id, state] of await this.deps.repo.fail(tx, failures, this.handler.options.retryBlocksGroup)) outcomes.set(id, state);
     return outcomes;
   }
 
@@ -248,7 +248,7 @@ export class TransactionalRunner {
 
   private async recordOutsideTransaction(failures: Failure[]): Promise<Map<string, Outcome> | null> {
     try {
-      return await this.deps.repo.fail(this.deps.prisma, failures);
+      return await this.deps.repo.fail(this.deps.prisma, failures, this.handler.options.retryBlocksGroup);
     } catch (err) {
       // The database is unreachable: the leases will expire and the rescuer retries the tasks.
       this.deps.logger.error(`could not record failed attempts: ${(err as Error).message}`);
