@@ -6,7 +6,7 @@ import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
 import { leaseParams, parseIds } from '../../libs/pg-queue/src/sql/task.repository';
-import { IDLE_GRACE_MS } from '../../libs/pg-queue/src/worker/transactional.runner';
+import { IDLE_GRACE_MS, STATEMENT_GRACE_MS } from '../../libs/pg-queue/src/worker/transactional.runner';
 import { QUEUE, connect } from './common';
 
 /** The schema every bare-pg measurement installs (scenarios 4 and 7). */
@@ -15,6 +15,8 @@ export const SCHEMA = 'pgqueue';
 export const LIMIT_BATCH = DEFAULT_HANDLER_OPTIONS.batchSize;
 /** The transactional runner's idle-in-transaction limit at the default handler timeout. */
 const IDLE_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + IDLE_GRACE_MS);
+/** And its statement backstop. */
+const STATEMENT_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + STATEMENT_GRACE_MS);
 
 /** No follow-up rows ($3 of `complete`): no task enqueues a follow-up. */
 const NO_FOLLOW_UPS = '[]';
@@ -66,7 +68,7 @@ export async function runBatch(c: Client, mode: 'lease' | 'transactional', worke
   if (mode === 'lease') return handleAndComplete();
   await c.query('BEGIN');
   try {
-    await c.query({ name: 'lock', text: STATEMENTS.lockLeases, values: [...leases, IDLE_LIMIT_MS] });
+    await c.query({ name: 'lock', text: STATEMENTS.lockLeases, values: [...leases, IDLE_LIMIT_MS, STATEMENT_LIMIT_MS] });
     const result = await handleAndComplete();
     await c.query('COMMIT');
     return result;

@@ -96,7 +96,7 @@ describe('fencing: a worker that lost its lease changes nothing', () => {
     expect(await repo.release(prisma, staleLease)).toEqual(new Set());
     await expect(
       prisma.$transaction(async (tx) => {
-        expect(await repo.lockLeases(tx, staleLease, 1000)).toEqual(new Set());
+        expect((await repo.lockLeases(tx, staleLease, { idleMs: 1000, statementMs: 1000 })).held).toEqual(new Set());
         await tx.order.create({ data: { customer: 'stale-write', amountCents: 1 } });
         const done = await repo.complete(tx, staleLease.map((l) => ({ ...l, startedAt: 0, finishedAt: 0 })), []);
         if (!done.done.has(id)) throw new Error('lease lost'); // what the runner does

@@ -45,7 +45,7 @@ describe('lease statements', () => {
     const leases = [`'1,2,3'`, `'${Array(3).fill('00000000-0000-4000-8000-000000000000').join(',')}'`];
     const cases: [string, string, string[], string[]][] = [
       ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'int'], [`'plan.q'`, '500', `'w'`, '60000', '5']],
-      ['lockLeases', claim.lockLeases, ['text', 'text', 'text'], [...leases, `'1000'`]],
+      ['lockLeases', claim.lockLeases, ['text', 'text', 'text', 'text'], [...leases, `'1000'`, `'1000'`]],
       ['complete', finish.complete, ['text', 'text', 'text', 'text', 'float8[]', 'float8[]'], [...leases, `'[]'`, `'ch'`, `'{1,2,3}'`, `'{0,0,0}'`]],
       ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]', 'text', 'boolean'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`, `'ch'`, 'false']],
       ['release', finish.release, ['text', 'text', 'text'], [...leases, `'ch'`]],

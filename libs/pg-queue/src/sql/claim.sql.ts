@@ -87,18 +87,22 @@ FROM claimed c`,
      * No SKIP: nothing else holds these rows for long.
      * The same statement bounds how long this transaction may sit idle: a worker that stalls
      * (paused, partitioned) mid-handler has its transaction ended by the server, which releases the
-     * rows to the rescuer and rolls back the stalled attempt's writes.
+     * rows to the rescuer and rolls back the stalled attempt's writes. It also bounds every later
+     * statement (a backstop: the runner cancels a handler's statement once the handler is given
+     * up on, see cancelStatement) and reports the backend, which that cancel needs.
      * Rows are found by primary key and fenced by token (HELD in fragments.sql).
-     * Parameters: $1 ids, $2 lease tokens (see HELD), $3 idle-in-transaction limit in ms (text).
+     * Parameters: $1 ids, $2 lease tokens (see HELD), $3 idle-in-transaction limit in ms (text),
+     * $4 statement timeout in ms (text).
      */
     lockLeases: `
 WITH held AS (
   SELECT t.id
   FROM ${s}.task t
-  CROSS JOIN (SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS idle_limit
+  CROSS JOIN (SELECT set_config('idle_in_transaction_session_timeout', $3, true),
+                     set_config('statement_timeout', $4, true)) AS limits
   WHERE ${HELD}
   FOR KEY SHARE OF t
 )
-SELECT ${idList('id')} AS ids FROM held`,
+SELECT ${idList('id')} AS ids, pg_backend_pid() AS backend_pid FROM held`,
   });
 }

@@ -45,6 +45,14 @@ SELECT count(*)::int AS rescued,
 FROM rescued`,
 
     /**
+     * Ends the statement running on a transactional batch's backend: a handler stuck in a query
+     * past its timeout would otherwise keep its slot, its connection and its row locks, and the
+     * rollback would wait behind the query. Sent only while the batch's transaction is still open,
+     * so the backend cannot be serving anyone else. Parameters: $1 backend pid.
+     */
+    cancelStatement: `SELECT pg_cancel_backend($1::int) AS cancelled`,
+
+    /**
      * Retention, one instance at a time (a transaction-scoped advisory lock; the others skip the
      * round): delete archived tasks older than $1 ms and dead or cancelled tasks in the hot table
      * older than $2 ms, at most $3 rows each, oldest first. Run repeatedly until nothing is left.

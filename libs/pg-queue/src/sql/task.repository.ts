@@ -236,11 +236,24 @@ export class TaskRepository {
     return { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms };
   }
 
-  /** Row-locks the leases still held; returns the ids that are. */
-  async lockLeases(tx: SqlExecutor, leases: Lease[], idleLimitMs: number): Promise<Set<string>> {
+  /**
+   * Row-locks the leases still held and bounds the transaction's idle time and statements; returns
+   * the ids held and the transaction's backend (for cancelStatement).
+   */
+  async lockLeases(tx: SqlExecutor, leases: Lease[], limits: { idleMs: number; statementMs: number }): Promise<{ held: Set<string>; backendPid: number }> {
     assertOneLeasePerTask(leases);
-    const [res] = await tx.$queryRawUnsafe<{ ids: string }[]>(this.claimSql.lockLeases, ...leaseParams(leases), String(Math.ceil(idleLimitMs)));
-    return new Set(parseIds(res.ids));
+    const [res] = await tx.$queryRawUnsafe<{ ids: string; backend_pid: number }[]>(
+      this.claimSql.lockLeases,
+      ...leaseParams(leases),
+      String(Math.ceil(limits.idleMs)),
+      String(Math.ceil(limits.statementMs)),
+    );
+    return { held: new Set(parseIds(res.ids)), backendPid: res.backend_pid };
+  }
+
+  /** Cancels whatever statement runs on `backendPid` (see maintain.sql.ts). */
+  async cancelStatement(db: SqlExecutor, backendPid: number): Promise<void> {
+    await db.$queryRawUnsafe(this.maintainSql.cancelStatement, backendPid);
   }
 
   /**

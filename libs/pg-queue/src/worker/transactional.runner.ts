@@ -26,6 +26,11 @@ const TX_START_WAIT_MS = 2000;
 export const IDLE_GRACE_MS = 1000;
 /** How long a timed-out handler may take to settle before its whole transaction is rolled back. */
 const SETTLE_GRACE_MS = 250;
+/**
+ * Server-side limit on any one statement of a batch, beyond the handler timeout: only a backstop
+ * for when the cancel of a stuck handler's statement cannot be sent.
+ */
+export const STATEMENT_GRACE_MS = 2000;
 
 type Result = { ok: true } | { ok: false; failure: Failure };
 const SUCCEEDED: Result = Object.freeze({ ok: true });
@@ -111,6 +116,7 @@ export class TransactionalRunner {
     const later: Attempt[] = [];
     /** null until the leases are locked: a failure before that reached no handler. */
     let held: Set<string> | null = null;
+    let backendPid = 0;
     let current: Attempt | null = null;
     const { timeoutMs } = this.handler.options;
     let outcomes = new Map<string, Outcome>();
@@ -118,8 +124,13 @@ export class TransactionalRunner {
     try {
       await this.deps.prisma.$transaction(
         async (tx: SqlExecutor) => {
-          const locked = await this.deps.repo.lockLeases(tx, attempts.map((a) => a.lease), timeoutMs + IDLE_GRACE_MS);
+          const lock = await this.deps.repo.lockLeases(tx, attempts.map((a) => a.lease), {
+            idleMs: timeoutMs + IDLE_GRACE_MS,
+            statementMs: timeoutMs + STATEMENT_GRACE_MS,
+          });
+          const locked = lock.held;
           held = locked;
+          backendPid = lock.backendPid;
           const began = performance.now();
           for (const a of attempts) {
             if (!locked.has(a.task.id)) {
@@ -131,7 +142,7 @@ export class TransactionalRunner {
               continue;
             }
             current = a;
-            results.set(a, await this.runOne(tx, a, usage));
+            results.set(a, await this.runOne(tx, a, usage, backendPid));
             current = null;
           }
           this.measured(results.size, performance.now() - began, later.length);
@@ -147,7 +158,7 @@ export class TransactionalRunner {
     return later;
   }
 
-  private async runOne(tx: SqlExecutor, a: Attempt, usage: { savepoints: number }): Promise<Result> {
+  private async runOne(tx: SqlExecutor, a: Attempt, usage: { savepoints: number }, backendPid: number): Promise<Result> {
     const gate = new TransactionGate(tx);
     const ctx = new AttemptContext(a, this.scope, gate);
     a.beginRun();
@@ -170,9 +181,16 @@ export class TransactionalRunner {
       await gate.rollback();
       return this.failed(a, result.error);
     }
-    if (result.reason instanceof ShutdownAbortError) throw new RollbackAll('shutdown', [a]);
+    if (result.reason instanceof ShutdownAbortError) {
+      await this.cancelStatement(backendPid);
+      throw new RollbackAll('shutdown', [a]);
+    }
     const stopped = await Promise.race([result.settled.then(() => true), delay(SETTLE_GRACE_MS).then(() => false)]);
-    if (!stopped) throw new RollbackAll('stuck-handler', [a]);
+    if (!stopped) {
+      // Most likely stuck in a query: end it, or the rollback would wait behind it.
+      await this.cancelStatement(backendPid);
+      throw new RollbackAll('stuck-handler', [a]);
+    }
     await gate.rollback();
     return this.failed(a, result.reason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs));
   }
@@ -244,6 +262,16 @@ export class TransactionalRunner {
     }
     await this.release(attempts.filter((a) => !ran.includes(a)));
     return [];
+  }
+
+  /** Ends the statement a given-up handler may still run in this batch's still-open transaction. */
+  private async cancelStatement(backendPid: number): Promise<void> {
+    try {
+      await this.deps.repo.cancelStatement(this.deps.prisma, backendPid);
+    } catch (err) {
+      // statement_timeout (set by lockLeases) still ends it.
+      this.deps.logger.warn(`could not cancel a stuck statement of "${this.handler.queue}": ${(err as Error).message}`);
+    }
   }
 
   private async recordOutsideTransaction(failures: Failure[]): Promise<Map<string, Outcome> | null> {

@@ -1,0 +1,45 @@
+import { Injectable } from '@nestjs/common';
+import { TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
+import type { Prisma } from '../../src/generated/prisma/client';
+import { bootQueueApp, nextEvents, type QueueApp } from '../support/queue-app';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+const TIMEOUT_MS = 1000;
+
+/** A handler stuck in SQL that ignores its abort signal, and a quick one behind it. */
+@Injectable()
+class StuckHandlers {
+  @TaskHandler('stuck.sql', { concurrency: 1, batchSize: 1, timeoutMs: TIMEOUT_MS, maxAttempts: 1 })
+  async run(task: Task<{ stuck: boolean }>, ctx: TaskContext<Prisma.TransactionClient>) {
+    if (task.payload.stuck) await ctx.tx.$executeRawUnsafe('SELECT pg_sleep(60)');
+    else await ctx.tx.$executeRawUnsafe('SELECT 1');
+  }
+}
+
+describe('timeoutMs bounds time spent in SQL (issue 12 item 6)', () => {
+  let db: TestDatabase;
+  let qa: QueueApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    qa = await bootQueueApp(db.prisma(), [StuckHandlers], { databaseUrl: db.url });
+  });
+  afterAll(async () => {
+    await qa.close();
+    await db.drop();
+  });
+
+  it('a query stuck past the timeout is cancelled: the attempt fails and the slot runs the next task', async () => {
+    const dead = nextEvents(qa.queue.events$, (e) => e.type === 'dead');
+    const completed = nextEvents(qa.queue.events$, (e) => e.type === 'completed');
+    const stuckId = await qa.queue.enqueue('stuck.sql', { stuck: true });
+    await qa.queue.enqueue('stuck.sql', { stuck: false });
+    // Before the fix the rollback waited behind the 60 s query (and the slot with it).
+    const deadline = new Promise<string>((resolve) => setTimeout(resolve, 15_000, 'still stuck after 15 s').unref());
+    expect(await Promise.race([dead.then(([e]) => e.taskId), deadline])).toBe(stuckId);
+    expect(await Promise.race([completed.then(() => 'next task ran'), deadline])).toBe('next task ran');
+    expect(await qa.queue.get(stuckId)).toMatchObject({ state: 'dead', last_error: expect.stringMatching(/timed out|TaskTimeoutError/i) });
+    const sleeping = await db.sql("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(60)%' AND state = 'active'");
+    expect(sleeping).toEqual([{ n: 0 }]);
+  }, 60_000);
+});
