@@ -4,7 +4,7 @@
 //
 //   BENCH_REPS=3            repetitions per variant (default 3; 1 with BENCH_QUICK)
 //   BENCH_ONLY=drain,idle   scenarios by name or number: enqueue(1) bulk(2) drain(3) latency(4)
-//                           idle(5) history(6) limit(7)
+//                           idle(5) history(6) limit(7) scale(8, pg-queue only)
 //   BENCH_LIBS=pg-queue,pg-boss   pg-queue (both modes), pg-queue-transactional, pg-queue-lease,
 //                           pg-boss, graphile-worker
 //   BENCH_QUICK=1           small counts, for smoke tests
@@ -31,11 +31,11 @@ const REPS = positiveInt('BENCH_REPS', env.BENCH_REPS ?? (QUICK ? '1' : '3'));
 const WRITE = env.BENCH_WRITE === '1' || env.BENCH_WRITE === 'true';
 
 const SIZES = QUICK
-  ? { enqueue: 500, bulk: 10_000, bulkSize: 1000, drain: 2_000, latency: 50, latencyGapMs: 20, idleMs: 5_000, history: 50_000, historyDrain: 2_000, limit: 2_000 }
-  : { enqueue: 5_000, bulk: 100_000, bulkSize: 1000, drain: 20_000, latency: 200, latencyGapMs: 20, idleMs: 20_000, history: 1_000_000, historyDrain: 20_000, limit: 20_000 };
+  ? { enqueue: 500, bulk: 10_000, bulkSize: 1000, drain: 2_000, latency: 50, latencyGapMs: 20, idleMs: 5_000, history: 50_000, historyDrain: 2_000, limit: 2_000, scaleCalls: 50 }
+  : { enqueue: 5_000, bulk: 100_000, bulkSize: 1000, drain: 20_000, latency: 200, latencyGapMs: 20, idleMs: 20_000, history: 1_000_000, historyDrain: 20_000, limit: 20_000, scaleCalls: 200 };
 
 const LIBS = ['pg-queue-transactional', 'pg-queue-lease', 'pg-boss', 'graphile-worker'];
-const SCENARIO_IDS = ['enqueue', 'bulk', 'drain', 'latency', 'idle', 'history', 'limit'];
+const SCENARIO_IDS = ['enqueue', 'bulk', 'drain', 'latency', 'idle', 'history', 'limit', 'scale'];
 
 function positiveInt(name, value) {
   const n = Number(value);
@@ -61,7 +61,7 @@ function selected(list, envName, all, aliases) {
 }
 
 const ONLY = selected('scenario', 'BENCH_ONLY', SCENARIO_IDS, {
-  1: ['enqueue'], 2: ['bulk'], 3: ['drain'], 4: ['latency'], 5: ['idle'], 6: ['history'], 7: ['limit'],
+  1: ['enqueue'], 2: ['bulk'], 3: ['drain'], 4: ['latency'], 5: ['idle'], 6: ['history'], 7: ['limit'], 8: ['scale'],
   wakeup: ['latency'], 'physical-limit': ['limit'], physical: ['limit'],
 });
 const LIB_SET = selected('library', 'BENCH_LIBS', LIBS, {
@@ -91,6 +91,26 @@ function enqueueVariants() {
   for (const l of LIB_SET) if (!l.startsWith('pg-queue')) out.push(variant(l, 10));
   return out;
 }
+
+/**
+ * Scenario 8 measures pg-queue's own statements (the handler mode does not matter), one row per
+ * template: no tasks, and N/10 or N archived plus as many delayed tasks. Against the empty table
+ * some operations do less work (no queue to probe, no row to return); N ÷ N/10 isolates growth.
+ */
+const SCALE_ROWS = { empty: 0, tenth: SIZES.history / 10, full: SIZES.history };
+function scaleVariants() {
+  const libKey = LIB_SET.find((l) => l.startsWith('pg-queue'));
+  return libKey ? Object.keys(SCALE_ROWS).map((g) => ({ ...variant(libKey, 10, g), label: 'pg-queue' })) : [];
+}
+
+/** Scenario 8's operations (bench/src/scale.ts), in the order they run. */
+const SCALE_OPS = [
+  ['scrape', 'metrics scrape: `QueueMetrics.metrics()`'],
+  ['idleClaim', "the worker's claim, nothing due (batch 100)"],
+  ['list', '`list({ queue, limit: 100 })`'],
+  ['get', '`get(id)` of an archived task'],
+  ['claim', "the worker's claim of 100 due tasks"],
+];
 
 /** Scenario 4's bare-pg rows: pg-queue's wake-up path for each selected mode, without the library. */
 function bareWakeUpVariants() {
@@ -155,6 +175,7 @@ const SCENARIOS = {
     num: 6,
     title: `Claim cost with history: drain ${SIZES.historyDrain.toLocaleString('en-US')} at concurrency 10 after ${SIZES.history.toLocaleString('en-US')} finished tasks`,
     variants: () => ['empty', 'history'].flatMap((g) => LIB_SET.map((l) => variant(l, 10, g))),
+    template: { scenario: 'make-history', rows: (group) => (group === 'history' ? SIZES.history : 0), what: 'finished tasks' },
     n: SIZES.historyDrain,
     timeoutMs: 300_000,
     metrics: [
@@ -173,6 +194,19 @@ const SCENARIOS = {
     n: SIZES.limit,
     timeoutMs: 180_000,
     metrics: [{ key: 'tasksPerSec', label: 'tasks/s', better: 'higher' }],
+  },
+  scale: {
+    num: 8,
+    title: `Costs that must not grow with history: ${SIZES.history.toLocaleString('en-US')} archived + ${SIZES.history.toLocaleString('en-US')} delayed tasks against none (pg-queue)`,
+    variants: scaleVariants,
+    template: { scenario: 'make-scale', rows: (group) => SCALE_ROWS[group], what: 'archived + as many delayed tasks' },
+    n: SIZES.scaleCalls,
+    timeoutMs: 240_000,
+    // Rendered as one table (scaleComparison); the first metric is the progress line's.
+    table: scaleComparison,
+    metrics: SCALE_OPS.flatMap(([op]) =>
+      Object.entries({ Ms: 'ms per call', ServerMs: 'server ms per call', Blocks: 'buffers per call', Statements: 'statements per call' }).map(([m, unit]) => ({ key: `${op}${m}`, label: `${op}: ${unit}`, better: 'lower' })),
+    ),
   },
 };
 
@@ -330,7 +364,7 @@ async function main() {
   for (const sc of plan) {
     log(`\n== ${sc.num}. ${sc.title}`);
     const templates = {};
-    if (sc.id === 'history') {
+    if (sc.template) {
       // Two template databases per library, built the same way (schema installed by the library,
       // history inserted, VACUUM ANALYZE): one with the history, one with none. Each run clones one
       // (CREATE DATABASE … TEMPLATE … STRATEGY FILE_COPY), so every repetition starts from a fresh,
@@ -339,12 +373,12 @@ async function main() {
         const tkey = `${v.lib}/${v.group}`;
         if (tkey in templates) continue;
         templates[tkey] = null;
-        const rows = v.group === 'history' ? SIZES.history : 0;
+        const rows = sc.template.rows(v.group);
         const name = dbName(['tpl', v.lib, v.group]);
         await createDatabase(name);
         const t0 = Date.now();
         const res = await runChild(
-          { scenario: 'make-history', lib: v.lib, mode: 'transactional', concurrency: 10, url: dbUrl(name), adminUrl, dbName: name, n: rows, timeoutMs: 900_000 },
+          { scenario: sc.template.scenario, lib: v.lib, mode: 'transactional', concurrency: 10, url: dbUrl(name), adminUrl, dbName: name, n: rows, timeoutMs: 900_000 },
           900_000,
         );
         if (!res.ok) {
@@ -353,17 +387,17 @@ async function main() {
           continue;
         }
         templates[tkey] = name;
-        log(`   template ${tkey}: ${rows.toLocaleString('en-US')} finished tasks, built in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+        log(`   template ${tkey}: ${rows.toLocaleString('en-US')} ${sc.template.what}, built in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       }
     }
     for (let rep = 1; rep <= REPS; rep++) {
       for (const v of sc.all) {
         done++;
-        const name = dbName([sc.id.slice(0, 4), v.libKey.replace('pg-queue-', 'pgq_').replace('graphile-worker', 'gw').replace('pg-boss', 'boss'), `c${v.concurrency}`, v.group === 'empty' ? 'e' : v.group === 'history' ? 'h' : '', `r${rep}`]);
+        const name = dbName([sc.id.slice(0, 4), v.libKey.replace('pg-queue-', 'pgq_').replace('graphile-worker', 'gw').replace('pg-boss', 'boss'), `c${v.concurrency}`, { empty: 'e', history: 'h', tenth: 't', full: 'f' }[v.group] ?? '', `r${rep}`]);
         const t0 = Date.now();
         let res;
-        const template = sc.id === 'history' ? templates[`${v.lib}/${v.group}`] : undefined;
-        if (sc.id === 'history' && !template) {
+        const template = sc.template ? templates[`${v.lib}/${v.group}`] : undefined;
+        if (sc.template && !template) {
           res = { ok: false, metrics: {}, notes: [], error: 'no template database' };
         } else {
           try {
@@ -436,8 +470,11 @@ function render(plan, results, settingsByLib, notes, m, statementStats, elapsed)
     const rows = sc.all;
     out.push('');
     out.push(`### ${sc.num}. ${sc.title}`);
-    for (const metric of sc.metrics) {
-      out.push('', `${metric.label} (${metric.better} is better)`, '', report.metricTable(results, rows, metric));
+    if (sc.table) out.push('', sc.table(plan, results));
+    else {
+      for (const metric of sc.metrics) {
+        out.push('', `${metric.label} (${metric.better} is better)`, '', report.metricTable(results, rows, metric));
+      }
     }
     if (sc.id === 'history') out.push('', historyComparison(plan, results));
     if (sc.id === 'limit') out.push('', limitComparison(plan, results));
@@ -480,6 +517,31 @@ function historyComparison(plan, results) {
     ['library', 'tasks/s empty', 'tasks/s history', 'history ÷ empty', 'claim µs/task empty', 'claim µs/task history', 'history ÷ empty'],
     rows,
   )}`;
+}
+
+/** Scenario 8: per measure, each operation on the three templates and the growth ratios (medians). */
+function scaleComparison(plan, results) {
+  const all = plan.find((s) => s.id === 'scale').all;
+  const [empty, tenth, full] = Object.keys(SCALE_ROWS).map((g) => all.find((v) => v.group === g));
+  const median = (v, key) => report.summary(results, v, key).median;
+  const div = (a, b) => (a !== null && b ? report.ratio(a / b) : 'n/a');
+  const runs = [empty, tenth, full].map((v) => `${report.summary(results, v, 'scrapeMs').n}/${results.filter((r) => r.variantKey === v.key).length}`);
+  const k = (n) => n.toLocaleString('en-US');
+  const head = ['operation', 'no tasks', `${k(SCALE_ROWS.tenth)} + ${k(SCALE_ROWS.tenth)}`, `${k(SCALE_ROWS.full)} + ${k(SCALE_ROWS.full)}`, `÷ ${k(SCALE_ROWS.tenth)}`, '÷ no tasks'];
+  const table = (m) =>
+    report.compareTable(
+      head,
+      SCALE_OPS.map(([op, label]) => {
+        const [e, t, f] = [empty, tenth, full].map((v) => median(v, `${op}${m}`));
+        return [label, report.fmt(e), report.fmt(t), report.fmt(f), div(f, t), div(f, e)];
+      }),
+    );
+  return [
+    `Columns: the template (archived + delayed tasks of the queue); each cell the median over the repetitions (runs: ${runs.join(', ')}) of a run's figure over its ${SIZES.scaleCalls} calls. The ratios divide the largest template's figure by the others': flat ≈ 1.0×; a cost that grows with the tasks shows about 10× against the tenth.`,
+    `Wall time per call through the library, ms (median of the run's calls; Prisma and the round trip included):\n\n${table('Ms')}`,
+    `Server execution time per call, ms (pg_stat_statements, all statements of the call):\n\n${table('ServerMs')}`,
+    `Shared buffers hit or read per call (pg_stat_statements):\n\n${table('Blocks')}`,
+  ].join('\n\n');
 }
 
 /** Scenario 7 against the drains at concurrency 10 (scenario 3). */

@@ -7,16 +7,19 @@ import { performance } from 'node:perf_hooks';
 import type { Client } from 'pg';
 import { chunks, connect, payloads, sleep, waitFor, type BenchTarget, type Payload, type TargetOptions } from './common';
 import { openLimitClients, prepareLimit, runLimit } from './physical-limit';
+import type { ScaleProbe, ServerTotals } from './scale';
+import type { PgQueueTarget } from './targets/pg-queue';
 
 export interface RunSpec {
-  scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'make-history';
+  scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'scale' | 'make-history' | 'make-scale';
   lib: 'pg-queue' | 'pg-boss' | 'graphile-worker' | 'bare-pg';
   mode?: 'transactional' | 'lease';
   concurrency: number;
   url: string;
   adminUrl: string;
   dbName: string;
-  /** enqueue/bulk/drain/latency/history/limit: tasks; make-history: history rows. */
+  /** enqueue/bulk/drain/latency/history/limit: tasks; make-history: history rows; make-scale:
+   * archived and delayed rows (each); scale: timed calls per operation. */
   n: number;
   bulkSize?: number;
   latencyGapMs?: number;
@@ -58,7 +61,7 @@ async function makeTarget(spec: RunSpec): Promise<BenchTarget> {
 }
 
 /** pg_stat_statements, read from the admin database and filtered to the run's database. */
-class StatementStats {
+class StatementStats implements ScaleProbe {
   private constructor(private readonly admin: Client, private readonly dbName: string) {}
 
   static async open(adminUrl: string, dbName: string): Promise<StatementStats | null> {
@@ -99,9 +102,27 @@ class StatementStats {
     };
   }
 
+  /** Every statement executed in the run's database since the reset: calls, execution time, shared buffers. */
+  async totals(): Promise<ServerTotals> {
+    const r = await this.admin.query(
+      `SELECT coalesce(sum(calls), 0)::bigint AS calls, coalesce(sum(total_exec_time), 0)::float8 AS exec_ms,
+              coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint AS blocks
+       FROM pg_stat_statements
+       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND query NOT ILIKE '%pg_stat_statements%'`,
+      [this.dbName],
+    );
+    return { calls: Number(r.rows[0].calls), execMs: Number(r.rows[0].exec_ms), blocks: Number(r.rows[0].blocks) };
+  }
+
   close(): Promise<void> {
     return this.admin.end();
   }
+}
+
+/** Scenario 8 measures pg-queue alone (its target module loads only when pg-queue runs). */
+function pgQueueOnly(target: BenchTarget): PgQueueTarget {
+  if (!('measureScale' in target)) throw new Error('the scale scenario measures pg-queue only');
+  return target as PgQueueTarget;
 }
 
 const percentile = (sorted: number[], p: number) => sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)];
@@ -187,7 +208,7 @@ async function runScenario(spec: RunSpec): Promise<RunResult> {
     }
 
     const target = await makeTarget(spec);
-    const stats = spec.scenario === 'drain' || spec.scenario === 'history' || spec.scenario === 'idle' ? await StatementStats.open(spec.adminUrl, spec.dbName) : null;
+    const stats = ['drain', 'history', 'idle', 'scale'].includes(spec.scenario) ? await StatementStats.open(spec.adminUrl, spec.dbName) : null;
     await target.open();
     try {
       const settings = target.describe();
@@ -195,6 +216,19 @@ async function runScenario(spec: RunSpec): Promise<RunResult> {
         case 'make-history': {
           await target.insertHistory(db, spec.n);
           return { ok: true, metrics: {}, notes: [], settings };
+        }
+        case 'make-scale': {
+          const scaled = pgQueueOnly(target);
+          await scaled.insertHistory(db, spec.n);
+          await scaled.insertDelayed(db, spec.n);
+          return { ok: true, metrics: {}, notes: [], settings };
+        }
+        case 'scale': {
+          const scaled = pgQueueOnly(target);
+          const notes = stats ? [] : ['pg_stat_statements is not available: server time and buffers are n/a'];
+          await checkpoint(db);
+          const metrics = await scaled.measureScale(db, stats, spec.n, Date.now() + spec.timeoutMs);
+          return { ok: true, metrics, notes, settings };
         }
         case 'enqueue': {
           await checkpoint(db);

@@ -6,6 +6,7 @@ import type { Client } from 'pg';
 import { DEFAULT_HANDLER_OPTIONS, PgQueueModule, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type Task } from '@app/pg-queue';
 import { PrismaClient } from '../../../src/generated/prisma/client';
 import { QUEUE, poolSize, type BenchTarget, type Payload, type TargetOptions } from '../common';
+import { runScale, type ScaleProbe } from '../scale';
 
 /** Set by startWorker; the handler below calls it first thing. */
 let onTask: ((payload: Payload) => void) | null = null;
@@ -125,6 +126,27 @@ export class PgQueueTarget implements BenchTarget {
     }
     await db.query('VACUUM ANALYZE pgqueue.task');
     await db.query('VACUUM ANALYZE pgqueue.task_archive');
+  }
+
+  /**
+   * The delayed half of scenario 8's template (insertHistory is the archived half): `n` pending
+   * tasks due in 1 to 12 days, as enqueue with delayMs writes them. Then VACUUM ANALYZE.
+   */
+  async insertDelayed(db: Client, n: number): Promise<void> {
+    if (n > 0) {
+      await db.query(
+        `INSERT INTO pgqueue.task (queue, payload, run_at)
+         SELECT $1, jsonb_build_object('seq', g), now() + interval '1 day' + g * interval '1 second'
+         FROM generate_series(1, $2::int) g`,
+        [QUEUE, n],
+      );
+    }
+    await db.query('VACUUM ANALYZE pgqueue.task');
+  }
+
+  /** Scenario 8 (bench/src/scale.ts) on this target's app and Prisma client. */
+  measureScale(db: Client, probe: ScaleProbe | null, calls: number, deadline: number): Promise<Record<string, number | null>> {
+    return runScale(this.app!, this.prisma!, db, probe, calls, deadline);
   }
 
   async close(): Promise<void> {

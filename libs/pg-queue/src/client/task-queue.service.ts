@@ -148,7 +148,11 @@ export class TaskQueue {
     return rows.map((r) => ({ hour: r.hour, queue: r.queue, done: r.done, totalMs: r.total_ms, avgMs: r.avg_ms }));
   }
 
-  /** Counts by state and the age of the oldest due task, per queue. */
+  /**
+   * Exact counts by state, the archive's included, and the age of the oldest due task, per queue.
+   * It reads every task row, so its cost grows with history: for operators, not for polling
+   * (QueueMetrics reads a bounded statement of its own).
+   */
   async stats(): Promise<QueueStats[]> {
     const rows = await this.operator.stats(this.options.prisma);
     const byQueue = new Map<string, QueueStats>();

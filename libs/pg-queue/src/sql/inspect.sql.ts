@@ -1,17 +1,34 @@
 import { marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
+/**
+ * The most due or dead tasks per queue that the metrics scrape counts: past it, counting would cost
+ * a read per task on every scrape of every instance. The oldest due age shows how far behind a
+ * queue is beyond that.
+ */
+export const METRICS_COUNT_CAP = 10_000;
+
 /** Read-only queries for operators and dashboards (the seed article's monitoring queries). */
 export function inspectStatements(schema: string) {
   const s = quoteIdent(schema);
   const columns = `id::text AS id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error,
        parent_id::text AS parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
+  const stored = `id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error,
+       parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
+  /** list's filter for one table, given the states it holds (a clause on parameters alone is
+   * checked once, before the scan). */
+  const pageOf = (states: string) => `($2::text IS NULL OR $2::text IN ${states})
+     AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
+     AND id <= coalesce($3::bigint - 1, 9223372036854775807)`;
   const both = (where: string) => `
 SELECT ${columns}, locked_by, locked_until FROM ${s}.task WHERE ${where}
 UNION ALL
 SELECT ${columns}, NULL, NULL FROM ${s}.task_archive WHERE ${where}`;
   return marked({
-    /** Counts by queue and state over the hot table and the archive; oldest due pending age. */
+    /**
+     * Exact counts by queue and state over the hot table and the archive; oldest due pending age.
+     * Reads every row of both: for operators, not for periodic scrapes (see `metrics`).
+     */
     stats: `
 SELECT queue, state, count(*)::int AS count,
        (extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'pending' AND run_at <= now())) * 1000)::float8
@@ -20,16 +37,65 @@ FROM ${s}.task GROUP BY queue, state
 UNION ALL
 SELECT queue, state, count(*)::int, NULL FROM ${s}.task_archive GROUP BY queue, state`,
 
+    /**
+     * What a metrics scrape reads, at a cost that does not grow with the archive or with tasks
+     * waiting for a later run_at: per queue, due tasks and dead tasks (each counted up to
+     * METRICS_COUNT_CAP), running tasks, and the age of the oldest due task. Never reads
+     * task_archive. Queues are enumerated by a loose index scan (one probe per queue) of the
+     * pending rows (task_due_idx) and the dead rows (task_dead_idx); running rows are few (leases)
+     * and read whole from task_lease_idx. The due figures are range scans of task_due_idx
+     * (queue, run_at <= now()), which never reach the not-yet-due rows.
+     */
+    metrics: `
+WITH RECURSIVE pending_queues AS (
+  (SELECT queue FROM ${s}.task WHERE state = 'pending' ORDER BY queue LIMIT 1)
+  UNION ALL
+  SELECT (SELECT t.queue FROM ${s}.task t WHERE t.state = 'pending' AND t.queue > p.queue ORDER BY t.queue LIMIT 1)
+  FROM pending_queues p WHERE p.queue IS NOT NULL
+), dead_queues AS (
+  (SELECT queue FROM ${s}.task WHERE state = 'dead' ORDER BY queue LIMIT 1)
+  UNION ALL
+  SELECT (SELECT t.queue FROM ${s}.task t WHERE t.state = 'dead' AND t.queue > d.queue ORDER BY t.queue LIMIT 1)
+  FROM dead_queues d WHERE d.queue IS NOT NULL
+), running AS (
+  SELECT queue, count(*)::int AS running FROM ${s}.task WHERE state = 'running' GROUP BY queue
+), queues AS (
+  SELECT queue FROM pending_queues WHERE queue IS NOT NULL
+  UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+  UNION SELECT queue FROM running
+)
+SELECT q.queue,
+       (SELECT count(*) FROM (
+          SELECT 1 FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now() LIMIT ${METRICS_COUNT_CAP}
+        ) due)::int AS due,
+       coalesce((SELECT r.running FROM running r WHERE r.queue = q.queue), 0) AS running,
+       (SELECT count(*) FROM (
+          SELECT 1 FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'dead' LIMIT ${METRICS_COUNT_CAP}
+        ) dead)::int AS dead,
+       (extract(epoch FROM now() - (
+          SELECT min(t.run_at) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now()
+        )) * 1000)::float8 AS oldest_due_ms
+FROM queues q ORDER BY q.queue`,
+
     /** One task wherever it lives. Parameters: $1 id. */
     get: both('id = $1::bigint'),
 
     /**
-     * A page of tasks, newest first, by keyset on id. Parameters: $1 queue or NULL, $2 state or
-     * NULL, $3 id cursor (exclusive) or NULL, $4 limit.
+     * A page of tasks, newest first, by keyset on id. Each table gives its own newest page by a
+     * backward scan of its primary key, and the two pages are merged: sorting both tables' matching
+     * rows read every one of them (a second with 2 M tasks). The cursor is an index bound even in a
+     * generic plan, and a state that lives in one table only does not scan the other. A filter
+     * that few of the newest tasks match still walks back until the page is full.
+     * Parameters: $1 queue or NULL, $2 state or NULL, $3 id cursor (exclusive) or NULL, $4 limit.
      */
     list: `
-SELECT * FROM (${both('($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text) AND ($3::bigint IS NULL OR id < $3::bigint)')}
-) page ORDER BY id::bigint DESC LIMIT $4`,
+SELECT ${columns}, locked_by, locked_until FROM (
+  (SELECT ${stored}, locked_by, locked_until FROM ${s}.task
+   WHERE ${pageOf("('pending', 'running', 'dead', 'cancelled')")} ORDER BY id DESC LIMIT $4)
+  UNION ALL
+  (SELECT ${stored}, NULL, NULL FROM ${s}.task_archive
+   WHERE ${pageOf("('done', 'cancelled')")} ORDER BY id DESC LIMIT $4)
+) page ORDER BY page.id DESC LIMIT $4`,
 
     /**
      * A whole pipeline: walk up parent_id to the root, then down to every descendant, by index

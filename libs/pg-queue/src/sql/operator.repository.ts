@@ -42,6 +42,11 @@ export class OperatorRepository {
     return db.$queryRawUnsafe<{ queue: string; state: string; count: number; oldest_pending_ms: number | null }[]>(this.inspectSql.stats);
   }
 
+  /** The metrics scrape's figures per queue (see `metrics` in inspect.sql.ts: bounded, not exact). */
+  metrics(db: SqlExecutor) {
+    return db.$queryRawUnsafe<{ queue: string; due: number; running: number; dead: number; oldest_due_ms: number | null }[]>(this.inspectSql.metrics);
+  }
+
   async get(db: SqlExecutor, id: string): Promise<TaskRow | null> {
     const rows = await db.$queryRawUnsafe<TaskRow[]>(this.inspectSql.get, id);
     return rows[0] ?? null;
