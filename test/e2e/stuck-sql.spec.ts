@@ -1,5 +1,7 @@
 import { Injectable } from '@nestjs/common';
+import { Client } from 'pg';
 import { TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
+import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import type { Prisma } from '../../src/generated/prisma/client';
 import { bootQueueApp, nextEvents, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -42,4 +44,34 @@ describe('timeoutMs bounds time spent in SQL (issue 12 item 6)', () => {
     const sleeping = await db.sql("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(60)%' AND state = 'active'");
     expect(sleeping).toEqual([{ n: 0 }]);
   }, 60_000);
+
+  it('the cancel reaches a backend only while it still runs the batch\'s transaction', async () => {
+    const other = new Client({ connectionString: db.url });
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      const [{ pid, xid }] = (await other.query('SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid')).rows;
+      const repo = qa.app.get(TaskRepository, { strict: false });
+      const sleeping = other.query('SELECT pg_sleep(2)').then(() => 'finished', (err: Error) => err.message);
+      await waitForActive(pid);
+      // The same backend, another transaction (as when the batch ended and the connection went back to the pool).
+      await repo.cancelStatement(db.prisma(1), { pid, xactId: String(BigInt(xid) + 1000n) });
+      expect(await sleeping).toBe('finished');
+      const again = other.query('SELECT pg_sleep(30)').then(() => 'finished', (err: Error) => err.message);
+      await waitForActive(pid);
+      await repo.cancelStatement(db.prisma(1), { pid, xactId: xid });
+      expect(await again).toMatch(/canceling statement due to user request/);
+    } finally {
+      await other.end();
+    }
+  });
+
+  async function waitForActive(pid: number): Promise<void> {
+    for (let i = 0; i < 200; i++) {
+      const [row] = await db.sql("SELECT state FROM pg_stat_activity WHERE pid = $1", [pid]);
+      if (row?.state === 'active') return;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    throw new Error('the statement never became active');
+  }
 });

@@ -89,7 +89,8 @@ FROM claimed c`,
      * (paused, partitioned) mid-handler has its transaction ended by the server, which releases the
      * rows to the rescuer and rolls back the stalled attempt's writes. It also bounds every later
      * statement (a backstop: the runner cancels a handler's statement once the handler is given
-     * up on, see cancelStatement) and reports the backend, which that cancel needs.
+     * up on, see cancelStatement) and reports the backend and the transaction's id, which that
+     * cancel needs (the row lock has given the transaction an xid).
      * Rows are found by primary key and fenced by token (HELD in fragments.sql).
      * Parameters: $1 ids, $2 lease tokens (see HELD), $3 idle-in-transaction limit in ms (text),
      * $4 statement timeout in ms (text).
@@ -103,6 +104,6 @@ WITH held AS (
   WHERE ${HELD}
   FOR KEY SHARE OF t
 )
-SELECT ${idList('id')} AS ids, pg_backend_pid() AS backend_pid FROM held`,
+SELECT ${idList('id')} AS ids, pg_backend_pid() AS backend_pid, pg_current_xact_id()::text AS xact_id FROM held`,
   });
 }

@@ -47,10 +47,14 @@ FROM rescued`,
     /**
      * Ends the statement running on a transactional batch's backend: a handler stuck in a query
      * past its timeout would otherwise keep its slot, its connection and its row locks, and the
-     * rollback would wait behind the query. Sent only while the batch's transaction is still open,
-     * so the backend cannot be serving anyone else. Parameters: $1 backend pid.
+     * rollback would wait behind the query. Only while that backend still runs the batch's own
+     * transaction: by the time this statement gets a pool connection, the batch may have ended
+     * (Prisma's transaction timeout) and its backend serve someone else.
+     * Parameters: $1 backend pid, $2 the batch transaction's xid.
      */
-    cancelStatement: `SELECT pg_cancel_backend($1::int) AS cancelled`,
+    cancelStatement: `
+SELECT pg_cancel_backend(pid) AS cancelled FROM pg_stat_activity
+WHERE pid = $1::int AND backend_xid = $2::xid`,
 
     /**
      * Retention, one instance at a time (a transaction-scoped advisory lock; the others skip the

@@ -38,6 +38,12 @@ export interface ClaimedRow {
   dedup_key: string | null;
 }
 
+/** The backend and transaction a transactional batch runs on (see lockLeases). */
+export interface BatchBackend {
+  pid: number;
+  xactId: string;
+}
+
 /** What one claim brought back. */
 export interface Claim {
   rows: ClaimedRow[];
@@ -240,20 +246,20 @@ export class TaskRepository {
    * Row-locks the leases still held and bounds the transaction's idle time and statements; returns
    * the ids held and the transaction's backend (for cancelStatement).
    */
-  async lockLeases(tx: SqlExecutor, leases: Lease[], limits: { idleMs: number; statementMs: number }): Promise<{ held: Set<string>; backendPid: number }> {
+  async lockLeases(tx: SqlExecutor, leases: Lease[], limits: { idleMs: number; statementMs: number }): Promise<{ held: Set<string>; backend: BatchBackend }> {
     assertOneLeasePerTask(leases);
-    const [res] = await tx.$queryRawUnsafe<{ ids: string; backend_pid: number }[]>(
+    const [res] = await tx.$queryRawUnsafe<{ ids: string; backend_pid: number; xact_id: string }[]>(
       this.claimSql.lockLeases,
       ...leaseParams(leases),
       String(Math.ceil(limits.idleMs)),
       String(Math.ceil(limits.statementMs)),
     );
-    return { held: new Set(parseIds(res.ids)), backendPid: res.backend_pid };
+    return { held: new Set(parseIds(res.ids)), backend: { pid: res.backend_pid, xactId: res.xact_id } };
   }
 
-  /** Cancels whatever statement runs on `backendPid` (see maintain.sql.ts). */
-  async cancelStatement(db: SqlExecutor, backendPid: number): Promise<void> {
-    await db.$queryRawUnsafe(this.maintainSql.cancelStatement, backendPid);
+  /** Cancels the statement `backend` runs, if it still runs that transaction (see maintain.sql.ts). */
+  async cancelStatement(db: SqlExecutor, backend: BatchBackend): Promise<void> {
+    await db.$queryRawUnsafe(this.maintainSql.cancelStatement, backend.pid, backend.xactId);
   }
 
   /**

@@ -1,6 +1,6 @@
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { Failure, Lease } from '../sql/task.repository';
+import type { BatchBackend, Failure, Lease } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
@@ -116,7 +116,6 @@ export class TransactionalRunner {
     const later: Attempt[] = [];
     /** null until the leases are locked: a failure before that reached no handler. */
     let held: Set<string> | null = null;
-    let backendPid = 0;
     let current: Attempt | null = null;
     const { timeoutMs } = this.handler.options;
     let outcomes = new Map<string, Outcome>();
@@ -130,7 +129,6 @@ export class TransactionalRunner {
           });
           const locked = lock.held;
           held = locked;
-          backendPid = lock.backendPid;
           const began = performance.now();
           for (const a of attempts) {
             if (!locked.has(a.task.id)) {
@@ -142,7 +140,7 @@ export class TransactionalRunner {
               continue;
             }
             current = a;
-            results.set(a, await this.runOne(tx, a, usage, backendPid));
+            results.set(a, await this.runOne(tx, a, usage, lock.backend));
             current = null;
           }
           this.measured(results.size, performance.now() - began, later.length);
@@ -158,7 +156,7 @@ export class TransactionalRunner {
     return later;
   }
 
-  private async runOne(tx: SqlExecutor, a: Attempt, usage: { savepoints: number }, backendPid: number): Promise<Result> {
+  private async runOne(tx: SqlExecutor, a: Attempt, usage: { savepoints: number }, backend: BatchBackend): Promise<Result> {
     const gate = new TransactionGate(tx);
     const ctx = new AttemptContext(a, this.scope, gate);
     a.beginRun();
@@ -182,13 +180,13 @@ export class TransactionalRunner {
       return this.failed(a, result.error);
     }
     if (result.reason instanceof ShutdownAbortError) {
-      await this.cancelStatement(backendPid);
+      await this.cancelStatement(backend);
       throw new RollbackAll('shutdown', [a]);
     }
     const stopped = await Promise.race([result.settled.then(() => true), delay(SETTLE_GRACE_MS).then(() => false)]);
     if (!stopped) {
       // Most likely stuck in a query: end it, or the rollback would wait behind it.
-      await this.cancelStatement(backendPid);
+      await this.cancelStatement(backend);
       throw new RollbackAll('stuck-handler', [a]);
     }
     await gate.rollback();
@@ -265,9 +263,9 @@ export class TransactionalRunner {
   }
 
   /** Ends the statement a given-up handler may still run in this batch's still-open transaction. */
-  private async cancelStatement(backendPid: number): Promise<void> {
+  private async cancelStatement(backend: BatchBackend): Promise<void> {
     try {
-      await this.deps.repo.cancelStatement(this.deps.prisma, backendPid);
+      await this.deps.repo.cancelStatement(this.deps.prisma, backend);
     } catch (err) {
       // statement_timeout (set by lockLeases) still ends it.
       this.deps.logger.warn(`could not cancel a stuck statement of "${this.handler.queue}": ${(err as Error).message}`);
