@@ -1,7 +1,10 @@
 import { Injectable } from '@nestjs/common';
+import { Client } from 'pg';
 import { TaskHandler, type Task } from '@app/pg-queue';
+import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { drainQueue } from '@app/pg-queue/testing';
-import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 type Job = { name: string; failFirst?: boolean };
@@ -27,6 +30,17 @@ class GroupRetryHandlers {
   @TaskHandler('gr.skips', { ...OPTIONS, retryBlocksGroup: false })
   async skips(task: Task<Job>) {
     await this.run(task);
+  }
+
+  started: string[] = [];
+  hold = deferred();
+  holding = deferred();
+
+  @TaskHandler('gr.race', { mode: 'lease' })
+  async race(task: Task<Job>) {
+    this.started.push(task.payload.name);
+    this.holding.resolve();
+    await this.hold.promise;
   }
 }
 
@@ -64,5 +78,74 @@ describe('per-group order with retries (issue 12 item 5): one at a time per grou
 
   it('retryBlocksGroup false: the tasks waiting when it failed go first, the retry after them, never beside them', async () => {
     expect(await runGroup('gr.skips')).toEqual(['a#1', 'b#1', 'c#1', 'a#2']);
+  });
+
+  describe('a claim that raced a rival claim of its group gives way before its handler starts', () => {
+    let clients: Client[];
+    const client = async () => {
+      const c = new Client({ connectionString: db.url });
+      await c.connect();
+      clients.push(c);
+      return c;
+    };
+    beforeEach(() => {
+      clients = [];
+      h.started = [];
+      h.hold = deferred();
+      h.holding = deferred();
+    });
+    afterEach(async () => {
+      h.hold.resolve();
+      await Promise.all(clients.map((c) => c.end()));
+      await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
+    });
+
+    it('an earlier task that commits late, claimed while a later one\'s claim is in flight: the later one gives way', async () => {
+      // p gets the earlier place (its id) but commits after q.
+      const late = await client();
+      await late.query('BEGIN');
+      await late.query(`INSERT INTO pgqueue.task (queue, payload, group_key) VALUES ('gr.race', '{"name":"p"}', 'g1')`);
+      await qa.queue.enqueue('gr.race', { name: 'q' }, { group: 'g1' });
+      // A rival worker's claim of q, its statement's window held open by a transaction.
+      const rival = await client();
+      await rival.query('BEGIN');
+      const { rows } = await rival.query(claimStatements('pgqueue').claim, ['gr.race', 10, 'rival', 60_000, 5]);
+      const [q] = JSON.parse(rows[0].claimed) as { id: string; lease_token: string; payload: Job }[];
+      expect(q.payload.name).toBe('q');
+      await late.query('COMMIT');
+      // This app's worker claims now: its snapshot shows p first and nothing of g1 running.
+      const drained = drainQueue(qa.app, 'gr.race');
+      await h.holding.promise;
+      expect(h.started).toEqual(['p']);
+      await rival.query('COMMIT');
+      // The rival's check, run after its claim committed, sees p running: q gives way.
+      const repo = qa.app.get(TaskRepository, { strict: false });
+      expect([...(await repo.groupRivals(db.prisma(1), [{ id: q.id, token: q.lease_token }]))]).toEqual([q.id]);
+      h.hold.resolve();
+      await drained;
+    });
+
+    it('this worker gives its claimed task back uncounted when a rival of its group runs', async () => {
+      const ids = await qa.queue.enqueueMany(['p', 'q'].map((name) => ({ queue: 'gr.race', payload: { name }, options: { group: 'g2' } })));
+      await db.sql('UPDATE pgqueue.task SET group_pos = $1 WHERE id = $2', [Number(ids[1]) + 1000, ids[0]]); // q goes first
+      const repo = qa.app.get(TaskRepository, { strict: false });
+      const claim = repo.claim.bind(repo);
+      // Right after this worker's claim of q commits, a rival claim of p (made from an older snapshot) commits too.
+      const spy = jest.spyOn(repo, 'claim').mockImplementationOnce(async (...args) => {
+        const result = await claim(...args);
+        await db.sql("UPDATE pgqueue.task SET state = 'running', attempt = 1, lease_token = gen_random_uuid(), locked_until = now() + interval '1 minute' WHERE id = $1", [ids[0]]);
+        return result;
+      });
+      try {
+        await drainQueue(qa.app, 'gr.race');
+      } finally {
+        spy.mockRestore();
+      }
+      expect(h.started).toEqual([]);
+      expect(await db.sql('SELECT id::text, state, attempt FROM pgqueue.task ORDER BY id')).toEqual([
+        { id: ids[0], state: 'running', attempt: 1 },
+        { id: ids[1], state: 'pending', attempt: 0 },
+      ]);
+    });
   });
 });

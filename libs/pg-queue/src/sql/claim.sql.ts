@@ -41,8 +41,10 @@ WITH next AS (
     -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
     AND (SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
     -- Per-group FIFO: only the first task of a group (by place, see task_group_idx) runs, and only
-    -- while nothing of its group runs. Which task is first never depends on the clock, so claimers
-    -- with different snapshots still agree: at most one task per group is ever eligible.
+    -- while nothing of its group runs. Which task is first never depends on the clock. A snapshot
+    -- can still miss a claim of the group that commits during this statement while an earlier
+    -- task appears (an insert that commits late, an operator retry): groupRivals, run after the
+    -- claim commits, catches that before any handler starts.
     -- Two probes of task_group_idx: "anything before it?" is a range bound that stops at the first
     -- hit (most group tasks fail it at once); only a group's first task pays for the second.
     AND (t.group_key IS NULL OR (
@@ -76,6 +78,20 @@ SELECT coalesce(json_agg(c), '[]')::text AS claimed,
        ) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms
 FROM claimed c`,
+
+    /**
+     * The group tasks among just-claimed leases that another running task of their group rivals.
+     * Run after the claim committed, so its snapshot sees every claim of those groups that
+     * committed before: of two rival claims, the later check always sees the other, so at least
+     * one of them gives way (released uncounted) and never do two tasks of a group run at once.
+     * Parameters: $1 ids, $2 lease tokens (see HELD).
+     */
+    groupRivals: `
+SELECT ${idList('t.id')} AS ids
+FROM ${s}.task t
+WHERE ${HELD} AND t.group_key IS NOT NULL
+  AND EXISTS (SELECT 1 FROM ${s}.task g
+              WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running' AND g.id <> t.id)`,
 
     /**
      * Transactional mode, first statement of the handler transaction: re-check that each lease is

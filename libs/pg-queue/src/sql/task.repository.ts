@@ -242,6 +242,12 @@ export class TaskRepository {
     return { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms };
   }
 
+  /** The ids among `leases` (just claimed) whose group has another running task (see claim.sql.ts). */
+  async groupRivals(db: SqlExecutor, leases: Lease[]): Promise<Set<string>> {
+    const [res] = await db.$queryRawUnsafe<{ ids: string }[]>(this.claimSql.groupRivals, ...leaseParams(leases));
+    return new Set(parseIds(res.ids));
+  }
+
   /**
    * Row-locks the leases still held and bounds the transaction's idle time and statements; returns
    * the ids held and the transaction's backend (for cancelStatement).

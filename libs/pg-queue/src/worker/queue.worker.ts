@@ -186,7 +186,27 @@ export class QueueWorker {
     const claim = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts);
     this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
     if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
-    return claim.rows.map((r) => new Attempt(r)).sort(byClaimOrder);
+    const attempts = claim.rows.map((r) => new Attempt(r));
+    return (await this.withoutGroupRivals(attempts)).sort(byClaimOrder);
+  }
+
+  /**
+   * A group task whose group turns out to have another running task (a rival claim committed
+   * while ours ran: see groupRivals in claim.sql.ts) is given back uncounted before it starts.
+   */
+  private async withoutGroupRivals(attempts: Attempt[]): Promise<Attempt[]> {
+    const grouped = attempts.filter((a) => a.groupKey !== null);
+    if (grouped.length === 0) return attempts;
+    const rivalled = await this.deps.repo.groupRivals(this.deps.prisma, grouped.map((a) => a.lease));
+    if (rivalled.size === 0) return attempts;
+    const givenWay = attempts.filter((a) => rivalled.has(a.task.id));
+    try {
+      await this.deps.repo.release(this.deps.prisma, givenWay.map((a) => a.lease));
+    } catch (err) {
+      // Not started either way: the leases expire and the rescuer gives them back.
+      this.deps.logger.error(`could not give back rivalled group tasks of "${this.queue}": ${(err as Error).message}`);
+    }
+    return attempts.filter((a) => !rivalled.has(a.task.id));
   }
 
   private dispatch(attempts: Attempt[]): void {
