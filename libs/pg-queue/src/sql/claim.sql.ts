@@ -40,12 +40,12 @@ WITH next AS (
     -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
     -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
     AND (SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
-    -- Per-group FIFO: only the first task of a group (by place, see task_group_idx) runs, and only
+    -- Per-group FIFO: only the first task of a group (by place, see task_group_pos_idx) runs, and only
     -- while nothing of its group runs. Which task is first never depends on the clock. A snapshot
     -- can still miss a claim of the group that commits during this statement while an earlier
     -- task appears (an insert that commits late, an operator retry): groupRivals, run after the
     -- claim commits, catches that before any handler starts.
-    -- Two probes of task_group_idx: "anything before it?" is a range bound that stops at the first
+    -- Two probes of task_group_pos_idx: "anything before it?" is a range bound that stops at the first
     -- hit (most group tasks fail it at once); only a group's first task pays for the second.
     AND (t.group_key IS NULL OR (
       NOT EXISTS (SELECT 1 FROM ${s}.task g

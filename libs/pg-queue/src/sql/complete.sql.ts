@@ -88,7 +88,7 @@ SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
      * A retry is announced like a delayed task (its due time in the NOTIFY), so any idle worker,
      * not only this one, sets its timer for it.
      * With $7 false (retryBlocksGroup: false) a task of a group that will be retried moves to the
-     * back of its group: the tasks waiting behind it go first (see task_group_idx).
+     * back of its group: the tasks waiting behind it go first (see task_group_pos_idx).
      * Parameters: $1 ids, $2 lease tokens (see HELD), $3 error[] (already truncated), $4 delay_ms[], $5 fatal[],
      * in the order of $2; $6 channel; $7 a retry keeps its place in its group.
      */

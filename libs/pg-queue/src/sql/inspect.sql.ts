@@ -15,13 +15,16 @@ export function inspectStatements(schema: string) {
        parent_id::text AS parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
   const stored = `id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error,
        parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
+  // In the hot table max_attempts is only the enqueuer's explicit limit: show the one in force
+  // once a claim recorded it (the archive stores that already).
+  const inForce = (list: string) => list.replace('max_attempts,', 'coalesce(max_attempts, attempt_limit) AS max_attempts,');
   /** list's filter for one table, given the states it holds (a clause on parameters alone is
    * checked once, before the scan). */
   const pageOf = (states: string) => `($2::text IS NULL OR $2::text IN ${states})
      AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
      AND id <= coalesce($3::bigint - 1, 9223372036854775807)`;
   const both = (where: string) => `
-SELECT ${columns}, locked_by, locked_until FROM ${s}.task WHERE ${where}
+SELECT ${inForce(columns)}, locked_by, locked_until FROM ${s}.task WHERE ${where}
 UNION ALL
 SELECT ${columns}, NULL, NULL FROM ${s}.task_archive WHERE ${where}`;
   return marked({
@@ -90,7 +93,7 @@ FROM queues q ORDER BY q.queue`,
      */
     list: `
 SELECT ${columns}, locked_by, locked_until FROM (
-  (SELECT ${stored}, locked_by, locked_until FROM ${s}.task
+  (SELECT ${inForce(stored)}, locked_by, locked_until FROM ${s}.task
    WHERE ${pageOf("('pending', 'running', 'dead', 'cancelled')")} ORDER BY id DESC LIMIT $4)
   UNION ALL
   (SELECT ${stored}, NULL, NULL FROM ${s}.task_archive

@@ -13,7 +13,7 @@ export interface TaskRow {
   priority: number;
   run_at: Date;
   attempt: number;
-  /** The enqueuer's explicit limit; null: the handler's (or, once claimed, see attempt). */
+  /** The attempt limit in force: the enqueuer's, or the one its last claim took from the handler; null before a first claim when the handler decides. */
   max_attempts: number | null;
   last_error: string | null;
   locked_by: string | null;

@@ -146,30 +146,37 @@ ALTER TABLE ${s}.task ADD CONSTRAINT task_lease_token_check
     {
       version: 4,
       name: 'settings_where_tasks_run',
-      sql: `
+      // Steps, so no lock outlives its step: the first changes only the catalog; each index build
+      // holds writes back while it runs (on a large queue table, print the SQL and build them
+      // CONCURRENTLY by hand first: the steps then find them, IF NOT EXISTS).
+      sql: [
+        `
 -- The handler that runs a task governs its attempts (DESIGN 16): max_attempts is only the
 -- enqueuer's explicit choice (NULL: the handler decides). Each claim records the limit in force
 -- in attempt_limit, which the failure statement and the rescuer read: a rescuer in any process
 -- then applies the limit of the handler that ran the attempt.
+-- group_pos: a task's place in its group when a failure moved it to the back (retryBlocksGroup
+-- false); otherwise its id is its place (see task_group_pos_idx).
 ALTER TABLE ${s}.task
   ALTER COLUMN max_attempts DROP NOT NULL,
   ALTER COLUMN max_attempts DROP DEFAULT,
-  ADD COLUMN attempt_limit integer CHECK (attempt_limit >= 1);
+  ADD COLUMN attempt_limit integer,
+  ADD COLUMN group_pos bigint;
 ALTER TABLE ${s}.task_archive ALTER COLUMN max_attempts DROP NOT NULL;
-
+`,
+        `
 -- Due times by queue: when the next delayed task or retry of a queue is due (the worker sets its
 -- timer from it), and whether anything is due at all, in one index probe however many tasks wait
 -- for a later time (task_claim_idx orders by priority first and cannot answer either).
-CREATE INDEX task_due_idx ON ${s}.task (queue, run_at) WHERE state = 'pending';
-
--- Per-group FIFO by place in the group: a task's id, unless a failure moved it to the back of its
--- group (group_pos, with retryBlocksGroup false). Only a group's first task may ever run, so two
--- claimers can never start two tasks of one group, whatever their snapshots or clocks say.
-ALTER TABLE ${s}.task ADD COLUMN group_pos bigint;
-DROP INDEX ${s}.task_group_idx;
-CREATE INDEX task_group_idx ON ${s}.task (queue, group_key, (coalesce(group_pos, id)))
+CREATE INDEX IF NOT EXISTS task_due_idx ON ${s}.task (queue, run_at) WHERE state = 'pending';
+`,
+        `
+-- Per-group FIFO by place in the group: only a group's first task may run (see claim.sql.ts).
+CREATE INDEX IF NOT EXISTS task_group_pos_idx ON ${s}.task (queue, group_key, (coalesce(group_pos, id)))
   WHERE group_key IS NOT NULL AND state IN ('pending', 'running');
 `,
+        `DROP INDEX IF EXISTS ${s}.task_group_idx;`,
+      ],
     },
   ];
 }
