@@ -61,7 +61,7 @@ export async function runBatch(c: Client, mode: 'lease' | 'transactional', worke
   const handleAndComplete = async () => {
     if (onTask) for (const r of rows) onTask(r.payload);
     // Run times as the library sends them (ms before the statement; the archive records them).
-    const ranAgo = rows.map(() => 0);
+    const ranAgo = rows.map(() => '0.0').join(',');
     const res = await c.query<{ done_ids: string }>({ name: 'complete', text: STATEMENTS.complete, values: [...leases, NO_FOLLOW_UPS, CHANNEL, ranAgo, ranAgo] });
     return { claimed: rows.length, completed: parseIds(res.rows[0].done_ids).length };
   };

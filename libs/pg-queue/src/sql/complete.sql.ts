@@ -19,7 +19,8 @@ export function completeStatements(schema: string, retention: FinishedRetention)
   const s = quoteIdent(schema);
   // The archive keeps when each handler really started and ended: $5 and $6 say how many ms before
   // this statement, per lease in $1's order (measured on the worker's monotonic clock, so neither
-  // the transaction's start, which now() would give, nor clock skew distorts run times).
+  // the transaction's start, which now() would give, nor clock skew distorts run times). They are
+  // comma-separated text like $1: as arrays, Prisma's driver stack spent CPU on every element.
   const keepHistory = retention === 'archive'
     ? `, archived AS (
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
@@ -29,7 +30,8 @@ export function completeStatements(schema: string, retention: FinishedRetention)
          coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at),
          coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp())
   FROM done d
-  LEFT JOIN unnest(string_to_array($1, ',')::bigint[], $5::float8[], $6::float8[]) AS r(id, started_ago, finished_ago) ON r.id = d.id
+  LEFT JOIN unnest(string_to_array($1, ',')::bigint[], string_to_array($5, ',')::float8[], string_to_array($6, ',')::float8[])
+    AS r(id, started_ago, finished_ago) ON r.id = d.id
 )`
     : '';
   const cancelRequested = cancelRequestedOf(s);

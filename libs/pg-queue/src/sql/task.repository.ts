@@ -126,6 +126,13 @@ export function leaseParams(leases: Lease[]): [string, string] {
   return [ids, tokens];
 }
 
+/** Milliseconds per lease as comma-separated text, to 0.1 ms (see complete.sql.ts). */
+function msList(leases: RanLease[], ms: (l: RanLease) => number): string {
+  let list = '';
+  for (let i = 0; i < leases.length; i++) list += (i === 0 ? '' : ',') + ms(leases[i]).toFixed(1);
+  return list;
+}
+
 /** An id list from a statement's result (idList in fragments.sql). */
 export function parseIds(list: string): string[] {
   return list === '' ? [] : list.split(',');
@@ -288,7 +295,7 @@ export class TaskRepository {
   private async completeOnce(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     assertOneLeasePerTask(leases);
     const now = performance.now();
-    const ranAgo = this.archives ? [leases.map((l) => now - l.startedAt), leases.map((l) => now - l.finishedAt)] : [];
+    const ranAgo = this.archives ? [msList(leases, (l) => now - l.startedAt), msList(leases, (l) => now - l.finishedAt)] : [];
     const [res] = await db.$queryRawUnsafe<{ done_ids: string; cancelled_ids: string; rerun_ids: string }[]>(
       this.completeSql.complete,
       ...leaseParams(leases),
