@@ -1,7 +1,7 @@
 // Starts a throwaway PostgreSQL from the machine's installed binaries, for the demo, the tests and
 // the benchmark when DATABASE_URL is unset. Postgres refuses to run as root, so as root the cluster
 // is created and run as the `postgres` user. It listens on 127.0.0.1 only, on a free port.
-const { execFileSync, spawnSync } = require('node:child_process');
+const { execFile, execFileSync, spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const net = require('node:net');
 const os = require('node:os');
@@ -42,9 +42,21 @@ function run(bin, args, opts = {}) {
   return res.stdout;
 }
 
+/** `run` without blocking the event loop (for callers that keep working meanwhile). */
+function runAsync(bin, args) {
+  const cmd = asPostgresUser() ? 'runuser' : bin;
+  const argv = asPostgresUser() ? ['-u', 'postgres', '--', bin, ...args] : args;
+  return new Promise((resolve, reject) => {
+    execFile(cmd, argv, { encoding: 'utf8' }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`${path.basename(bin)} failed (${err.code}): ${stderr || stdout}`));
+      else resolve(stdout);
+    });
+  });
+}
+
 /**
  * @param {{ settings?: Record<string,string|number>, label?: string }} [options]
- * @returns {Promise<{ url: string, port: number, dataDir: string, stop: () => void }>}
+ * @returns {Promise<{ url: string, port: number, dataDir: string, stop: () => void, restart: (mode?: string) => Promise<void> }>}
  */
 async function startLocalPostgres(options = {}) {
   const bin = findBinDir();
@@ -76,7 +88,12 @@ async function startLocalPostgres(options = {}) {
     }
     fs.rmSync(dataDir, { recursive: true, force: true });
   };
-  return { url: `postgresql://postgres@127.0.0.1:${port}/postgres`, port, dataDir, stop };
+  // Same port and data directory; `fast` (default) ends every session as an admin shutdown does.
+  // Asynchronous: the clients in this process live through the outage instead of sleeping over it.
+  const restart = async (mode = 'fast') => {
+    await runAsync(path.join(bin, 'pg_ctl'), ['-D', dataDir, '-l', path.join(dataDir, 'server.log'), '-m', mode, '-w', '-t', '60', 'restart']);
+  };
+  return { url: `postgresql://postgres@127.0.0.1:${port}/postgres`, port, dataDir, stop, restart };
 }
 
 module.exports = { startLocalPostgres };

@@ -4,7 +4,7 @@ import type { Attempt } from './attempt';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeHandler, type InvokeOutcome } from './handler.invoker';
-import { failureOf, publish, publishOutcome, type WorkerDeps } from './worker.deps';
+import { failureOf, publish, publishOutcome, releaseAttempts, type WorkerDeps } from './worker.deps';
 
 /**
  * Lease mode: the handler runs outside any transaction while the worker keeps its lease alive
@@ -77,8 +77,7 @@ export class LeaseRunner {
         return;
       }
       if (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError) {
-        await this.deps.repo.release(this.deps.prisma, [a.lease]);
-        publish(this.deps, a, 'released');
+        await releaseAttempts(this.deps, [a], `task ${a.task.id} of "${a.task.queue}"`);
         return;
       }
       if (result.kind === 'aborted' && result.reason instanceof LeaseLostError) {

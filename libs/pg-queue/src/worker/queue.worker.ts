@@ -6,7 +6,7 @@ import { LeaseRunner } from './lease.runner';
 import { TransactionalRunner } from './transactional.runner';
 import { WakeTimers } from './wake.timers';
 import { WorkInFlight } from './work.in-flight';
-import { publish, type WorkerDeps } from './worker.deps';
+import { releaseAttempts, type WorkerDeps } from './worker.deps';
 
 /**
  * The most payload bytes one claim may bring back. A claim returns its rows as one JSON text, which
@@ -274,15 +274,7 @@ export class QueueWorker {
 
   private async releaseBuffered(): Promise<void> {
     const waiting = this.buffer.splice(0);
-    if (waiting.length === 0) return;
-    try {
-      await this.deps.repo.release(this.deps.prisma, waiting.map((a) => a.lease));
-    } catch (err) {
-      this.deps.logger.error(`could not release waiting tasks of "${this.queue}": ${(err as Error).message}`);
-    }
-    for (const a of waiting) {
-      this.lease?.unhold(a);
-      publish(this.deps, a, 'released');
-    }
+    await releaseAttempts(this.deps, waiting, `waiting tasks of "${this.queue}"`);
+    for (const a of waiting) this.lease?.unhold(a);
   }
 }

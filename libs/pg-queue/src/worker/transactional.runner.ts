@@ -6,7 +6,7 @@ import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeHandler } from './handler.invoker';
 import { TransactionGate } from './transaction.gate';
-import { failureOf, publish, publishOutcome, type Outcome, type WorkerDeps } from './worker.deps';
+import { failureOf, publish, publishOutcome, releaseAttempts, type Outcome, type WorkerDeps } from './worker.deps';
 
 /** Past this, a batch transaction stops starting tasks and commits; the rest get a new transaction. */
 const TX_BUDGET_MS = 200;
@@ -287,15 +287,8 @@ export class TransactionalRunner {
     for (const a of attempts) publishOutcome(this.deps, a, states === null ? 'pending' : states.get(a.task.id) ?? 'lost', error);
   }
 
-  private async release(attempts: Attempt[]): Promise<void> {
-    if (attempts.length === 0) return;
-    try {
-      await this.deps.repo.release(this.deps.prisma, attempts.map((a) => a.lease));
-      for (const a of attempts) publish(this.deps, a, 'released');
-    } catch (err) {
-      // Their leases will expire and the rescuer will give them back (counted: see README).
-      this.deps.logger.error(`could not release tasks of "${this.handler.queue}": ${(err as Error).message}`);
-    }
+  private release(attempts: Attempt[]): Promise<void> {
+    return releaseAttempts(this.deps, attempts, `tasks of "${this.handler.queue}"`);
   }
 }
 

@@ -10,6 +10,8 @@ import createPostgresSubscriber, { type Subscriber } from 'pg-listen';
 export class WakeupListener {
   private subscriber: Subscriber | null = null;
   private connected = false;
+  private subscribing: Promise<void> | null = null;
+  private stopped = false;
 
   constructor(
     private readonly databaseUrl: string,
@@ -40,7 +42,12 @@ export class WakeupListener {
       { connectionString: this.databaseUrl, keepAlive: true, application_name: 'pg-queue listener' },
       {
         parse: (payload: string) => payload,
-        retryInterval: (attempt: number) => Math.min(5000, 100 * 2 ** attempt),
+        // pg-listen's reconnect loop does not look at close(): once stopped, the next retry throws,
+        // which ends the loop (else a closed app would keep retrying forever, and keep its process alive).
+        retryInterval: (attempt: number) => {
+          if (this.stopped) throw new Error('LISTEN connection closed');
+          return Math.min(5000, 100 * 2 ** attempt);
+        },
         retryTimeout: Number.POSITIVE_INFINITY,
         paranoidChecking: 30_000,
       },
@@ -48,28 +55,57 @@ export class WakeupListener {
     this.subscriber = subscriber;
     subscriber.notifications.on(this.channel, (payload: string) => this.dispatch(payload));
     subscriber.events.on('connected', () => {
-      const wasDown = !this.connected;
-      this.connected = true;
-      if (wasDown) this.on.reconnected();
+      // A reconnect attempt that was under way when stop() ran: close what it opened.
+      if (this.stopped) return void subscriber.close().catch(() => undefined);
+      this.subscribe(subscriber).catch((err: Error) => this.logger.warn(`LISTEN failed after connecting: ${err.message}; polling meanwhile`));
     });
     subscriber.events.on('reconnect', (attempt: number) => {
       this.connected = false;
+      if (this.stopped) return;
       this.logger.warn(`LISTEN connection lost; reconnecting (attempt ${attempt}); polling meanwhile`);
     });
     subscriber.events.on('error', (err: Error) => {
       this.connected = false;
+      if (this.stopped) return;
       this.logger.error(`LISTEN connection failed: ${err.message}; polling only`);
     });
     try {
       await subscriber.connect();
-      await subscriber.listenTo(this.channel);
-      this.connected = true;
+      await this.subscribe(subscriber);
     } catch (err) {
-      this.logger.error(`LISTEN unavailable (${(err as Error).message}); falling back to polling`);
+      // pg-listen keeps trying to connect in the background; 'connected' then subscribes.
+      this.logger.error(`LISTEN unavailable (${(err as Error).message}); polling until it connects`);
     }
   }
 
+  /**
+   * LISTENs on the channel unless this connection already does, then counts as connected (and,
+   * if it was not, wakes every worker: notifications sent meanwhile were lost). pg-listen
+   * re-LISTENs the channels it knows before it reports a reconnect, but it knows a channel only
+   * once listenTo was called: when the first connect failed, that is here, on the late connect.
+   * One at a time: the first connect reports 'connected' while start() is still on its way here.
+   */
+  private subscribe(subscriber: Subscriber): Promise<void> {
+    if (!this.subscribing) {
+      // (finally runs as a later microtask, so it always clears this very promise)
+      const subscribing: Promise<void> = this.listen(subscriber).finally(() => {
+        if (this.subscribing === subscribing) this.subscribing = null;
+      });
+      this.subscribing = subscribing;
+    }
+    return this.subscribing;
+  }
+
+  private async listen(subscriber: Subscriber): Promise<void> {
+    if (!subscriber.getSubscribedChannels().includes(this.channel)) await subscriber.listenTo(this.channel);
+    if (this.subscriber !== subscriber) return; // stopped meanwhile
+    const wasDown = !this.connected;
+    this.connected = true;
+    if (wasDown) this.on.reconnected();
+  }
+
   async stop(): Promise<void> {
+    this.stopped = true;
     const s = this.subscriber;
     this.subscriber = null;
     this.connected = false;

@@ -34,6 +34,21 @@ export function failureOf(attempt: Attempt, error: unknown, handler: RegisteredH
   };
 }
 
+/**
+ * Gives attempts back uncounted and publishes what became of each: `released`, or `lease-lost`
+ * when its lease had already been taken over (another attempt may even have finished the task).
+ * When the database cannot be reached the leases expire and the rescuer gives the tasks back.
+ */
+export async function releaseAttempts(deps: WorkerDeps, attempts: Attempt[], what: string): Promise<void> {
+  if (attempts.length === 0) return;
+  try {
+    const released = await deps.repo.release(deps.prisma, attempts.map((a) => a.lease));
+    for (const a of attempts) publish(deps, a, released.has(a.task.id) ? 'released' : 'lease-lost');
+  } catch (err) {
+    deps.logger.error(`could not release ${what}: ${(err as Error).message}`);
+  }
+}
+
 export function publish(deps: WorkerDeps, attempt: Attempt, type: TaskEvent['type'], error?: string): void {
   const durationMs = attempt.startedAt ? Date.now() - attempt.startedAt : undefined;
   deps.events.count(type, attempt.task.queue, durationMs);

@@ -17,7 +17,9 @@ import type { WorkerDeps } from './worker.deps';
 
 /**
  * Starts and stops the queue machinery with the Nest application:
- * - onModuleInit: install/upgrade the schema (so enqueue works from any later hook);
+ * - onModuleInit: install/upgrade the schema (so enqueue works from any later hook), or without
+ *   installSchema check that the database can be reached: an unreachable one fails startup here,
+ *   with one line naming host and port, before anything else was started;
  * - onApplicationBootstrap: validate the declared schedules; then (unless autoStart is false) one
  *   QueueWorker per registered handler, the LISTEN connection, the lease rescuer and the schedule
  *   ticker;
@@ -57,7 +59,15 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
 
   async onModuleInit(): Promise<void> {
     this.holdDisconnectUntilDrained();
-    if (this.options.installSchema) await installSchema(this.options.prisma, this.options.schema);
+    // Also the startup check that the database can be reached: without it a process whose database
+    // is down would start its workers, listener and timers, fail later in bootstrap with a
+    // multi-line driver error, and keep running (and logging) after Nest gave up on it.
+    try {
+      if (this.options.installSchema) await installSchema(this.options.prisma, this.options.schema);
+      else await this.options.prisma.$queryRawUnsafe('SELECT 1');
+    } catch (err) {
+      throw unreachableAtStartup(err) ?? err;
+    }
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -186,4 +196,24 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       },
     });
   }
+}
+
+/**
+ * The one-line startup error for a database that cannot be reached, naming where it was looked for;
+ * null for any other error. Prisma's driver adapter reports connection failures as
+ * `meta.driverAdapterError.cause` ({ kind: 'DatabaseNotReachable', host, port } and the like).
+ */
+function unreachableAtStartup(err: unknown): PgQueueError | null {
+  const cause = (err as { meta?: { driverAdapterError?: { cause?: { kind?: string; host?: string; port?: number } } } })?.meta?.driverAdapterError?.cause;
+  const what: Record<string, string> = {
+    DatabaseNotReachable: 'cannot reach PostgreSQL',
+    ConnectionClosed: 'PostgreSQL closed the connection',
+    SocketTimeout: 'timed out connecting to PostgreSQL',
+    TlsConnectionError: 'TLS connection to PostgreSQL failed',
+  };
+  if (!cause?.kind || !(cause.kind in what)) return null;
+  const where = cause.host ? ` at ${cause.host}${cause.port ? `:${cause.port}` : ''}` : '';
+  const error = new PgQueueError(`pg-queue: ${what[cause.kind]}${where} at startup; is the server running and the connection string right?`);
+  (error as Error & { cause?: unknown }).cause = err;
+  return error;
 }

@@ -1,0 +1,79 @@
+import type { FixtureProcess } from './fixture-process';
+import { pause } from './wait-for';
+
+export interface KillingFleet {
+  /** SIGKILLs the fleet delivered so far. */
+  readonly kills: number;
+  /** Processes started so far (the first `size` included). */
+  readonly started: number;
+  /** Members that died without being killed by the fleet (crash, failed startup), with their output. */
+  readonly unexpectedExits: string[];
+  /** Stops killing (and replacing); the members keep running. */
+  stopKilling(): Promise<void>;
+  /** Stops killing, then kills every member and waits for them to exit. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Keeps `size` worker processes running and, about every `everyMs` (uniformly within ±33 %), SIGKILLs
+ * one of them at random and starts a replacement in its place. Only members that printed
+ * `readyMarker` are killed, so every kill lands on a process that runs the library, not on one still
+ * loading its modules. Members that die on their own are replaced too, and reported.
+ */
+export function startKillingFleet(opts: { size: number; everyMs: number; spawn: (name: string) => FixtureProcess; readyMarker?: string }): KillingFleet {
+  const ready = opts.readyMarker ?? 'READY';
+  const members: FixtureProcess[] = [];
+  const killedByUs = new Set<FixtureProcess>();
+  const unexpectedExits: string[] = [];
+  let started = 0;
+  let kills = 0;
+  let stopping = false;
+  let killing = true;
+
+  const spawnAt = (slot: number) => {
+    const name = `w${slot}-${started++}`;
+    const member = opts.spawn(name);
+    members[slot] = member;
+    void member.exited.then(({ code, signal }) => {
+      if (killedByUs.has(member)) return;
+      unexpectedExits.push(`${name} exited on its own (code ${code}, signal ${signal})\n${member.output()}`);
+      if (!stopping && members[slot] === member) spawnAt(slot);
+    });
+  };
+  for (let slot = 0; slot < opts.size; slot++) spawnAt(slot);
+
+  const loop = (async () => {
+    while (killing) {
+      await pause(opts.everyMs * (0.67 + Math.random() * 0.66));
+      if (!killing) break;
+      const victims = members.map((m, slot) => ({ m, slot })).filter(({ m }) => m.saw(ready) && !m.hasExited);
+      if (victims.length === 0) continue;
+      const { m, slot } = victims[Math.floor(Math.random() * victims.length)];
+      killedByUs.add(m);
+      await m.kill();
+      kills++;
+      spawnAt(slot);
+    }
+  })();
+
+  return {
+    get kills() {
+      return kills;
+    },
+    get started() {
+      return started;
+    },
+    unexpectedExits,
+    async stopKilling() {
+      killing = false;
+      await loop;
+    },
+    async stop() {
+      killing = false;
+      stopping = true;
+      await loop;
+      for (const m of members) killedByUs.add(m);
+      await Promise.all(members.map((m) => m.kill()));
+    },
+  };
+}

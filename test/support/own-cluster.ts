@@ -1,0 +1,68 @@
+import { Client } from 'pg';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { PrismaClient } from '../../src/generated/prisma/client';
+
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { startLocalPostgres } = require('../../scripts/local-postgres.js') as {
+  startLocalPostgres: (o: { label?: string; settings?: Record<string, string | number> }) => Promise<{
+    url: string;
+    port: number;
+    stop: () => void;
+    restart: (mode?: string) => Promise<void>;
+  }>;
+};
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { migrate } = require('../../scripts/migrate.js') as { migrate: (url: string) => Promise<string[]> };
+
+/**
+ * A PostgreSQL cluster of a spec's own (for faults that would hurt other specs: a restart), with one
+ * database migrated like the example app's. `sql` opens a connection per call, so it works right
+ * after a restart.
+ */
+export interface OwnCluster {
+  /** The migrated database. */
+  url: string;
+  port: number;
+  prisma(poolSize?: number): PrismaClient;
+  sql<T = any>(text: string, values?: unknown[]): Promise<T[]>;
+  /** pg_ctl restart -m fast on the same port and data directory; resolves once it accepts connections. */
+  restart(): Promise<void>;
+  /** Disconnects the Prisma clients and removes the cluster. */
+  stop(): Promise<void>;
+}
+
+export async function startOwnCluster(label: string): Promise<OwnCluster> {
+  const pg = await startLocalPostgres({ label, settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' } });
+  const admin = new Client({ connectionString: pg.url });
+  await admin.connect();
+  await admin.query('CREATE DATABASE app');
+  await admin.end();
+  const u = new URL(pg.url);
+  u.pathname = '/app';
+  const url = u.toString();
+  await migrate(url);
+  const clients: PrismaClient[] = [];
+  return {
+    url,
+    port: pg.port,
+    prisma(poolSize = 10) {
+      const client = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: poolSize }) });
+      clients.push(client);
+      return client;
+    },
+    async sql(text, values) {
+      const c = new Client({ connectionString: url });
+      await c.connect();
+      try {
+        return (await c.query(text, values as unknown[])).rows;
+      } finally {
+        await c.end().catch(() => undefined);
+      }
+    },
+    restart: () => pg.restart('fast'),
+    async stop() {
+      await Promise.all(clients.map((c) => c.$disconnect().catch(() => undefined)));
+      pg.stop();
+    },
+  };
+}

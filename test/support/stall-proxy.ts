@@ -1,0 +1,78 @@
+import * as net from 'node:net';
+
+/**
+ * A TCP proxy on 127.0.0.1 in front of a PostgreSQL port that can simulate a half-open network:
+ * `stall()` stops forwarding in both directions while every socket stays open (no FIN, no RST;
+ * the kernel keeps acknowledging, so TCP keepalive sees nothing wrong), as when a NAT or a
+ * firewall silently black-holes a flow. Bytes are held, not dropped, as TCP retransmission would
+ * deliver them once the path heals: `resume()` forwards everything held, then carries on.
+ * Connections opened during a stall are accepted and held the same way.
+ */
+export class StallProxy {
+  private server: net.Server | null = null;
+  private readonly sockets = new Set<net.Socket>();
+  private stalled = false;
+  port = 0;
+
+  constructor(private readonly targetPort: number, private readonly targetHost = '127.0.0.1') {}
+
+  /** A copy of `url` (postgres://…) that goes through this proxy. */
+  url(url: string): string {
+    const u = new URL(url);
+    u.hostname = '127.0.0.1';
+    u.port = String(this.port);
+    return u.toString();
+  }
+
+  /** Listens on `port` (default: any free one). */
+  async start(port = 0): Promise<void> {
+    this.server = net.createServer((client) => this.accept(client));
+    await new Promise<void>((resolve, reject) => {
+      this.server!.once('error', reject);
+      this.server!.listen(port, '127.0.0.1', resolve);
+    });
+    this.port = (this.server.address() as net.AddressInfo).port;
+  }
+
+  /** Stops forwarding; sockets stay open and what arrives is held. */
+  stall(): void {
+    this.stalled = true;
+    for (const s of this.sockets) s.pause();
+  }
+
+  /** Forwards what was held, and everything after. */
+  resume(): void {
+    this.stalled = false;
+    for (const s of this.sockets) s.resume();
+  }
+
+  /** Connections currently open through the proxy (each counts its two sockets once). */
+  get connections(): number {
+    return this.sockets.size / 2;
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+
+  private accept(client: net.Socket): void {
+    const upstream = net.connect(this.targetPort, this.targetHost);
+    for (const [from, to] of [
+      [client, upstream],
+      [upstream, client],
+    ] as const) {
+      this.sockets.add(from);
+      from.setNoDelay(true);
+      // Paused sockets emit no 'data' and no 'end' until resumed: nothing leaks through a stall.
+      from.on('data', (chunk) => to.write(chunk));
+      from.on('end', () => to.end());
+      from.on('error', () => to.destroy());
+      from.on('close', () => {
+        this.sockets.delete(from);
+        to.destroy();
+      });
+      if (this.stalled) from.pause();
+    }
+  }
+}
