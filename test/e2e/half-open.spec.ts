@@ -134,9 +134,8 @@ describe('half-open connection: a worker whose network stalls', () => {
     };
     await waitFor('the drain to finish', () => drained(TASKS), { timeoutMs: 60_000, everyMs: 250 });
     // The stalled worker, reconnected, learns that it lost the leases of the tasks taken over (its
-    // lock or completion is fenced) and never reports one of them as its own success. (Batches
-    // whose transaction could not start meanwhile are at times reported 'released' instead: see
-    // connection-faults.spec, "a transaction that cannot start until its lease was taken over".)
+    // lock or completion is fenced) and never reports one of them as its own success. (A failure it
+    // could not record on a dead connection is still reported as 'failed': the outcome is unknown.)
     const outcomes = await seen.stalledOutcomes(takenOver());
     console.log(`half-open: ${heldAtStall.length} tasks held at the stall; what the stalled worker said about those taken over: ${JSON.stringify(outcomes)}`);
     expect(Object.values(outcomes)).toContain('lease-lost');
