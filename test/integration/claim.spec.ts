@@ -1,4 +1,5 @@
-import { TaskRepository, type NewTaskRow } from '../../libs/pg-queue/src/sql/task.repository';
+import type { NewTaskRow } from '../../libs/pg-queue/src/sql/statement-values';
+import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { schemaMigrations } from '../../libs/pg-queue/src/sql/schema.sql';
 import { taskRow } from '../support/task-rows';

@@ -1,4 +1,4 @@
-import type { NewTaskRow } from '../../libs/pg-queue/src/sql/task.repository';
+import type { NewTaskRow } from '../../libs/pg-queue/src/sql/statement-values';
 
 /** A row for TaskRepository.insert with the library's defaults; override what a test needs. */
 export function taskRow(queue: string, over: Partial<NewTaskRow> = {}): NewTaskRow {

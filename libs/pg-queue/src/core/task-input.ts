@@ -4,7 +4,7 @@ import {
   InvalidQueueNameError,
   PayloadTooLargeError,
 } from '../errors';
-import type { NewTaskRow } from '../sql/task.repository';
+import type { NewTaskRow } from '../sql/statement-values';
 import type { EnqueueOptions } from '../types';
 
 const QUEUE_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;

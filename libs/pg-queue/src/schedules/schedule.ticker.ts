@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { ScheduleRepository } from '../sql/schedule.repository';
-import type { NewTaskRow, TaskRepository } from '../sql/task.repository';
+import type { NewTaskRow } from '../sql/statement-values';
+import type { TaskRepository } from '../sql/task.repository';
 import type { PrismaClientLike, SqlExecutor } from '../types';
 import { dueTicks, nextTick, type ValidSchedule } from './schedule.definition';
 

@@ -1,4 +1,4 @@
-import type { ClaimedRow, Lease, NewTaskRow, RanLease } from '../sql/task.repository';
+import type { ClaimedRow, Lease, NewTaskRow, RanLease } from '../sql/statement-values';
 import type { Task } from '../types';
 
 /** One claimed attempt of a task, from claim to its recorded outcome. */

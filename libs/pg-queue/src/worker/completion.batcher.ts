@@ -1,4 +1,5 @@
-import { oneLeasePerTask, type FailedState, type Failure, type NewTaskRow, type RanLease, type TaskRepository } from '../sql/task.repository';
+import { oneLeasePerTask, type FailedState, type Failure, type NewTaskRow, type RanLease } from '../sql/statement-values';
+import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
 interface Pending<T> {

@@ -1,6 +1,6 @@
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { BatchBackend, Failure, Lease } from '../sql/task.repository';
+import type { BatchBackend, Failure, Lease } from '../sql/statement-values';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';

@@ -1,0 +1,154 @@
+import type { ConflictMode } from './enqueue.sql';
+
+/**
+ * The values that travel between the worker and the statements: the shapes of rows and leases,
+ * and their encodings. Ids, tokens and run times go as comma-separated text and claimed rows come
+ * back as one JSON array: Prisma's driver stack costs CPU per array element and per row, and at
+ * tens of thousands of tasks a second that was a large share of the library's Node time.
+ */
+
+/** A row to insert; the payload is already serialised and size-checked. */
+export interface NewTaskRow {
+  queue: string;
+  payloadJson: string;
+  priority: number;
+  runAt: Date | null;
+  delayMs: number;
+  /** The enqueuer's explicit limit; null: the handler that claims the task decides. */
+  maxAttempts: number | null;
+  parentId: string | null;
+  dedupKey: string | null;
+  groupKey: string | null;
+  /** What to do when `dedupKey` is live already; only read when dedupKey is set. */
+  onConflict: ConflictMode;
+}
+
+export interface ClaimedRow {
+  id: string;
+  queue: string;
+  payload: unknown;
+  priority: number;
+  /** Epoch milliseconds. */
+  run_at_ms: number;
+  attempt: number;
+  max_attempts: number;
+  /** Epoch milliseconds. */
+  created_at_ms: number;
+  lease_token: string;
+  parent_id: string | null;
+  group_key: string | null;
+  dedup_key: string | null;
+}
+
+/** The backend and transaction a transactional batch runs on (see lockLeases). */
+export interface BatchBackend {
+  pid: number;
+  xactId: string;
+}
+
+/** What one claim brought back. */
+export interface Claim {
+  rows: ClaimedRow[];
+  /**
+   * When the claim came back short: how long until the queue's next not-yet-due task is due, by
+   * the database's clock (null: none waits). Unset after a full claim (the worker claims again).
+   */
+  nextDueInMs: number | null;
+  /** The database's clock (epoch ms) when the claim ran. */
+  dbNowMs: number;
+}
+
+export interface Lease {
+  id: string;
+  token: string;
+}
+
+/** A lease whose handler ran, with when (performance.now() values of this process). */
+export interface RanLease extends Lease {
+  startedAt: number;
+  finishedAt: number;
+}
+
+export type FailedState = 'pending' | 'dead' | 'cancelled';
+
+export interface Failure extends Lease {
+  error: string;
+  delayMs: number;
+  fatal: boolean;
+}
+
+export interface CompleteResult {
+  done: Set<string>;
+  cancelled: Set<string>;
+  rerun: Set<string>;
+}
+
+
+/**
+ * The rows for taskInput (fragments.sql) as one JSON array. Payloads are embedded as they are:
+ * serialisePayload already produced valid JSON; every other value is a validated number, a Date
+ * or a string escaped by JSON.stringify.
+ */
+export function taskRowsJson(rows: NewTaskRow[]): string {
+  const text = (v: string | null) => (v === null ? 'null' : JSON.stringify(v));
+  let json = '[';
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i];
+    json +=
+      `${i === 0 ? '' : ','}{"queue":${JSON.stringify(r.queue)},"payload":${r.payloadJson},"priority":${r.priority},` +
+      `"run_at_in":${text(r.runAt ? r.runAt.toISOString() : null)},"delay_ms":${r.delayMs},"max_attempts":${r.maxAttempts},` +
+      `"parent_id":${text(r.parentId)},"dedup_key":${text(r.dedupKey)},"group_key":${text(r.groupKey)}}`;
+  }
+  return `${json}]`;
+}
+
+
+/** $1 and $2 of the lease statements: ids and tokens as comma-separated text (see HELD). */
+export function leaseParams(leases: Lease[]): [string, string] {
+  let ids = '';
+  let tokens = '';
+  for (let i = 0; i < leases.length; i++) {
+    const sep = i === 0 ? '' : ',';
+    ids += sep + leases[i].id;
+    tokens += sep + leases[i].token;
+  }
+  return [ids, tokens];
+}
+
+/** Milliseconds per lease as comma-separated text, to 0.1 ms (see complete.sql.ts). */
+export function msList(leases: RanLease[], ms: (l: RanLease) => number): string {
+  let list = '';
+  for (let i = 0; i < leases.length; i++) list += (i === 0 ? '' : ',') + ms(leases[i]).toFixed(1);
+  return list;
+}
+
+/** An id list from a statement's result (idList in fragments.sql). */
+export function parseIds(list: string): string[] {
+  return list === '' ? [] : list.split(',');
+}
+
+/**
+ * The finishing statements fence by id and token set (HELD, see complete.sql.ts), which
+ * identifies each lease only while a statement carries at most one lease per task.
+ */
+export function assertOneLeasePerTask(leases: Lease[]): void {
+  if (new Set(leases.map((l) => l.id)).size !== leases.length) {
+    throw new Error('pg-queue: internal error: two leases of one task in one statement');
+  }
+}
+
+/**
+ * Splits entries into runs with at most one lease per task (almost always a single run): a
+ * worker may still hold a lost lease of a task it has claimed again.
+ */
+export function oneLeasePerTask<T>(entries: T[], taskId: (e: T) => string): T[][] {
+  const runs: { ids: Set<string>; entries: T[] }[] = [];
+  for (const e of entries) {
+    const id = taskId(e);
+    let run = runs.find((r) => !r.ids.has(id));
+    if (!run) runs.push((run = { ids: new Set(), entries: [] }));
+    run.ids.add(id);
+    run.entries.push(e);
+  }
+  return runs.map((r) => r.entries);
+}
