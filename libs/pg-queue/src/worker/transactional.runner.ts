@@ -127,11 +127,10 @@ export class TransactionalRunner {
             idleMs: timeoutMs + IDLE_GRACE_MS,
             statementMs: timeoutMs + STATEMENT_GRACE_MS,
           });
-          const locked = lock.held;
-          held = locked;
+          held = lock.held;
           const began = performance.now();
           for (const a of attempts) {
-            if (!locked.has(a.task.id)) {
+            if (!lock.held.has(a.task.id)) {
               publish(this.deps, a, 'lease-lost');
               continue;
             }
