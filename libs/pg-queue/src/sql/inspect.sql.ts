@@ -11,20 +11,21 @@ export const METRICS_COUNT_CAP = 10_000;
 /** Read-only queries for operators and dashboards (the seed article's monitoring queries). */
 export function inspectStatements(schema: string) {
   const s = quoteIdent(schema);
-  const columns = `id::text AS id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error,
-       parent_id::text AS parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
-  const stored = `id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error,
-       parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
   // In the hot table max_attempts is only the enqueuer's explicit limit: show the one in force
   // once a claim recorded it (the archive stores that already).
-  const inForce = (list: string) => list.replace('max_attempts,', 'coalesce(max_attempts, attempt_limit) AS max_attempts,');
+  const HOT_MAX_ATTEMPTS = 'coalesce(max_attempts, attempt_limit) AS max_attempts';
+  const columnsWith = (maxAttempts: string) => `id::text AS id, queue, state, payload, priority, run_at, attempt, ${maxAttempts}, last_error,
+       parent_id::text AS parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
+  const storedWith = (maxAttempts: string) => `id, queue, state, payload, priority, run_at, attempt, ${maxAttempts}, last_error,
+       parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
+  const columns = columnsWith('max_attempts');
   /** list's filter for one table, given the states it holds (a clause on parameters alone is
    * checked once, before the scan). */
   const pageOf = (states: string) => `($2::text IS NULL OR $2::text IN ${states})
      AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
      AND id <= coalesce($3::bigint - 1, 9223372036854775807)`;
   const both = (where: string) => `
-SELECT ${inForce(columns)}, locked_by, locked_until FROM ${s}.task WHERE ${where}
+SELECT ${columnsWith(HOT_MAX_ATTEMPTS)}, locked_by, locked_until FROM ${s}.task WHERE ${where}
 UNION ALL
 SELECT ${columns}, NULL, NULL FROM ${s}.task_archive WHERE ${where}`;
   return marked({
@@ -93,10 +94,10 @@ FROM queues q ORDER BY q.queue`,
      */
     list: `
 SELECT ${columns}, locked_by, locked_until FROM (
-  (SELECT ${inForce(stored)}, locked_by, locked_until FROM ${s}.task
+  (SELECT ${storedWith(HOT_MAX_ATTEMPTS)}, locked_by, locked_until FROM ${s}.task
    WHERE ${pageOf("('pending', 'running', 'dead', 'cancelled')")} ORDER BY id DESC LIMIT $4)
   UNION ALL
-  (SELECT ${stored}, NULL, NULL FROM ${s}.task_archive
+  (SELECT ${storedWith('max_attempts')}, NULL, NULL FROM ${s}.task_archive
    WHERE ${pageOf("('done', 'cancelled')")} ORDER BY id DESC LIMIT $4)
 ) page ORDER BY page.id DESC LIMIT $4`,
 

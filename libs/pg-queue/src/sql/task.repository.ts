@@ -156,8 +156,8 @@ export class TaskRepository {
   async complete(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set() };
     const result = await this.completeOnce(db, leases, followUps);
+    if (result.done.size + result.rerun.size + result.cancelled.size === leases.length) return result;
     const unsettled = leases.filter((l) => !result.done.has(l.id) && !result.rerun.has(l.id) && !result.cancelled.has(l.id));
-    if (unsettled.length === 0) return result;
     const ids = new Set(unsettled.map((l) => l.id));
     const again = await this.completeOnce(db, unsettled, followUps.filter((f) => f.parentId !== null && ids.has(f.parentId)));
     for (const key of ['done', 'cancelled', 'rerun'] as const) for (const id of again[key]) result[key].add(id);

@@ -200,12 +200,7 @@ export class QueueWorker {
     const rivalled = await this.deps.repo.groupRivals(this.deps.prisma, grouped.map((a) => a.lease));
     if (rivalled.size === 0) return attempts;
     const givenWay = attempts.filter((a) => rivalled.has(a.task.id));
-    try {
-      await this.deps.repo.release(this.deps.prisma, givenWay.map((a) => a.lease));
-    } catch (err) {
-      // Not started either way: the leases expire and the rescuer gives them back.
-      this.deps.logger.error(`could not give back rivalled group tasks of "${this.queue}": ${(err as Error).message}`);
-    }
+    await releaseAttempts(this.deps, givenWay, `rivalled group tasks of "${this.queue}"`, false);
     return attempts.filter((a) => !rivalled.has(a.task.id));
   }
 

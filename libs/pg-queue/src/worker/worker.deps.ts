@@ -38,12 +38,14 @@ export function failureOf(attempt: Attempt, error: unknown, handler: RegisteredH
 /**
  * Gives attempts back uncounted and publishes what became of each: `released`, or `lease-lost`
  * when its lease had already been taken over (another attempt may even have finished the task).
+ * `announce` false for attempts no event was published for yet (given back right after the claim).
  * When the database cannot be reached the leases expire and the rescuer gives the tasks back.
  */
-export async function releaseAttempts(deps: WorkerDeps, attempts: Attempt[], what: string): Promise<void> {
+export async function releaseAttempts(deps: WorkerDeps, attempts: Attempt[], what: string, announce = true): Promise<void> {
   if (attempts.length === 0) return;
   try {
     const released = await deps.repo.release(deps.prisma, attempts.map((a) => a.lease));
+    if (!announce) return;
     for (const a of attempts) publish(deps, a, released.has(a.task.id) ? 'released' : 'lease-lost');
   } catch (err) {
     deps.logger.error(`could not release ${what}: ${(err as Error).message}`);
