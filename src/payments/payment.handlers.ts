@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
+import { TaskHandler, type Task, type LeaseTaskContext } from '@app/pg-queue';
 import { PrismaService } from '../prisma/prisma.service';
 import { PaymentGateway } from './payment-gateway';
 
@@ -27,7 +27,7 @@ export class PaymentHandlers {
     timeoutMs: 10_000,
     backoff: { type: 'exponential', delayMs: 50, maxDelayMs: 2_000, jitter: true },
   })
-  async capture(task: Task<CapturePayment>, ctx: TaskContext): Promise<void> {
+  async capture(task: Task<CapturePayment>, ctx: LeaseTaskContext): Promise<void> {
     const { orderId } = task.payload;
     const { amountCents } = await this.prisma.order.findUniqueOrThrow({ where: { id: orderId } });
     const externalRef = `order-${orderId}`;

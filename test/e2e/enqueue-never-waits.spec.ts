@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
+import { TaskHandler, type AnyTaskContext, type Task, type LeaseTaskContext, type TaskContext } from '@app/pg-queue';
 import { bootQueueApp, deferred, nextEvents, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -13,7 +13,7 @@ class HeldHandlers {
   release = deferred();
   aborted = deferred<string>();
 
-  private async hold(task: Task<{ v: string }>, ctx: TaskContext) {
+  private async hold(task: Task<{ v: string }>, ctx: AnyTaskContext) {
     this.runs.push(task.payload.v);
     if (this.runs.length > 1) return;
     this.started.resolve();
@@ -29,7 +29,7 @@ class HeldHandlers {
   }
 
   @TaskHandler('nw.lease', { mode: 'lease', timeoutMs: HANDLER_TIMEOUT_MS })
-  async lease(task: Task<{ v: string }>, ctx: TaskContext) {
+  async lease(task: Task<{ v: string }>, ctx: LeaseTaskContext) {
     await this.hold(task, ctx);
   }
 }

@@ -52,7 +52,7 @@ describe('module configuration', () => {
   });
 
   it('bad handler options fail at startup naming the handler and the option', async () => {
-    await expect(init([BadOptions])).rejects.toThrow(/BadOptions.run \(queue "bad.q"\): invalid option "concurrency"/);
+    await expect(init([BadOptions])).rejects.toThrow(/^pg-queue: invalid option @TaskHandler\("bad\.q"\)\.concurrency \(BadOptions\.run\): /);
   });
 
   it.each([
@@ -60,11 +60,14 @@ describe('module configuration', () => {
     [{ schema: 'Bad-Name' }, 'schema'],
     [{ databaseUrl: 'mysql://x' }, 'databaseUrl'],
     [{ prisma: {} }, 'prisma'],
-    [{ queues: { 'x.q': { maxAttempts: 0 } } }, 'maxAttempts'],
-  ])('invalid module options %j fail at startup naming %s', async (options, name) => {
+    [{ queues: { 'x.q': { maxAttempts: 0 } } }, 'queues["x.q"].maxAttempts'],
+    [{ handlerDefaults: { backoff: { type: 'never' } } }, 'handlerDefaults.backoff.type'],
+    [{ schedules: [{ queue: 'x.q', everyMs: 5 }] }, 'schedules[0].everyMs'],
+  ])('invalid module options %j fail at startup with an InvalidOptionsError naming %s', async (options, path) => {
     const err = await init([], options).then(() => null, (e: Error) => e);
-    expect(err).toBeInstanceOf(name === 'maxAttempts' ? HandlerConfigurationError : InvalidOptionsError);
-    expect(err?.message).toContain(`"${name}"`);
+    expect(err).toBeInstanceOf(InvalidOptionsError);
+    expect((err as InvalidOptionsError).option).toBe(path);
+    expect(err?.message).toContain(`invalid option ${path}: `);
   });
 
   it('forRootAsync resolves options from a factory; an API-only app enqueues for queues it does not handle', async () => {

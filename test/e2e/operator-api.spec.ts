@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { NonRetryableError, TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
+import { NonRetryableError, TaskHandler, type Task, type LeaseTaskContext, type TaskContext } from '@app/pg-queue';
 import { drainQueue } from '@app/pg-queue/testing';
 import type { Prisma } from '../../src/generated/prisma/client';
 import { bootQueueApp, deferred, nextEvents, type QueueApp } from '../support/queue-app';
@@ -13,7 +13,7 @@ class Pipeline {
   }
 
   @TaskHandler('stage.two', { mode: 'lease' })
-  async two(task: Task<{ n: number }>, { enqueue }: TaskContext) {
+  async two(task: Task<{ n: number }>, { enqueue }: LeaseTaskContext) {
     // Destructured: ctx's members must not depend on being called on ctx.
     await enqueue('stage.three', { n: task.payload.n + 1 });
   }
@@ -35,7 +35,7 @@ class Pipeline {
   }
 
   @TaskHandler('slow.lease', { mode: 'lease', timeoutMs: 20_000 })
-  async slowLease(_task: Task, ctx: TaskContext) {
+  async slowLease(_task: Task, ctx: LeaseTaskContext) {
     this.started.resolve();
     await new Promise((resolve) => ctx.signal.addEventListener('abort', () => {
       this.aborted.resolve((ctx.signal.reason as Error).name);

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
+import { TaskHandler, type Task, type LeaseTaskContext, type TaskContext } from '@app/pg-queue';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { drainQueue } from '@app/pg-queue/testing';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
@@ -34,7 +34,7 @@ class Echo {
   }
 
   @TaskHandler('values.lease', { mode: 'lease' })
-  async lease(task: Task<unknown>, ctx: TaskContext) {
+  async lease(task: Task<unknown>, ctx: LeaseTaskContext) {
     this.note('values.lease', task.payload);
     await ctx.enqueue('values.last', task.payload); // follow-up from a lease handler
   }

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { HandlerConfigurationError, TaskHandler, type Task } from '@app/pg-queue';
+import { InvalidOptionsError, InvalidScheduleError, TaskHandler, type Task } from '@app/pg-queue';
 import { tickSchedules } from '@app/pg-queue/testing';
 import { dueTicks } from '../../libs/pg-queue/src/schedules/schedule.definition';
 import { bootQueueApp } from '../support/queue-app';
@@ -123,8 +123,9 @@ describe('schedules', () => {
     expect(await db.sql("SELECT name FROM pgqueue.schedule WHERE queue = 'reports.hourly'")).toEqual([]);
 
     const err = await bootQueueApp(db.prisma(2), [BadCron], { autoStart: false }).then(() => null, (e: Error) => e);
-    expect(err).toBeInstanceOf(HandlerConfigurationError);
-    expect(err?.message).toMatch(/BadCron.run \(queue "bad.cron"\): invalid schedule: .*minute/);
+    expect(err).toBeInstanceOf(InvalidScheduleError);
+    expect(err).toBeInstanceOf(InvalidOptionsError);
+    expect(err?.message).toMatch(/^pg-queue: invalid option @TaskHandler\("bad\.cron"\)\.schedule\.cron \(BadCron\.run\): .*minute/);
   });
 });
 

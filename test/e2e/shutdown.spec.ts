@@ -1,7 +1,7 @@
 import { Injectable, Module, type OnModuleDestroy } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { PrismaPg } from '@prisma/adapter-pg';
-import { PgQueueModule, TaskHandler, TaskQueue, type Task, type TaskContext } from '@app/pg-queue';
+import { PgQueueModule, TaskHandler, TaskQueue, type Task, type LeaseTaskContext, type TaskContext } from '@app/pg-queue';
 import { PrismaClient, type Prisma } from '../../src/generated/prisma/client';
 import { track } from '../support/leftovers';
 import { deferred } from '../support/queue-app';
@@ -40,14 +40,14 @@ class SlowHandlers {
   }
 
   @TaskHandler('shutdown.buffered', { mode: 'lease', concurrency: 1, batchSize: 5, timeoutMs: 10_000 })
-  async buffered(task: Task<{ block: boolean }>, ctx: TaskContext) {
+  async buffered(task: Task<{ block: boolean }>, ctx: LeaseTaskContext) {
     if (!task.payload.block) return;
     started.lease.resolve();
     await sleep(3000, ctx.signal);
   }
 
   @TaskHandler('shutdown.lease', { mode: 'lease', timeoutMs: 10_000 })
-  async lease(task: Task<Job>, ctx: TaskContext) {
+  async lease(task: Task<Job>, ctx: LeaseTaskContext) {
     started.lease.resolve();
     await sleep(task.payload.sleepMs, task.payload.honourSignal ? ctx.signal : undefined);
   }

@@ -248,48 +248,48 @@ const CASES: BadInputCase[] = [
   },
 
   // Schedules in the module option `schedules` (validated at startup, before any is written)
-  { name: 'schedules[1]: bad cron', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '61 * * * *' }), error: InvalidScheduleError, fields: { where: 'schedules[1]', option: 'cron' } },
-  { name: 'schedules[1]: cron that never fires (30 February)', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '0 0 30 2 *' }), error: InvalidScheduleError, fields: { option: 'cron' } },
-  { name: 'schedules[1]: cron with U+0000', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *\u0000' }), error: InvalidScheduleError, fields: { option: 'cron' } },
-  { name: 'schedules[1]: numeric cron', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: 5 }), error: InvalidScheduleError, fields: { option: 'cron' } },
-  { name: 'schedules[1]: both cron and everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *', everyMs: 1000 }), error: InvalidScheduleError, fields: { option: 'cron' } },
-  { name: 'schedules[1]: neither cron nor everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q' }), error: InvalidScheduleError, fields: { option: 'cron' } },
-  { name: 'schedules[1]: negative everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: -1000 }), error: InvalidScheduleError, fields: { option: 'everyMs' } },
-  { name: 'schedules[1]: everyMs 0', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 0 }), error: InvalidScheduleError, fields: { option: 'everyMs' } },
-  { name: 'schedules[1]: fractional everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1500.5 }), error: InvalidScheduleError, fields: { option: 'everyMs' } },
-  { name: 'schedules[1]: everyMs 1e20 (beyond Date and bigint)', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1e20 }), error: InvalidScheduleError, fields: { option: 'everyMs' } },
-  { name: 'schedules[1]: everyMs 1e15 (first tick in the year 65000)', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1e15 }), error: InvalidScheduleError, fields: { option: 'everyMs' } },
-  { name: 'schedules[1]: unknown time zone', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *', tz: 'Mars/Olympus' }), error: InvalidScheduleError, fields: { option: 'tz' } },
-  { name: 'schedules[1]: empty time zone', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *', tz: '' }), error: InvalidScheduleError, fields: { option: 'tz' } },
-  { name: 'schedules[1]: numeric time zone', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *', tz: 42 }), error: InvalidScheduleError, fields: { option: 'tz' } },
-  { name: 'schedules[1]: tz with everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, tz: 'UTC' }), error: InvalidScheduleError, fields: { option: 'tz' } },
-  { name: "schedules[1]: missed 'twice'", run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, missed: 'twice' }), error: InvalidScheduleError, fields: { option: 'missed' } },
-  { name: 'schedules[1]: empty name', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, name: '' }), error: InvalidScheduleError, fields: { option: 'name' } },
-  { name: 'schedules[1]: numeric name', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, name: 7 }), error: InvalidScheduleError, fields: { option: 'name' } },
-  { name: 'schedules[1]: name with U+0000', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, name: 'nightly\u0000' }), error: InvalidScheduleError, fields: { option: 'name' } },
-  { name: 'schedules[1]: bad queue name', run: (_q, p) => withSchedule(p, { queue: 'sched q', everyMs: 1000 }), error: InvalidScheduleError, fields: { option: 'queue' } },
-  { name: 'schedules[1]: queue name with U+0000', run: (_q, p) => withSchedule(p, { queue: 'sched\u0000', everyMs: 1000 }), error: InvalidScheduleError, fields: { option: 'queue' } },
-  { name: 'schedules[1]: payload with a function', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, payload: { f: () => 1 } }), error: InvalidScheduleError, fields: { option: 'payload' } },
-  { name: 'schedules[1]: payload with U+0000 in a value', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, payload: { s: 'a\u0000' } }), error: InvalidScheduleError, fields: { option: 'payload' } },
-  { name: 'schedules[1]: payload with U+0000 in a key', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, payload: { ['k\u0000']: 1 } }), error: InvalidScheduleError, fields: { option: 'payload' } },
-  { name: 'schedules[1]: null entry', run: (_q, p) => withSchedule(p, null), error: InvalidScheduleError, fields: { where: 'schedules[1]' } },
+  { name: 'schedules[1]: bad cron', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '61 * * * *' }), error: InvalidScheduleError, fields: { option: 'schedules[1].cron', where: undefined } },
+  { name: 'schedules[1]: cron that never fires (30 February)', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '0 0 30 2 *' }), error: InvalidScheduleError, fields: { option: 'schedules[1].cron' } },
+  { name: 'schedules[1]: cron with U+0000', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *\u0000' }), error: InvalidScheduleError, fields: { option: 'schedules[1].cron' } },
+  { name: 'schedules[1]: numeric cron', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: 5 }), error: InvalidScheduleError, fields: { option: 'schedules[1].cron' } },
+  { name: 'schedules[1]: both cron and everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *', everyMs: 1000 }), error: InvalidScheduleError, fields: { option: 'schedules[1].cron' } },
+  { name: 'schedules[1]: neither cron nor everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q' }), error: InvalidScheduleError, fields: { option: 'schedules[1].cron' } },
+  { name: 'schedules[1]: negative everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: -1000 }), error: InvalidScheduleError, fields: { option: 'schedules[1].everyMs' } },
+  { name: 'schedules[1]: everyMs 0', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 0 }), error: InvalidScheduleError, fields: { option: 'schedules[1].everyMs' } },
+  { name: 'schedules[1]: fractional everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1500.5 }), error: InvalidScheduleError, fields: { option: 'schedules[1].everyMs' } },
+  { name: 'schedules[1]: everyMs 1e20 (beyond Date and bigint)', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1e20 }), error: InvalidScheduleError, fields: { option: 'schedules[1].everyMs' } },
+  { name: 'schedules[1]: everyMs 1e15 (first tick in the year 65000)', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1e15 }), error: InvalidScheduleError, fields: { option: 'schedules[1].everyMs' } },
+  { name: 'schedules[1]: unknown time zone', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *', tz: 'Mars/Olympus' }), error: InvalidScheduleError, fields: { option: 'schedules[1].tz' } },
+  { name: 'schedules[1]: empty time zone', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *', tz: '' }), error: InvalidScheduleError, fields: { option: 'schedules[1].tz' } },
+  { name: 'schedules[1]: numeric time zone', run: (_q, p) => withSchedule(p, { queue: 'sched.q', cron: '* * * * *', tz: 42 }), error: InvalidScheduleError, fields: { option: 'schedules[1].tz' } },
+  { name: 'schedules[1]: tz with everyMs', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, tz: 'UTC' }), error: InvalidScheduleError, fields: { option: 'schedules[1].tz' } },
+  { name: "schedules[1]: missed 'twice'", run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, missed: 'twice' }), error: InvalidScheduleError, fields: { option: 'schedules[1].missed' } },
+  { name: 'schedules[1]: empty name', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, name: '' }), error: InvalidScheduleError, fields: { option: 'schedules[1].name' } },
+  { name: 'schedules[1]: numeric name', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, name: 7 }), error: InvalidScheduleError, fields: { option: 'schedules[1].name' } },
+  { name: 'schedules[1]: name with U+0000', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, name: 'nightly\u0000' }), error: InvalidScheduleError, fields: { option: 'schedules[1].name' } },
+  { name: 'schedules[1]: bad queue name', run: (_q, p) => withSchedule(p, { queue: 'sched q', everyMs: 1000 }), error: InvalidScheduleError, fields: { option: 'schedules[1].queue' } },
+  { name: 'schedules[1]: queue name with U+0000', run: (_q, p) => withSchedule(p, { queue: 'sched\u0000', everyMs: 1000 }), error: InvalidScheduleError, fields: { option: 'schedules[1].queue' } },
+  { name: 'schedules[1]: payload with a function', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, payload: { f: () => 1 } }), error: InvalidScheduleError, fields: { option: 'schedules[1].payload' } },
+  { name: 'schedules[1]: payload with U+0000 in a value', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, payload: { s: 'a\u0000' } }), error: InvalidScheduleError, fields: { option: 'schedules[1].payload' } },
+  { name: 'schedules[1]: payload with U+0000 in a key', run: (_q, p) => withSchedule(p, { queue: 'sched.q', everyMs: 1000, payload: { ['k\u0000']: 1 } }), error: InvalidScheduleError, fields: { option: 'schedules[1].payload' } },
+  { name: 'schedules[1]: null entry', run: (_q, p) => withSchedule(p, null), error: InvalidScheduleError, fields: { option: 'schedules[1]' } },
 
   // Schedules on a handler: @TaskHandler(queue, { schedule })
-  { name: '@TaskHandler schedule: bad cron', run: (_q, p) => withDecorated(p, { cron: 'every minute' }), error: InvalidScheduleError, fields: { where: 'Scheduled.run (queue "sched.q")', option: 'cron' } },
-  { name: '@TaskHandler schedule: both cron and everyMs', run: (_q, p) => withDecorated(p, { cron: '* * * * *', everyMs: 1000 }), error: InvalidScheduleError, fields: { option: 'cron' } },
-  { name: '@TaskHandler schedule: neither cron nor everyMs', run: (_q, p) => withDecorated(p, { payload: {} }), error: InvalidScheduleError, fields: { option: 'cron' } },
-  { name: '@TaskHandler schedule: everyMs 0', run: (_q, p) => withDecorated(p, { everyMs: 0 }), error: InvalidScheduleError, fields: { option: 'everyMs' } },
-  { name: '@TaskHandler schedule: negative everyMs', run: (_q, p) => withDecorated(p, { everyMs: -1 }), error: InvalidScheduleError, fields: { option: 'everyMs' } },
-  { name: '@TaskHandler schedule: fractional everyMs', run: (_q, p) => withDecorated(p, { everyMs: 999.9 }), error: InvalidScheduleError, fields: { option: 'everyMs' } },
-  { name: '@TaskHandler schedule: huge everyMs', run: (_q, p) => withDecorated(p, { everyMs: Number.MAX_SAFE_INTEGER }), error: InvalidScheduleError, fields: { option: 'everyMs' } },
-  { name: '@TaskHandler schedule: unknown time zone', run: (_q, p) => withDecorated(p, { cron: '0 * * * *', tz: 'Europe/Atlantis' }), error: InvalidScheduleError, fields: { option: 'tz' } },
-  { name: '@TaskHandler schedule: empty time zone', run: (_q, p) => withDecorated(p, { cron: '0 * * * *', tz: '' }), error: InvalidScheduleError, fields: { option: 'tz' } },
-  { name: "@TaskHandler schedule: missed 'all'", run: (_q, p) => withDecorated(p, { everyMs: 1000, missed: 'all' }), error: InvalidScheduleError, fields: { option: 'missed' } },
-  { name: '@TaskHandler schedule: 201-character name', run: (_q, p) => withDecorated(p, { everyMs: 1000, name: 'n'.repeat(201) }), error: InvalidScheduleError, fields: { option: 'name' } },
-  { name: '@TaskHandler schedule: name with U+0000', run: (_q, p) => withDecorated(p, { everyMs: 1000, name: '\u0000' }), error: InvalidScheduleError, fields: { option: 'name' } },
-  { name: '@TaskHandler schedule: payload with a BigInt', run: (_q, p) => withDecorated(p, { everyMs: 1000, payload: { n: 1n } }), error: InvalidScheduleError, fields: { option: 'payload' } },
-  { name: '@TaskHandler schedule: payload with U+0000', run: (_q, p) => withDecorated(p, { everyMs: 1000, payload: ['\u0000'] }), error: InvalidScheduleError, fields: { option: 'payload' } },
-  { name: '@TaskHandler schedule: payload over 64 KiB', run: (_q, p) => withDecorated(p, { everyMs: 1000, payload: 'x'.repeat(65 * 1024) }), error: InvalidScheduleError, fields: { option: 'payload' } },
+  { name: '@TaskHandler schedule: bad cron', run: (_q, p) => withDecorated(p, { cron: 'every minute' }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.cron', where: 'Scheduled.run' } },
+  { name: '@TaskHandler schedule: both cron and everyMs', run: (_q, p) => withDecorated(p, { cron: '* * * * *', everyMs: 1000 }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.cron' } },
+  { name: '@TaskHandler schedule: neither cron nor everyMs', run: (_q, p) => withDecorated(p, { payload: {} }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.cron' } },
+  { name: '@TaskHandler schedule: everyMs 0', run: (_q, p) => withDecorated(p, { everyMs: 0 }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.everyMs' } },
+  { name: '@TaskHandler schedule: negative everyMs', run: (_q, p) => withDecorated(p, { everyMs: -1 }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.everyMs' } },
+  { name: '@TaskHandler schedule: fractional everyMs', run: (_q, p) => withDecorated(p, { everyMs: 999.9 }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.everyMs' } },
+  { name: '@TaskHandler schedule: huge everyMs', run: (_q, p) => withDecorated(p, { everyMs: Number.MAX_SAFE_INTEGER }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.everyMs' } },
+  { name: '@TaskHandler schedule: unknown time zone', run: (_q, p) => withDecorated(p, { cron: '0 * * * *', tz: 'Europe/Atlantis' }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.tz' } },
+  { name: '@TaskHandler schedule: empty time zone', run: (_q, p) => withDecorated(p, { cron: '0 * * * *', tz: '' }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.tz' } },
+  { name: "@TaskHandler schedule: missed 'all'", run: (_q, p) => withDecorated(p, { everyMs: 1000, missed: 'all' }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.missed' } },
+  { name: '@TaskHandler schedule: 201-character name', run: (_q, p) => withDecorated(p, { everyMs: 1000, name: 'n'.repeat(201) }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.name' } },
+  { name: '@TaskHandler schedule: name with U+0000', run: (_q, p) => withDecorated(p, { everyMs: 1000, name: '\u0000' }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.name' } },
+  { name: '@TaskHandler schedule: payload with a BigInt', run: (_q, p) => withDecorated(p, { everyMs: 1000, payload: { n: 1n } }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.payload' } },
+  { name: '@TaskHandler schedule: payload with U+0000', run: (_q, p) => withDecorated(p, { everyMs: 1000, payload: ['\u0000'] }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.payload' } },
+  { name: '@TaskHandler schedule: payload over 64 KiB', run: (_q, p) => withDecorated(p, { everyMs: 1000, payload: 'x'.repeat(65 * 1024) }), error: InvalidScheduleError, fields: { option: '@TaskHandler("sched.q").schedule.payload' } },
 ];
 
 describe('bad input to enqueue, the operator API and schedules (real Postgres)', () => {
@@ -403,7 +403,7 @@ describe('hostile schema names (real Postgres)', () => {
     );
     expect(err).toBeInstanceOf(InvalidOptionsError);
     expect((err as InvalidOptionsError).option).toBe('schema');
-    expect((err as Error).message).toContain('"schema"');
+    expect((err as Error).message).toMatch(/^pg-queue: invalid option schema: /);
 
     const [orders] = await db.sql("SELECT to_regclass('public.orders')::text AS t");
     expect(orders.t).toBe('orders');
@@ -424,7 +424,7 @@ describe('hostile schema names (real Postgres)', () => {
   // The NOTIFY channel is `${schema}_task_ready`, which must fit Postgres' 63-byte identifiers:
   // the validator caps schema names at 48 characters, and the longest allowed one works end to end.
   it('a 63-character schema name is refused at startup', async () => {
-    await expect(start({ schema: 's'.repeat(63) })).rejects.toThrow(/invalid option "schema"/);
+    await expect(start({ schema: 's'.repeat(63) })).rejects.toThrow(/invalid option schema: /);
   });
 
   it('a 48-character schema name (the longest allowed) can enqueue', async () => {

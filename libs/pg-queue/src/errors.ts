@@ -9,13 +9,22 @@ export class PgQueueError extends Error {
   }
 }
 
-/** Module options that cannot work (bad schema name, negative timeout, ...). Thrown at startup. */
+/**
+ * Configuration that cannot work, wherever it is given: module options (with `handlerDefaults`,
+ * `queues` and `schedules`), `@TaskHandler` options and schedules. Thrown at startup, before the
+ * queue touches the database. `option` is the value's full path, as you would write it:
+ * `pollIntervalMs`, `handlerDefaults.backoff.type`, `queues["mail.send"].concurrency`,
+ * `schedules[1].cron`, `@TaskHandler("mail.send").timeoutMs`; `where` names the handler method when
+ * the path alone does not. Catch this class for every configuration mistake; the subclasses
+ * {@link HandlerConfigurationError} and {@link InvalidScheduleError} narrow it down.
+ */
 export class InvalidOptionsError extends PgQueueError {
   constructor(
     readonly option: string,
     reason: string,
+    readonly where?: string,
   ) {
-    super(`pg-queue: invalid option "${option}": ${reason}`);
+    super(`pg-queue: invalid option ${option}${where ? ` (${where})` : ''}: ${reason}`);
   }
 }
 
@@ -67,8 +76,11 @@ export class InvalidArgumentError extends PgQueueError {
   }
 }
 
-/** Two `@TaskHandler` methods for one queue in one application, or a handler with bad options. */
-export class HandlerConfigurationError extends PgQueueError {}
+/**
+ * A handler's settings that cannot work (given in `@TaskHandler`, `handlerDefaults` or `queues`), or
+ * two `@TaskHandler` methods for one queue in one application.
+ */
+export class HandlerConfigurationError extends InvalidOptionsError {}
 
 /**
  * Thrown by a handler to skip the remaining attempts: the task goes straight to `dead`
@@ -110,16 +122,5 @@ export class ShutdownAbortError extends PgQueueError {
   }
 }
 
-/**
- * A schedule declaration (module option `schedules[i]` or a handler's `schedule`) that cannot work;
- * a startup error. `where` names the declaration, `option` its field at fault.
- */
-export class InvalidScheduleError extends HandlerConfigurationError {
-  constructor(
-    readonly where: string,
-    readonly option: string,
-    reason: string,
-  ) {
-    super(`pg-queue: ${where}: invalid schedule: option "${option}": ${reason}`);
-  }
-}
+/** A schedule declaration (module option `schedules[i]` or a handler's `schedule`) that cannot work. */
+export class InvalidScheduleError extends InvalidOptionsError {}

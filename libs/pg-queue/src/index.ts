@@ -1,7 +1,7 @@
 export { PgQueueModule } from './pg-queue.module';
 export { PG_QUEUE_OPTIONS } from './pg-queue.module-definition';
 export { DEFAULT_HANDLER_OPTIONS, type HandlerOptions, type PgQueueModuleOptions } from './pg-queue.options';
-export { TaskHandler, TASK_HANDLER_METADATA, type TaskHandlerOptions } from './decorators/task-handler.decorator';
+export { TaskHandler, TASK_HANDLER_METADATA, type HandlerMethodDecorator, type TaskHandlerOptions } from './decorators/task-handler.decorator';
 export type { ScheduleDefinition, ScheduleOptions } from './schedules/schedule.definition';
 export { TaskQueue } from './client/task-queue.service';
 export { TaskHandlerRegistry, type RegisteredHandler } from './discovery/task-handler.registry';
@@ -24,7 +24,10 @@ export type {
   QueueStats,
   SqlExecutor,
   Task,
+  AnyTaskContext,
+  LeaseTaskContext,
   TaskContext,
+  TaskContextBase,
   TaskEvent,
   TaskHandlerFn,
 } from './types';

@@ -120,7 +120,7 @@ describe('resolveModuleOptions', () => {
     const err = thrown(() => resolve({ schema }));
     expect(err).toBeInstanceOf(InvalidOptionsError);
     expect((err as InvalidOptionsError).option).toBe('schema');
-    expect(err.message).toContain('"schema"');
+    expect(err.message).toContain('invalid option schema: ');
   });
 
   it.each([
@@ -134,20 +134,20 @@ describe('resolveModuleOptions', () => {
   ])('rejects prisma given as %s', (_label, prisma) => {
     const err = thrown(() => resolveModuleOptions({ prisma } as unknown as PgQueueModuleOptions));
     expect(err).toBeInstanceOf(InvalidOptionsError);
-    expect(err.message).toContain('"prisma"');
+    expect(err.message).toContain('invalid option prisma: ');
   });
 
   it.each([undefined, null, 'options', 42])('rejects options given as %p', (options) => {
     const err = thrown(() => resolveModuleOptions(options as unknown as PgQueueModuleOptions));
     expect(err).toBeInstanceOf(InvalidOptionsError);
-    expect(err.message).toContain('"options"');
+    expect(err.message).toContain('invalid option options: ');
   });
 
   it.each(['postgres://localhost/db', 'postgresql://u@h:1/d?sslmode=require'])('accepts the databaseUrl %j', (databaseUrl) => {
     expect(resolve({ databaseUrl }).databaseUrl).toBe(databaseUrl);
   });
 
-  // Each row: the option, a bad value, the name the message must contain, the error class.
+  // Each row: the option, a bad value, the option's full path, the error class (every one an InvalidOptionsError).
   it.each([
     ['databaseUrl', 'mysql://localhost/db', 'databaseUrl', InvalidOptionsError],
     ['databaseUrl', 'localhost:5432', 'databaseUrl', InvalidOptionsError],
@@ -174,18 +174,21 @@ describe('resolveModuleOptions', () => {
     ['finished', 'ARCHIVE', 'finished', InvalidOptionsError],
     ['finished', null, 'finished', InvalidOptionsError],
     ['schedules', {}, 'schedules', InvalidOptionsError],
-    ['handlerDefaults', { concurrency: 0 }, 'concurrency', HandlerConfigurationError],
-    ['queues', { 'a.q': { batchSize: 1.5 } }, 'batchSize', HandlerConfigurationError],
-  ] as const)('rejects %s = %p, naming "%s"', (option, value, name, errorClass) => {
+    ['handlerDefaults', { concurrency: 0 }, 'handlerDefaults.concurrency', HandlerConfigurationError],
+    ['handlerDefaults', { backoff: { type: 'x' } }, 'handlerDefaults.backoff.type', HandlerConfigurationError],
+    ['queues', { 'a.q': { batchSize: 1.5 } }, 'queues["a.q"].batchSize', HandlerConfigurationError],
+    ['retention', { archiveMs: -1 }, 'retention.archiveMs', InvalidOptionsError],
+  ] as const)('rejects %s = %p, naming %s', (option, value, path, errorClass) => {
     const err = thrown(() => resolve({ [option]: value }));
     expect(err).toBeInstanceOf(errorClass);
-    expect(err.message).toContain(`"${name}"`);
-    if (err instanceof InvalidOptionsError) expect(err.option).toBe(name);
+    expect(err).toBeInstanceOf(InvalidOptionsError);
+    expect((err as InvalidOptionsError).option).toBe(path);
+    expect(err.message).toMatch(new RegExp(`^pg-queue: invalid option ${path.replace(/[.[\]"]/g, '\\$&')}: `));
   });
 
-  it('names where a bad handler option came from', () => {
-    expect(thrown(() => resolve({ handlerDefaults: { concurrency: 0 } })).message).toMatch(/^pg-queue: handlerDefaults: invalid option "concurrency"/);
-    expect(thrown(() => resolve({ queues: { 'mail.send': { mode: 'x' } } })).message).toMatch(/^pg-queue: queues\.mail\.send: invalid option "mode"/);
+  it('names where a bad handler option came from by its full path', () => {
+    expect(thrown(() => resolve({ handlerDefaults: { concurrency: 0 } })).message).toMatch(/^pg-queue: invalid option handlerDefaults\.concurrency: expected/);
+    expect(thrown(() => resolve({ queues: { 'mail.send': { mode: 'x' } } })).message).toMatch(/^pg-queue: invalid option queues\["mail\.send"\]\.mode: expected/);
   });
 
   it('validates queue overrides against the merged handlerDefaults', () => {
@@ -195,13 +198,13 @@ describe('resolveModuleOptions', () => {
       resolve({ handlerDefaults: { backoff: { type: 'fixed', delayMs: 10_000 } }, queues: { 'a.q': { backoff: { maxDelayMs: 5000 } } } }),
     );
     expect(err).toBeInstanceOf(HandlerConfigurationError);
-    expect(err.message).toContain('"backoff.maxDelayMs"');
+    expect((err as InvalidOptionsError).option).toBe('queues["a.q"].backoff.maxDelayMs');
   });
 });
 
 describe('resolveHandlerOptions', () => {
   const base = DEFAULT_HANDLER_OPTIONS;
-  const res = (over: Record<string, unknown>) => resolveHandlerOptions('Test.run (queue "t.q")', base, over as Partial<HandlerOptions>);
+  const res = (over: Record<string, unknown>) => resolveHandlerOptions('@TaskHandler("t.q")', base, over as Partial<HandlerOptions>, 'Test.run');
 
   it('returns the base when nothing is overridden, without mutating it', () => {
     const snapshot = structuredClone(base);
@@ -260,8 +263,7 @@ describe('resolveHandlerOptions', () => {
   ])('rejects %s in %p with a HandlerConfigurationError naming it', (option, over) => {
     const err = thrown(() => res(over));
     expect(err).toBeInstanceOf(HandlerConfigurationError);
-    expect(err.message).toContain(`invalid option "${option}"`);
-    expect(err.message).toMatch(/^pg-queue: Test\.run \(queue "t\.q"\): /);
+    expect(err.message).toContain(`invalid option @TaskHandler("t.q").${option} (Test.run): `);
   });
 
   // Values that pass the checks above by accident: a NaN cap compares false with everything, and an
@@ -272,7 +274,7 @@ describe('resolveHandlerOptions', () => {
   ])('rejects the non-finite %s (%s)', (option, _label, over) => {
     const err = thrown(() => res(over));
     expect(err).toBeInstanceOf(HandlerConfigurationError);
-    expect(err.message).toContain(`invalid option "${option}"`);
+    expect(err.message).toContain(`invalid option @TaskHandler("t.q").${option} (Test.run): `);
   });
 
   it('treats an option given as undefined as not given: the default stays', () => {

@@ -123,7 +123,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
   if (options.schedules !== undefined && !Array.isArray(options.schedules)) throw new InvalidOptionsError('schedules', 'expected an array');
   const handlerDefaults = resolveHandlerOptions('handlerDefaults', DEFAULT_HANDLER_OPTIONS, options.handlerDefaults);
   const queues = options.queues ?? {};
-  for (const [queue, q] of Object.entries(queues)) resolveHandlerOptions(`queues.${queue}`, handlerDefaults, q);
+  for (const [queue, q] of Object.entries(queues)) resolveHandlerOptions(queueOptionsPath(queue), handlerDefaults, q);
   return {
     prisma: options.prisma,
     databaseUrl: options.databaseUrl,
@@ -149,13 +149,22 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
   };
 }
 
-/** Layers partial options over a base and validates the result; `where` names the source in errors. */
-export function resolveHandlerOptions(where: string, base: HandlerOptions, over?: Partial<HandlerOptions>): HandlerOptions {
+/** Where a queue's settings live in the module options, as error paths name it: `queues["mail.send"]`. */
+export function queueOptionsPath(queue: string): string {
+  return `queues[${JSON.stringify(queue)}]`;
+}
+
+/**
+ * Layers partial options over a base and validates the result. `path` is where `over` was given
+ * (`handlerDefaults`, `queues["q"]`, `@TaskHandler("q")`), `where` the handler method if any: both
+ * go into the error, so a mistake is found from its message alone.
+ */
+export function resolveHandlerOptions(path: string, base: HandlerOptions, over?: Partial<HandlerOptions>, where?: string): HandlerOptions {
   // An option given as undefined means "not given": it must not wipe out the default (a lost
   // maxDelayMs would let exponential delays overflow Postgres intervals).
   const merged: HandlerOptions = { ...base, ...defined(over), backoff: { ...base.backoff, ...defined(over?.backoff) } };
   const fail = (option: string, reason: string): never => {
-    throw new HandlerConfigurationError(`pg-queue: ${where}: invalid option "${option}": ${reason}`);
+    throw new HandlerConfigurationError(`${path}.${option}`, reason, where);
   };
   const int = (option: keyof HandlerOptions, min: number, max = 1_000_000_000) => {
     const v = merged[option];

@@ -90,13 +90,8 @@ export interface EnqueueItem<P = unknown> {
   options?: Omit<EnqueueOptions, 'tx'>;
 }
 
-/** What a handler gets besides its task. */
-export interface TaskContext<TTx = SqlExecutor> {
-  /**
-   * The Prisma transaction client (transactional mode). Writes made through it commit together
-   * with the task's completion, or not at all. Reading it in lease mode throws.
-   */
-  readonly tx: TTx;
+/** What a handler gets besides its task, in either mode. */
+export interface TaskContextBase {
   /** Enqueue a follow-up task; it is committed exactly when this task's completion is. */
   enqueue<P = unknown>(queue: string, payload: P, options?: FollowUpOptions): Promise<void>;
   /** Extend the lease now (lease mode; also done automatically). Throws LeaseLostError if lost. */
@@ -107,7 +102,31 @@ export interface TaskContext<TTx = SqlExecutor> {
   readonly mode: HandlerMode;
 }
 
-export type TaskHandlerFn<P = any, TTx = any> = (task: Task<P>, ctx: TaskContext<TTx>) => Promise<void>;
+/**
+ * The context of a transactional handler (the default mode). `TTx` is your Prisma transaction
+ * client type, e.g. `TaskContext<Prisma.TransactionClient>`.
+ */
+export interface TaskContext<TTx = SqlExecutor> extends TaskContextBase {
+  /**
+   * The Prisma transaction client. Writes made through it commit together with the task's
+   * completion, or not at all.
+   */
+  readonly tx: TTx;
+  readonly mode: 'transactional';
+}
+
+/**
+ * The context of a lease-mode handler: no transaction, so no `tx`. A handler declared with
+ * `@TaskHandler(queue, { mode: 'lease' })` that takes a `TaskContext` does not compile.
+ */
+export interface LeaseTaskContext extends TaskContextBase {
+  readonly mode: 'lease';
+}
+
+/** Either context: for code shared by handlers of both modes; `ctx.mode` tells them apart. */
+export type AnyTaskContext<TTx = SqlExecutor> = TaskContext<TTx> | LeaseTaskContext;
+
+export type TaskHandlerFn<P = any, TTx = any> = (task: Task<P>, ctx: AnyTaskContext<TTx>) => Promise<void>;
 
 /** One stage of a pipeline, as returned by `TaskQueue.chain()`. */
 export interface ChainStage {

@@ -1,6 +1,7 @@
 import { validateQueueName } from '../core/task-input';
 import type { HandlerOptions } from '../pg-queue.options';
 import type { ScheduleOptions } from '../schedules/schedule.definition';
+import type { LeaseTaskContext, Task, TaskContext } from '../types';
 
 /** Handler settings, plus an optional schedule that enqueues this queue's tasks periodically. */
 export type TaskHandlerOptions = Partial<HandlerOptions> & { schedule?: ScheduleOptions };
@@ -13,9 +14,20 @@ export interface TaskHandlerMetadata {
   options: TaskHandlerOptions;
 }
 
+/** A handler method whose context is `C`. */
+type HandlerMethod<C> = (task: Task<any>, ctx: C) => unknown;
+
+/** A method decorator that accepts only methods assignable to `M`: a mismatch is a compile error at the decorator. */
+export type HandlerMethodDecorator<M> = <T extends M>(target: object, key: string | symbol, descriptor: TypedPropertyDescriptor<T>) => TypedPropertyDescriptor<T>;
+
 /**
  * Marks a provider method as the handler of a queue. The module discovers it at startup and runs
  * it for every task of that queue.
+ *
+ * The handler's context follows the mode given here: `{ mode: 'lease' }` gives a
+ * {@link LeaseTaskContext} (no `tx`), `{ mode: 'transactional' }` a {@link TaskContext}; a method
+ * that declares the other one does not compile. Without `mode` in the decorator (it may come from
+ * the module's `handlerDefaults` or `queues`), either is accepted.
  *
  * @example
  * ```ts
@@ -30,11 +42,14 @@ export interface TaskHandlerMetadata {
  * ```
  * A periodic task: `@TaskHandler('reports.hourly', { schedule: { cron: '0 * * * *', tz: 'Europe/Berlin' } })`.
  */
-export function TaskHandler(queue: string, options: TaskHandlerOptions = {}): MethodDecorator {
+export function TaskHandler(queue: string, options: TaskHandlerOptions & { mode: 'lease' }): HandlerMethodDecorator<HandlerMethod<LeaseTaskContext>>;
+export function TaskHandler(queue: string, options: TaskHandlerOptions & { mode: 'transactional' }): HandlerMethodDecorator<HandlerMethod<TaskContext<any>>>;
+export function TaskHandler(queue: string, options?: TaskHandlerOptions): HandlerMethodDecorator<HandlerMethod<TaskContext<any>> | HandlerMethod<LeaseTaskContext>>;
+export function TaskHandler(queue: string, options: TaskHandlerOptions = {}): HandlerMethodDecorator<HandlerMethod<never>> {
   validateQueueName(queue);
-  return (_target, _key, descriptor: PropertyDescriptor) => {
+  return (_target, _key, descriptor) => {
     const metadata: TaskHandlerMetadata = { queue, options };
-    Reflect.defineMetadata(TASK_HANDLER_METADATA, metadata, descriptor.value);
+    Reflect.defineMetadata(TASK_HANDLER_METADATA, metadata, descriptor.value!);
     return descriptor;
   };
 }

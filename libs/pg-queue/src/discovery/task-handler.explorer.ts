@@ -1,15 +1,18 @@
-import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { Injectable, Logger } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { TASK_HANDLER_METADATA, type TaskHandlerMetadata } from '../decorators/task-handler.decorator';
 import { TaskHandlerRegistry } from './task-handler.registry';
 
 /**
- * Finds every `@TaskHandler` method on the application's providers at module init and registers it
- * bound to its instance. Only statically scoped providers qualify: a request-scoped provider has no
- * instance outside a request.
+ * Finds every `@TaskHandler` method on the application's providers and registers it bound to its
+ * instance. Only statically scoped providers qualify: a request-scoped provider has no instance
+ * outside a request. Called by the orchestrator at module init, before the database is touched, so
+ * a bad handler option fails startup with nothing opened.
  */
 @Injectable()
-export class TaskHandlerExplorer implements OnModuleInit {
+export class TaskHandlerExplorer {
+  private explored = false;
+
   private readonly logger = new Logger('PgQueue');
 
   constructor(
@@ -18,7 +21,9 @@ export class TaskHandlerExplorer implements OnModuleInit {
     private readonly registry: TaskHandlerRegistry,
   ) {}
 
-  onModuleInit(): void {
+  explore(): void {
+    if (this.explored) return;
+    this.explored = true;
     for (const wrapper of this.discovery.getProviders()) {
       const instance = wrapper.instance as Record<string, unknown> | undefined;
       if (!instance || typeof instance !== 'object' || !wrapper.isDependencyTreeStatic()) continue;

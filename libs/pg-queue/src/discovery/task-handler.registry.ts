@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { HandlerConfigurationError } from '../errors';
-import { type HandlerOptions, type ResolvedModuleOptions, resolveHandlerOptions } from '../pg-queue.options';
+import { HandlerConfigurationError, InvalidScheduleError } from '../errors';
+import { type HandlerOptions, type ResolvedModuleOptions, queueOptionsPath, resolveHandlerOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import type { TaskHandlerOptions } from '../decorators/task-handler.decorator';
 import { validateSchedule, type ValidSchedule } from '../schedules/schedule.definition';
@@ -15,6 +15,11 @@ export interface RegisteredHandler {
   schedule: ValidSchedule | null;
 }
 
+/** Where a handler's decorator options are, as error paths name it: `@TaskHandler("mail.send")`. */
+export function decoratorPath(queue: string): string {
+  return `@TaskHandler(${JSON.stringify(queue)})`;
+}
+
 /**
  * The handlers this process runs, by queue: a plain map users may inject to see what is registered.
  * Settings per queue are layered: library defaults < module handlerDefaults < module queues[q] <
@@ -27,14 +32,12 @@ export class TaskHandlerRegistry {
   constructor(@Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions) {}
 
   register(queue: string, name: string, handle: TaskHandlerFn, decoratorOptions: TaskHandlerOptions): RegisteredHandler {
+    const path = decoratorPath(queue);
     const existing = this.handlers.get(queue);
-    if (existing) {
-      throw new HandlerConfigurationError(`pg-queue: queue "${queue}" has two handlers: ${existing.name} and ${name}`);
-    }
+    if (existing) throw new HandlerConfigurationError(path, `queue "${queue}" has two handlers: ${existing.name} and ${name}`, name);
     const { schedule, ...handlerOptions } = decoratorOptions;
-    const where = `${name} (queue "${queue}")`;
-    const options = resolveHandlerOptions(where, this.baseOptions(queue), handlerOptions);
-    const registered = { queue, name, options, handle, schedule: schedule ? validateSchedule({ ...schedule, queue }, where) : null };
+    const options = resolveHandlerOptions(path, this.baseOptions(queue), handlerOptions, name);
+    const registered = { queue, name, options, handle, schedule: schedule ? validateSchedule({ ...schedule, queue }, `${path}.schedule`, name) : null };
     this.handlers.set(queue, registered);
     return registered;
   }
@@ -49,16 +52,16 @@ export class TaskHandlerRegistry {
 
   /** Every schedule declared in this process: on handlers and in the module's `schedules`. */
   schedules(): ValidSchedule[] {
-    const all = [
-      ...this.all().flatMap((h) => (h.schedule ? [h.schedule] : [])),
-      ...this.options.schedules.map((s, i) => validateSchedule(s, `schedules[${i}]`)),
+    const declared = [
+      ...this.all().flatMap((h) => (h.schedule ? [{ schedule: h.schedule, path: `${decoratorPath(h.queue)}.schedule`, where: h.name }] : [])),
+      ...this.options.schedules.map((s, i) => ({ schedule: validateSchedule(s, `schedules[${i}]`), path: `schedules[${i}]`, where: undefined })),
     ];
     const names = new Set<string>();
-    for (const s of all) {
-      if (names.has(s.name)) throw new HandlerConfigurationError(`pg-queue: two schedules are named "${s.name}"`);
-      names.add(s.name);
+    for (const { schedule, path, where } of declared) {
+      if (names.has(schedule.name)) throw new InvalidScheduleError(`${path}.name`, `two schedules are named "${schedule.name}"`, where);
+      names.add(schedule.name);
     }
-    return all;
+    return declared.map((d) => d.schedule);
   }
 
   /** Effective settings of a queue, whether or not this process handles it. */
@@ -68,6 +71,6 @@ export class TaskHandlerRegistry {
 
   private baseOptions(queue: string): HandlerOptions {
     const over = this.options.queues[queue];
-    return over ? resolveHandlerOptions(`queues.${queue}`, this.options.handlerDefaults, over) : this.options.handlerDefaults;
+    return over ? resolveHandlerOptions(queueOptionsPath(queue), this.options.handlerDefaults, over) : this.options.handlerDefaults;
   }
 }

@@ -41,13 +41,13 @@ export interface ValidSchedule {
 }
 
 /**
- * Validates a declaration; `where` names the handler or `schedules[i]` in the error. Everything the
- * database would refuse (U+0000, out-of-range times) is caught here, at startup, before any
- * schedule is written.
+ * Validates a declaration; `path` is where it was given (`schedules[1]`, `@TaskHandler("q").schedule`)
+ * and `where` the handler method if any, for the error. Everything the database would refuse
+ * (U+0000, out-of-range times) is caught here, at startup, before any schedule is written.
  */
-export function validateSchedule(def: ScheduleDefinition, where: string): ValidSchedule {
-  const fail = (option: string, reason: string): never => {
-    throw new InvalidScheduleError(where, option, reason);
+export function validateSchedule(def: ScheduleDefinition, path: string, where?: string): ValidSchedule {
+  const fail = (option: string | null, reason: string): never => {
+    throw new InvalidScheduleError(option === null ? path : `${path}.${option}`, reason, where);
   };
   /** Runs a shared validator and restates its typed error as one naming this schedule and option. */
   const restate = <T>(option: string, check: () => T): T => {
@@ -60,7 +60,7 @@ export function validateSchedule(def: ScheduleDefinition, where: string): ValidS
       throw err;
     }
   };
-  if (typeof def !== 'object' || def === null) fail('schedule', `expected an object, got ${String(def)}`);
+  if (typeof def !== 'object' || def === null) fail(null, `expected an object, got ${String(def)}`);
   const queue = restate('queue', () => validateQueueName(def.queue));
   if ((def.cron === undefined) === (def.everyMs === undefined)) fail('cron', 'give exactly one of cron and everyMs');
   if (def.cron !== undefined && (typeof def.cron !== 'string' || def.cron.includes('\u0000'))) fail('cron', 'expected a cron expression string');

@@ -1,6 +1,6 @@
-import { HandlerConfigurationError, PgQueueError } from '../errors';
+import { PgQueueError } from '../errors';
 import { buildTaskRow, type RowLimits } from '../core/task-input';
-import type { FollowUpOptions, HandlerMode, TaskContext } from '../types';
+import type { FollowUpOptions, HandlerMode, TaskContextBase } from '../types';
 import type { Attempt } from './attempt';
 import type { TransactionGate } from './transaction.gate';
 
@@ -20,13 +20,13 @@ export interface ContextScope {
  * object, so spreading it (`{ ...ctx }`) copies nothing. The internals are `#private`: they do
  * not show in logs or spreads.
  */
-export class AttemptContext implements TaskContext<any> {
+export class AttemptContext implements TaskContextBase {
   readonly #attempt: Attempt;
   readonly #scope: ContextScope;
   /** Transactional mode: this task's part of the batch transaction. */
   readonly #gate: TransactionGate | null;
-  #enqueue: TaskContext['enqueue'] | null = null;
-  #heartbeat: TaskContext['heartbeat'] | null = null;
+  #enqueue: TaskContextBase['enqueue'] | null = null;
+  #heartbeat: TaskContextBase['heartbeat'] | null = null;
 
   constructor(attempt: Attempt, scope: ContextScope, gate: TransactionGate | null) {
     this.#attempt = attempt;
@@ -35,17 +35,18 @@ export class AttemptContext implements TaskContext<any> {
   }
 
   /** Bound on first use (most handlers never enqueue), so it also works detached from `ctx`. */
-  get enqueue(): TaskContext['enqueue'] {
-    return (this.#enqueue ??= enqueueFollowUp.bind(null, this.#attempt, this.#scope) as TaskContext['enqueue']);
+  get enqueue(): TaskContextBase['enqueue'] {
+    return (this.#enqueue ??= enqueueFollowUp.bind(null, this.#attempt, this.#scope) as TaskContextBase['enqueue']);
   }
 
-  get heartbeat(): TaskContext['heartbeat'] {
+  get heartbeat(): TaskContextBase['heartbeat'] {
     return (this.#heartbeat ??= this.#scope.heartbeat.bind(this.#scope, this.#attempt));
   }
 
   get tx(): any {
     if (this.#gate === null) {
-      throw new HandlerConfigurationError(`pg-queue: ctx.tx is only available to transactional handlers (queue "${this.#attempt.task.queue}" runs in lease mode)`);
+      // A compile error where the decorator states the mode (LeaseTaskContext has no tx).
+      throw new PgQueueError(`pg-queue: ctx.tx is only available to transactional handlers (queue "${this.#attempt.task.queue}" runs in lease mode)`);
     }
     return this.#gate.client();
   }

@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { TaskHandlerExplorer } from '../discovery/task-handler.explorer';
 import { TaskHandlerRegistry } from '../discovery/task-handler.registry';
 import { PgQueueError } from '../errors';
 import { TaskEvents } from '../observability/task-events';
@@ -17,12 +18,14 @@ import type { WorkerDeps } from './worker.deps';
 
 /**
  * Starts and stops the queue machinery with the Nest application:
- * - onModuleInit: install/upgrade the schema (so enqueue works from any later hook), or without
- *   installSchema check that the database can be reached: an unreachable one fails startup here,
- *   with one line naming host and port, before anything else was started;
- * - onApplicationBootstrap: validate the declared schedules; then (unless autoStart is false) one
- *   QueueWorker per registered handler, the LISTEN connection, the lease rescuer and the schedule
- *   ticker;
+ * - onModuleInit: find the handlers and check every declaration (handler options, schedules)
+ *   before anything touches the database, so a configuration mistake fails startup with nothing
+ *   opened and the process can end at once; then install/upgrade the schema (so enqueue works from
+ *   any later hook), or without installSchema check that the database can be reached: an
+ *   unreachable one fails startup here, with one line naming host and port;
+ * - onApplicationBootstrap: unless autoStart is false, the LISTEN connection, the schedule ticker,
+ *   one QueueWorker per registered handler, the lease rescuer and the pruner (a start that fails
+ *   part-way stops what it started);
  * - onModuleDestroy: drain. Nest may destroy the app's PrismaService before this module, so the
  *   client's `$disconnect` is wrapped to wait for the drain first: work never loses its pool.
  */
@@ -42,6 +45,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
     private readonly repo: TaskRepository,
     private readonly registry: TaskHandlerRegistry,
+    private readonly explorer: TaskHandlerExplorer,
     private readonly scheduleRepo: ScheduleRepository,
     events: TaskEvents,
   ) {
@@ -58,6 +62,8 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   }
 
   async onModuleInit(): Promise<void> {
+    this.explorer.explore();
+    this.registry.schedules();
     this.holdDisconnectUntilDrained();
     // Also the startup check that the database can be reached: without it a process whose database
     // is down would start its workers, listener and timers, fail later in bootstrap with a
@@ -71,7 +77,6 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    this.registry.schedules(); // a bad schedule is a startup error, whether or not workers start
     if (this.options.autoStart) await this.start();
   }
 
@@ -84,13 +89,20 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     if (this.started) return;
     if (this.shutdownPromise) throw new PgQueueError('pg-queue: cannot start after shutdown');
     this.started = true;
-    await this.ensureListener();
-    for (const handler of this.registry.all()) this.worker(handler.queue).start();
-    this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger);
-    this.rescuer.start();
-    this.pruner = new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger);
-    this.pruner.start();
-    (await this.syncedTicker()).start();
+    try {
+      // What can fail first (the LISTEN connection retries by itself; the ticker syncs its rows).
+      await this.ensureListener();
+      const ticker = await this.syncedTicker();
+      for (const handler of this.registry.all()) this.worker(handler.queue).start();
+      this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger);
+      this.rescuer.start();
+      this.pruner = new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger);
+      this.pruner.start();
+      ticker.start();
+    } catch (err) {
+      await this.shutdown(); // Nest calls no destroy hook after a failed bootstrap: nothing may stay open
+      throw err;
+    }
   }
 
   /** Stops claiming, drains within shutdownTimeoutMs, releases the rest. Idempotent. */

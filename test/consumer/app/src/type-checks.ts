@@ -6,6 +6,7 @@ import {
   TaskHandler,
   TaskQueue,
   type EnqueueOptions,
+  type LeaseTaskContext,
   type PgQueueModuleOptions,
   type Task,
   type TaskContext,
@@ -33,6 +34,24 @@ export class TypedHandlers {
     task.attempt = 2;
     await ctx.enqueue('order.checked', { orderId: order.id }, { delayMs: 1000, group: `customer-${order.customer}` });
     void wrong;
+  }
+}
+
+/** The handler's context follows the mode its decorator states: a mismatch does not compile. */
+@Injectable()
+export class ModeTypedHandlers {
+  @TaskHandler('order.notify', { mode: 'lease' })
+  async notify(task: Task<{ orderId: number }>, ctx: LeaseTaskContext): Promise<void> {
+    // @ts-expect-error a lease-mode handler has no transaction
+    void ctx.tx;
+    await ctx.heartbeat();
+    void task;
+  }
+
+  // @ts-expect-error lease mode stated, but the method wants a transactional context
+  @TaskHandler('order.notify-wrong', { mode: 'lease' })
+  async notifyWrong(_task: Task, ctx: TaskContext<Prisma.TransactionClient>): Promise<void> {
+    await ctx.tx.order.findMany();
   }
 }
 
