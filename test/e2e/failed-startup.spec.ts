@@ -43,6 +43,21 @@ describe('a startup with a configuration mistake', () => {
     }
   }, 60_000);
 
+  it('a start that fails part-way (installSchema: false, schema missing) stops what it had started, and the process ends by itself', async () => {
+    // The database is reachable, so the LISTEN connection opens; syncing the schedules then fails.
+    const app = startFixtureProcess('startup-app', [JSON.stringify({ url: db.url, installSchema: false })]);
+    try {
+      const line = await app.line('STARTUP FAILED', 30_000);
+      const exit = await within(app.exited, 5_000, 'still running 5 s after the failure');
+      expect({ message: JSON.parse(line.slice('STARTUP FAILED '.length)), exit }).toEqual({
+        message: expect.stringContaining('pgqueue'),
+        exit: { code: 1, signal: null },
+      });
+    } finally {
+      await app.kill();
+    }
+  }, 60_000);
+
   it('without the mistake the same app starts (the fixture is not broken)', async () => {
     const app = startFixtureProcess('startup-app', [JSON.stringify({ url: db.url, installSchema: true })]);
     try {
