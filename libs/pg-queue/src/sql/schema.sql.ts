@@ -178,6 +178,19 @@ CREATE INDEX IF NOT EXISTS task_group_pos_idx ON ${s}.task (queue, group_key, (c
         `DROP INDEX IF EXISTS ${s}.task_group_idx;`,
       ],
     },
+    {
+      version: 5,
+      name: 'trace_context',
+      sql: [
+        `
+-- The trace context active when a task was enqueued (OpenTelemetry's propagation carrier, e.g.
+-- {"traceparent": "00-..."}), so its handler's span continues that trace. NULL without tracing.
+-- Adding a nullable column without a default changes only the catalog.
+ALTER TABLE ${s}.task ADD COLUMN trace_context jsonb;
+ALTER TABLE ${s}.task_archive ADD COLUMN trace_context jsonb;
+`,
+      ],
+    },
   ];
 }
 
