@@ -239,7 +239,7 @@ describe('the packed tarball', () => {
     const required = new Set<string>();
     for (const file of packed.files.filter((f) => f.endsWith('.js'))) {
       const code = fs.readFileSync(path.join(LIB, file), 'utf8');
-      for (const [, spec] of code.matchAll(/require\("([^"]+)"\)/g)) {
+      for (const [, , spec] of code.matchAll(/require\((["'])([^"']+)\1\)/g)) {
         if (spec.startsWith('.')) {
           const target = path.resolve(path.dirname(path.join(LIB, file)), spec);
           expect(path.relative(path.join(LIB, 'dist'), target).startsWith('..')).toBe(false);
@@ -249,7 +249,9 @@ describe('the packed tarball', () => {
       }
     }
     for (const dep of required) expect(declared).toContain(dep);
-    expect([...required].sort()).toEqual(['@nestjs/common', '@nestjs/core', 'croner', 'pg-listen', 'prom-client', 'rxjs']);
+    // @opentelemetry/api: an optional peer, required lazily (observability/tracing.ts).
+    expect([...required].sort()).toEqual(['@nestjs/common', '@nestjs/core', '@opentelemetry/api', 'croner', 'pg-listen', 'prom-client', 'rxjs']);
+    expect(manifest.peerDependenciesMeta?.['@opentelemetry/api']).toEqual({ optional: true });
     // pg is not required directly: pg-listen needs it as a peer, and it is the driver the queue's LISTEN uses.
     expect(Object.keys(manifest.dependencies).sort()).toEqual(['croner', 'pg', 'pg-listen', 'prom-client']);
     // Caret ranges whose floor is the version this repository tests with.

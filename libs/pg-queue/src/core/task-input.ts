@@ -4,6 +4,7 @@ import {
   InvalidQueueNameError,
   PayloadTooLargeError,
 } from '../errors';
+import { currentTraceContext } from '../observability/tracing';
 import type { NewTaskRow } from '../sql/statement-values';
 import type { EnqueueOptions } from '../types';
 
@@ -115,6 +116,7 @@ export function buildTaskRow(
     dedupKey,
     groupKey,
     onConflict,
+    traceContext: currentTraceContext(),
   };
 }
 

@@ -67,6 +67,7 @@ export class ScheduleTicker {
           dedupKey: null,
           groupKey: null,
           onConflict: 'ignore',
+          traceContext: null, // a tick starts a trace of its own
         }));
         await this.tasks.insert(tx, tasks);
         await this.schedules.advanceSchedule(tx, row.name, next, fire.at(-1) ?? null);

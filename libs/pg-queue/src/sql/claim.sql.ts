@@ -69,7 +69,7 @@ WITH next AS (
   WHERE t.id = ANY (ARRAY (SELECT id FROM next))
   RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at')} AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
             ${EPOCH_MS('t.created_at')} AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
-            t.group_key, t.dedup_key
+            t.group_key, t.dedup_key, t.trace_context
 )
 SELECT coalesce(json_agg(c), '[]')::text AS claimed,
        CASE WHEN count(*) < $2 THEN (

@@ -21,6 +21,8 @@ export interface NewTaskRow {
   groupKey: string | null;
   /** What to do when `dedupKey` is live already; only read when dedupKey is set. */
   onConflict: ConflictMode;
+  /** The enqueuer's trace context as JSON text (see observability/tracing.ts), or null. */
+  traceContext: string | null;
 }
 
 export interface ClaimedRow {
@@ -38,6 +40,8 @@ export interface ClaimedRow {
   parent_id: string | null;
   group_key: string | null;
   dedup_key: string | null;
+  /** The enqueuer's trace context (a propagation carrier), or null. */
+  trace_context: Record<string, string> | null;
 }
 
 /** The backend and transaction a transactional batch runs on (see lockLeases). */
@@ -97,7 +101,7 @@ export function taskRowsJson(rows: NewTaskRow[]): string {
     json +=
       `${i === 0 ? '' : ','}{"queue":${JSON.stringify(r.queue)},"payload":${r.payloadJson},"priority":${r.priority},` +
       `"run_at_in":${text(r.runAt ? r.runAt.toISOString() : null)},"delay_ms":${r.delayMs},"max_attempts":${r.maxAttempts},` +
-      `"parent_id":${text(r.parentId)},"dedup_key":${text(r.dedupKey)},"group_key":${text(r.groupKey)}}`;
+      `"parent_id":${text(r.parentId)},"dedup_key":${text(r.dedupKey)},"group_key":${text(r.groupKey)},"trace_context":${r.traceContext ?? 'null'}}`;
   }
   return `${json}]`;
 }

@@ -21,6 +21,8 @@ export class Attempt {
   ranFrom = 0;
   ranUntil = 0;
   readonly groupKey: string | null;
+  /** The enqueuer's trace context, which the handler's span continues. */
+  readonly traceContext: Record<string, string> | null;
 
   constructor(row: ClaimedRow) {
     this.task = {
@@ -36,6 +38,7 @@ export class Attempt {
     };
     this.lease = { id: row.id, token: row.lease_token };
     this.groupKey = row.group_key;
+    this.traceContext = row.trace_context;
   }
 
   /** The handler's `ctx.signal`. */

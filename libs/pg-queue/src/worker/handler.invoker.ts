@@ -1,4 +1,6 @@
 import { TaskTimeoutError } from '../errors';
+import { startHandlerSpan } from '../observability/tracing';
+import type { HandlerMode } from '../types';
 import type { Attempt } from './attempt';
 
 export type InvokeOutcome =
@@ -45,6 +47,15 @@ export function invokeHandler(attempt: Attempt, timeoutMs: number, run: () => Pr
       (error: unknown) => end({ kind: 'error', error }),
     );
   });
+}
+
+/** {@link invokeHandler} inside the attempt's trace span (see observability/tracing.ts), when tracing is available. */
+export async function invokeTraced(attempt: Attempt, mode: HandlerMode, timeoutMs: number, run: () => Promise<void>): Promise<InvokeOutcome> {
+  const span = startHandlerSpan(attempt.task, mode, attempt.traceContext);
+  if (!span) return invokeHandler(attempt, timeoutMs, run);
+  const outcome = await invokeHandler(attempt, timeoutMs, () => span.run(run));
+  span.end(outcome);
+  return outcome;
 }
 
 function abortOnTimeout(attempt: Attempt, timeoutMs: number): void {

@@ -3,7 +3,7 @@ import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Attempt } from './attempt';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
-import { invokeHandler, type InvokeOutcome } from './handler.invoker';
+import { invokeTraced, type InvokeOutcome } from './handler.invoker';
 import { failureOf, publish, publishOutcome, releaseAttempts, type WorkerDeps } from './worker.deps';
 
 /**
@@ -52,7 +52,7 @@ export class LeaseRunner {
       a.beginRun();
       publish(this.deps, a, 'claimed');
       const ctx = new AttemptContext(a, this.scope, null);
-      const result = await invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
+      const result = await invokeTraced(a, 'lease', this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
       a.endRun();
       handlerDone();
       await this.record(a, result);

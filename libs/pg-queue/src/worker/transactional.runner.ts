@@ -4,7 +4,7 @@ import type { BatchBackend, Failure, Lease } from '../sql/statement-values';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
-import { invokeHandler } from './handler.invoker';
+import { invokeTraced } from './handler.invoker';
 import { TransactionGate } from './transaction.gate';
 import { failureOf, publish, publishOutcome, releaseAttempts, type Outcome, type WorkerDeps } from './worker.deps';
 
@@ -160,7 +160,7 @@ export class TransactionalRunner {
     const ctx = new AttemptContext(a, this.scope, gate);
     a.beginRun();
     publish(this.deps, a, 'claimed');
-    const result = await invokeHandler(a, this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
+    const result = await invokeTraced(a, 'transactional', this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
     a.endRun();
     gate.close(() => new LeaseLostError(a.task.id));
     if (gate.tookSavepoint) usage.savepoints++;
