@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { PgQueueModule } from '@app/pg-queue';
 import { EmailHandlers } from './emails/email.handlers';
+import { HealthModule } from './health/health.module';
 import { MetricsController } from './metrics/metrics.controller';
 import { OrderHandlers } from './orders/order.handlers';
 import { OrdersController } from './orders/orders.controller';
@@ -23,6 +24,7 @@ import { ReportHandlers } from './reports/report.handlers';
         autoStart: process.env.PGQUEUE_AUTOSTART !== 'false',
       }),
     }),
+    HealthModule,
   ],
   controllers: [OrdersController, MetricsController],
   providers: [OrdersService, PaymentGateway, OrderHandlers, PaymentHandlers, EmailHandlers, ReportHandlers],

@@ -36,8 +36,9 @@ interface Variant {
   legacyResolution: boolean;
 }
 
-const NEST_12 = ['@nestjs/common@12.5.1', '@nestjs/core@12.5.1'];
-const NEST_11 = ['@nestjs/common@11.2.10', '@nestjs/core@11.2.10'];
+// terminus: the optional peer the README's health block (and @pg-queue/nestjs/health) needs.
+const NEST_12 = ['@nestjs/common@12.5.1', '@nestjs/core@12.5.1', '@nestjs/terminus@12.1.0'];
+const NEST_11 = ['@nestjs/common@11.2.10', '@nestjs/core@11.2.10', '@nestjs/terminus@11.1.1'];
 const PRISMA_7 = ['@prisma/client@7.10.0', '@prisma/adapter-pg@7.10.1', 'prisma@7.10.1'];
 // Prisma 6's adapter-pg declarations import 'pg' without depending on @types/pg (7's do): its users add it.
 const PRISMA_6 = ['@prisma/client@6.19.3', '@prisma/adapter-pg@6.19.3', 'prisma@6.19.3', '@types/pg@8.23.1'];
@@ -249,9 +250,10 @@ describe('the packed tarball', () => {
       }
     }
     for (const dep of required) expect(declared).toContain(dep);
-    // @opentelemetry/api: an optional peer, required lazily (observability/tracing.ts).
-    expect([...required].sort()).toEqual(['@nestjs/common', '@nestjs/core', '@opentelemetry/api', 'croner', 'pg-listen', 'prom-client', 'rxjs']);
-    expect(manifest.peerDependenciesMeta?.['@opentelemetry/api']).toEqual({ optional: true });
+    // Optional peers: @opentelemetry/api, required lazily (observability/tracing.ts); @nestjs/terminus,
+    // required only by the @pg-queue/nestjs/health entry point.
+    expect([...required].sort()).toEqual(['@nestjs/common', '@nestjs/core', '@nestjs/terminus', '@opentelemetry/api', 'croner', 'pg-listen', 'prom-client', 'rxjs']);
+    for (const peer of ['@opentelemetry/api', '@nestjs/terminus']) expect(manifest.peerDependenciesMeta?.[peer]).toEqual({ optional: true });
     // pg is not required directly: pg-listen needs it as a peer, and it is the driver the queue's LISTEN uses.
     expect(Object.keys(manifest.dependencies).sort()).toEqual(['croner', 'pg', 'pg-listen', 'prom-client']);
     // Caret ranges whose floor is the version this repository tests with.

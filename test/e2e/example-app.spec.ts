@@ -88,6 +88,13 @@ describe('example app: orders → payment → email', () => {
     expect((await patch(200)).status).toBe(409); // paid: no more edits
   });
 
+  it('GET /health reports the queue through terminus (autoStart off here: no worker loop)', async () => {
+    const res = await fetch(`${base}/health`);
+    expect(res.status).toBe(200);
+    // The drains of the tests above started the LISTEN connection (drains hear cancel requests).
+    expect(await res.json()).toMatchObject({ status: 'ok', info: { queue: { status: 'up', database: 'up', listen: 'connected', workers: [] } } });
+  });
+
   it('the hourly report runs from its schedule', async () => {
     // the app stopped just after 10:00 yesterday and restarts now: one catch-up run (missed: 'once')
     await tickSchedules(app);

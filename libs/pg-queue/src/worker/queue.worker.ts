@@ -31,6 +31,17 @@ const CLAIM_PAYLOAD_BUDGET = 128 * 1024 * 1024;
  * handlers instead of waiting for slots to free one by one. One claim is in flight at a time; a
  * wake that arrives meanwhile is remembered by sequence number, never lost.
  */
+/** One queue's worker loop as a health check sees it (see QueueWorker.status). */
+export interface WorkerStatus {
+  queue: string;
+  state: 'idle' | 'running' | 'stopping' | 'stopped';
+  alive: boolean;
+  /** Attempts running or waiting for a slot in this process. */
+  running: number;
+  lastClaimAt: Date | null;
+  lastClaimError: string | null;
+}
+
 export class QueueWorker {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   /** The claim loop while it runs (drain() waits for it: its claims may already be committed). */
@@ -49,6 +60,9 @@ export class QueueWorker {
   private readonly sizer: ClaimSizer;
   /** The most rows one claim takes: batchSize, or fewer when large payloads would pass CLAIM_PAYLOAD_BUDGET. */
   private readonly claimCeiling: number;
+  /** For health checks: when the last claim succeeded, and the error of the last one if it failed. */
+  private lastClaimAt: number | null = null;
+  private lastClaimError: string | null = null;
 
   constructor(
     readonly handler: RegisteredHandler,
@@ -97,6 +111,21 @@ export class QueueWorker {
     const attempt = this.running().find((a) => a.task.id === taskId && !a.finished);
     attempt?.abort(new TaskCancelledError(taskId));
     return attempt !== undefined;
+  }
+
+  /**
+   * For health checks: the loop runs (started, not stopping) and its last claim did not fail. An idle
+   * loop claims only when woken, so the time of its last claim says nothing about its health.
+   */
+  status(): WorkerStatus {
+    return {
+      queue: this.queue,
+      state: this.state,
+      alive: this.state === 'running' && this.lastClaimError === null,
+      running: this.work.size,
+      lastClaimAt: this.lastClaimAt === null ? null : new Date(this.lastClaimAt),
+      lastClaimError: this.lastClaimError,
+    };
   }
 
   /** Stops claiming, waits for running work until `deadline` (epoch ms), then aborts what is left. */
@@ -167,6 +196,8 @@ export class QueueWorker {
         if (want === 0) break;
         const seq = this.wakeSeq;
         const rows = await this.claim(want);
+        this.lastClaimAt = Date.now();
+        this.lastClaimError = null;
         // A short batch means the queue is empty for now, unless a wake came in meanwhile. The
         // claim then also said when the next task is due: the timer takes over from there.
         if (rows.length < want) this.claimedSeq = seq;
@@ -174,6 +205,7 @@ export class QueueWorker {
       }
       return true;
     } catch (err) {
+      this.lastClaimError = (err as Error).message;
       this.deps.logger.error(`claim failed for queue "${this.queue}": ${(err as Error).message}`);
       this.timers.retryAfter(1000);
       return false;

@@ -1,0 +1,92 @@
+import { Injectable } from '@nestjs/common';
+import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import { InvalidArgumentError } from '../errors';
+import { WorkerOrchestrator, type QueueHealth } from '../worker/worker.orchestrator';
+
+export interface PgQueueHealthOptions {
+  /**
+   * Down when a queue's oldest due task has waited longer than this many ms: one limit for every
+   * queue, or limits by queue name (queues not named are not checked).
+   */
+  maxOldestDueMs?: number | Record<string, number>;
+  /** Down when the check itself takes longer (a database that does not answer). Default 5000 ms. */
+  timeoutMs?: number;
+}
+
+/**
+ * A `@nestjs/terminus` indicator for the queue of this process. Down when the database does not
+ * answer, when the LISTEN connection is configured (`databaseUrl`) but lost, when a worker loop of
+ * this process is not running or its claims fail, or when a queue's oldest due task waited past
+ * `maxOldestDueMs`. The details always list what was checked.
+ *
+ * @example
+ * ```ts
+ * @Get('health') @HealthCheck()
+ * check() {
+ *   return this.health.check([() => this.queue.isHealthy('queue', { maxOldestDueMs: { 'email.send': 60_000 } })]);
+ * }
+ * ```
+ */
+@Injectable()
+export class PgQueueHealthIndicator {
+  constructor(
+    private readonly indicators: HealthIndicatorService,
+    private readonly orchestrator: WorkerOrchestrator,
+  ) {}
+
+  async isHealthy<const Key extends string = 'pg-queue'>(key: Key = 'pg-queue' as Key, options: PgQueueHealthOptions = {}): Promise<HealthIndicatorResult<Key>> {
+    const limits = oldestDueLimits(options.maxOldestDueMs);
+    const timeoutMs = options.timeoutMs ?? 5000;
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError('timeoutMs', `expected a positive integer, got ${String(timeoutMs)}`);
+    const check = this.indicators.check(key);
+    const health = await withTimeout(this.orchestrator.health(), timeoutMs);
+    if (!health) return check.down({ problems: [`no answer within ${timeoutMs} ms`] });
+    const problems = findProblems(health, limits);
+    const details = {
+      database: health.database.up ? 'up' : 'down',
+      listen: health.listen,
+      workers: health.workers.map((w) => ({ queue: w.queue, alive: w.alive, state: w.state, running: w.running, lastClaimError: w.lastClaimError })),
+      queues: health.queues.map((q) => ({ queue: q.queue, due: q.due, running: q.running, dead: q.dead, oldestDueMs: q.oldestDueMs })),
+    };
+    return problems.length > 0 ? check.down({ problems, ...details }) : check.up(details);
+  }
+}
+
+function findProblems(health: QueueHealth, limits: (queue: string) => number | undefined): string[] {
+  const problems: string[] = [];
+  if (!health.database.up) problems.push(`database: ${health.database.error}`);
+  if (health.listen === 'disconnected') problems.push('LISTEN connection lost (workers poll until it is back)');
+  for (const w of health.workers) {
+    if (!w.alive) problems.push(`worker "${w.queue}": ${w.state !== 'running' ? w.state : `claims fail: ${w.lastClaimError}`}`);
+  }
+  for (const q of health.queues) {
+    const limit = limits(q.queue);
+    if (limit !== undefined && q.oldestDueMs !== null && q.oldestDueMs > limit) {
+      problems.push(`queue "${q.queue}": its oldest due task has waited ${Math.round(q.oldestDueMs)} ms (limit ${limit})`);
+    }
+  }
+  return problems;
+}
+
+function oldestDueLimits(option: PgQueueHealthOptions['maxOldestDueMs']): (queue: string) => number | undefined {
+  const valid = (ms: unknown, where: string) => {
+    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) throw new InvalidArgumentError(where, `expected a number of ms >= 0, got ${String(ms)}`);
+    return ms;
+  };
+  if (option === undefined) return () => undefined;
+  if (typeof option === 'number') {
+    const limit = valid(option, 'maxOldestDueMs');
+    return () => limit;
+  }
+  if (typeof option !== 'object' || option === null) throw new InvalidArgumentError('maxOldestDueMs', 'expected a number or an object of numbers by queue');
+  const byQueue = new Map(Object.entries(option).map(([q, ms]) => [q, valid(ms, `maxOldestDueMs[${JSON.stringify(q)}]`)]));
+  return (queue) => byQueue.get(queue);
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<null>((resolve) => {
+    timer = setTimeout(resolve, ms, null);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
