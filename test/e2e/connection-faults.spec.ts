@@ -1,4 +1,3 @@
-import * as net from 'node:net';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { PgQueueModuleOptions, TaskEvent } from '@app/pg-queue';
 import { PrismaClient } from '../../src/generated/prisma/client';
@@ -11,6 +10,7 @@ import { bootQueueApp, nextEvents, type QueueApp } from '../support/queue-app';
 import { auditAtLeastOnce, auditExactlyOnce, createLedgerTables, queueStates, settled } from '../support/task-ledger';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { pause, waitFor, within } from '../support/wait-for';
+import { portNobodyListensOn } from '../support/free-port';
 
 /**
  * Connection faults:
@@ -41,13 +41,6 @@ async function bothSettled(sql: Sql): Promise<boolean> {
   return (await settled(sql, LEDGER_TX)) && (await settled(sql, LEDGER_LEASE));
 }
 
-async function portNobodyListensOn(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
-}
 
 /** The end state every fault test demands. */
 async function expectDrainedExactlyOnce(sql: Sql): Promise<void> {

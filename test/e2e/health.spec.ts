@@ -4,7 +4,6 @@
  * with the reason, when a queue's oldest due task waited past its limit, the database stops
  * answering (a stalled TCP path), LISTEN is lost, or the workers stopped.
  */
-import * as net from 'node:net';
 import { Controller, Get, Injectable, Module, type INestApplication } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { Test } from '@nestjs/testing';
@@ -15,6 +14,7 @@ import { PrismaClient } from '../../src/generated/prisma/client';
 import { StallProxy } from '../support/stall-proxy';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
+import { portNobodyListensOn } from '../support/free-port';
 
 /** What the route passes to the indicator; each test sets what it checks. */
 const checkOptions: { current: PgQueueHealthOptions } = { current: {} };
@@ -42,13 +42,6 @@ class HealthHandlers {
   async work(_task: Task, _ctx: LeaseTaskContext) {}
 }
 
-async function portNobodyListensOn(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
-}
 
 interface Health {
   status: number;
