@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { PgQueueModule } from '@app/pg-queue';
 import { EmailHandlers } from './emails/email.handlers';
 import { HealthModule } from './health/health.module';
+import { PgQueueMetricsModule } from '@app/pg-queue/metrics';
 import { MetricsController } from './metrics/metrics.controller';
 import { OrderHandlers } from './orders/order.handlers';
 import { OrdersController } from './orders/orders.controller';
@@ -25,6 +26,7 @@ import { ReportHandlers } from './reports/report.handlers';
       }),
     }),
     HealthModule,
+    PgQueueMetricsModule,
   ],
   controllers: [OrdersController, MetricsController],
   providers: [OrdersService, PaymentGateway, OrderHandlers, PaymentHandlers, EmailHandlers, ReportHandlers],

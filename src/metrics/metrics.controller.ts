@@ -1,5 +1,5 @@
 import { Controller, Get, Header } from '@nestjs/common';
-import { QueueMetrics } from '@app/pg-queue';
+import { QueueMetrics } from '@app/pg-queue/metrics';
 
 /** Prometheus scrape endpoint for the queue's metrics. */
 @Controller('metrics')

@@ -42,7 +42,8 @@ const NEST_11 = ['@nestjs/common@11.2.10', '@nestjs/core@11.2.10', '@nestjs/term
 const PRISMA_7 = ['@prisma/client@7.10.0', '@prisma/adapter-pg@7.10.1', 'prisma@7.10.1'];
 // Prisma 6's adapter-pg declarations import 'pg' without depending on @types/pg (7's do): its users add it.
 const PRISMA_6 = ['@prisma/client@6.19.3', '@prisma/adapter-pg@6.19.3', 'prisma@6.19.3', '@types/pg@8.23.1'];
-const COMMON = ['reflect-metadata@0.2.2', 'rxjs@7.8.2', '@types/node@20.19.43'];
+// prom-client: the optional peer the README's metrics block (and @pg-queue/nestjs/metrics) needs.
+const COMMON = ['reflect-metadata@0.2.2', 'rxjs@7.8.2', '@types/node@20.19.43', 'prom-client@15.1.3'];
 
 const VARIANTS: Variant[] = [
   { name: 'nest12-prisma7', nest: '12', prisma: 7, packages: [...NEST_12, ...PRISMA_7, ...COMMON, 'typescript@6.0.3'], readmeBlocks: true, legacyResolution: false },
@@ -186,6 +187,26 @@ function listFiles(dir: string, base = dir): string[] {
   });
 }
 
+/** Every package a built file requires, following its relative requires through the package. */
+function requiredFrom(entry: string): Set<string> {
+  const seen = new Set<string>();
+  const packages = new Set<string>();
+  const visit = (file: string) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    for (const [, , spec] of fs.readFileSync(file, 'utf8').matchAll(/require\((["'])([^"']+)\1\)/g)) {
+      if (spec.startsWith('.')) {
+        const target = path.resolve(path.dirname(file), spec);
+        visit(fs.existsSync(`${target}.js`) ? `${target}.js` : path.join(target, 'index.js'));
+      } else if (!spec.startsWith('node:')) {
+        packages.add(spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]);
+      }
+    }
+  };
+  visit(entry);
+  return packages;
+}
+
 interface Packed {
   tarball: string;
   size: number;
@@ -255,7 +276,18 @@ describe('the packed tarball', () => {
     expect([...required].sort()).toEqual(['@nestjs/common', '@nestjs/core', '@nestjs/terminus', '@opentelemetry/api', 'croner', 'pg-listen', 'prom-client', 'rxjs']);
     for (const peer of ['@opentelemetry/api', '@nestjs/terminus']) expect(manifest.peerDependenciesMeta?.[peer]).toEqual({ optional: true });
     // pg is not required directly: pg-listen needs it as a peer, and it is the driver the queue's LISTEN uses.
-    expect(Object.keys(manifest.dependencies).sort()).toEqual(['croner', 'pg', 'pg-listen', 'prom-client']);
+    // pg is a peer: the app's driver adapter brings it, and LISTEN uses that copy, not a second one.
+    expect(Object.keys(manifest.dependencies).sort()).toEqual(['croner', 'pg-listen']);
+    expect(manifest.peerDependencies.pg).toBeDefined();
+    // The root and /testing entries load no optional peer (an app that uses none installs none): only
+    // the guarded, lazy require of @opentelemetry/api is reachable from them.
+    const optional = Object.keys(manifest.peerDependenciesMeta ?? {});
+    for (const entry of ['dist/index.js', 'dist/testing/index.js']) {
+      expect({ entry, optionalPeers: [...requiredFrom(path.join(LIB, entry))].filter((d) => optional.includes(d)).sort() }).toEqual({ entry, optionalPeers: ['@opentelemetry/api'] });
+    }
+    for (const [entry, peer] of [['dist/metrics/index.js', 'prom-client'], ['dist/health/index.js', '@nestjs/terminus']]) {
+      expect(requiredFrom(path.join(LIB, entry))).toContain(peer);
+    }
     // Caret ranges whose floor is the version this repository tests with.
     for (const [dep, version] of Object.entries(manifest.dependencies)) expect(version).toBe(`^${rootManifest.dependencies[dep]}`);
     // The entry points and the CLI exist in the tarball.
@@ -312,6 +344,7 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
     const installed = path.join(app, 'node_modules/@pg-queue/nestjs');
     expect(fs.lstatSync(installed).isSymbolicLink()).toBe(false);
     expect(listFiles(installed).sort()).toEqual(packed.files);
+    // pg through the app's @prisma/adapter-pg; prom-client because this app installs it (the README's metrics block)
     for (const dep of ['pg', 'pg-listen', 'croner', 'prom-client']) {
       expect(fs.existsSync(path.join(app, 'node_modules', dep, 'package.json'))).toBe(true);
     }

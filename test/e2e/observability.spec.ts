@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { NonRetryableError, QueueMetrics, TaskHandler, type Task } from '@app/pg-queue';
+import { NonRetryableError, TaskHandler, type Task } from '@app/pg-queue';
+import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
 import { drainQueue } from '@app/pg-queue/testing';
 import { METRICS_COUNT_CAP } from '../../libs/pg-queue/src/sql/inspect.sql';
 import type { PrismaClient } from '../../src/generated/prisma/client';
@@ -25,7 +26,7 @@ describe('observability', () => {
   let qa: QueueApp;
   beforeAll(async () => {
     db = await createTestDatabase();
-    qa = await bootQueueApp(db.prisma(), [Work], { autoStart: false });
+    qa = await bootQueueApp(db.prisma(), [Work], { autoStart: false }, [PgQueueMetricsModule]);
   });
   afterAll(async () => {
     await qa.close();
@@ -99,7 +100,7 @@ describe('observability: scrapes and operator pages do not grow with history', (
   beforeAll(async () => {
     db = await createTestDatabase();
     prisma = db.prisma();
-    qa = await bootQueueApp(prisma, [], { autoStart: false });
+    qa = await bootQueueApp(prisma, [], { autoStart: false }, [PgQueueMetricsModule]);
     // The bench's way of making history (bench/src/targets/pg-queue.ts): rows through the hot
     // table into the archive, then delayed tasks, then what autovacuum would have done.
     await db.sql(

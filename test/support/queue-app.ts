@@ -1,4 +1,4 @@
-import type { INestApplicationContext, Provider } from '@nestjs/common';
+import type { INestApplicationContext, ModuleMetadata, Provider } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { PgQueueModule, TaskQueue, type PgQueueModuleOptions, type TaskEvent } from '@app/pg-queue';
 import type { PrismaClient } from '../../src/generated/prisma/client';
@@ -16,9 +16,10 @@ export async function bootQueueApp(
   prisma: PrismaClient,
   providers: Provider[],
   options: Partial<PgQueueModuleOptions> = {},
+  imports: ModuleMetadata['imports'] = [],
 ): Promise<QueueApp> {
   const moduleRef = await Test.createTestingModule({
-    imports: [PgQueueModule.forRoot({ prisma, pollIntervalMs: 200, shutdownTimeoutMs: 5000, ...options })],
+    imports: [PgQueueModule.forRoot({ prisma, pollIntervalMs: 200, shutdownTimeoutMs: 5000, ...options }), ...imports],
     providers,
   }).compile();
   const close = track(ownerOf.get(prisma) ?? '', () => moduleRef.close());

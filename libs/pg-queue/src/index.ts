@@ -6,7 +6,6 @@ export type { ScheduleDefinition, ScheduleOptions } from './schedules/schedule.d
 export { TaskQueue } from './client/task-queue.service';
 export { TaskHandlerRegistry, type RegisteredHandler } from './discovery/task-handler.registry';
 export { TaskEvents } from './observability/task-events';
-export { QueueMetrics } from './observability/queue.metrics';
 export { WorkerOrchestrator } from './worker/worker.orchestrator';
 export { printSchemaSql } from './sql/schema.sql';
 export { queueStatementName } from './sql/statement-names';

@@ -3,7 +3,6 @@ import { DiscoveryModule } from '@nestjs/core';
 import { TaskQueue } from './client/task-queue.service';
 import { TaskHandlerExplorer } from './discovery/task-handler.explorer';
 import { TaskHandlerRegistry } from './discovery/task-handler.registry';
-import { QueueMetrics } from './observability/queue.metrics';
 import { TaskEvents } from './observability/task-events';
 import { ConfigurableModuleClass, PG_QUEUE_OPTIONS } from './pg-queue.module-definition';
 import { type PgQueueModuleOptions, type ResolvedModuleOptions, resolveModuleOptions } from './pg-queue.options';
@@ -59,9 +58,9 @@ import { WorkerOrchestrator } from './worker/worker.orchestrator';
     TaskHandlerExplorer,
     TaskEvents,
     TaskQueue,
-    QueueMetrics,
     WorkerOrchestrator,
   ],
-  exports: [TaskQueue, TaskHandlerRegistry, TaskEvents, QueueMetrics, WorkerOrchestrator],
+  // OperatorRepository and the resolved options: for the metrics and dashboard entry points' modules.
+  exports: [TaskQueue, TaskHandlerRegistry, TaskEvents, WorkerOrchestrator, OperatorRepository, RESOLVED_OPTIONS],
 })
 export class PgQueueModule extends ConfigurableModuleClass {}
