@@ -17,7 +17,13 @@ async function main() {
   process.on('exit', stop);
   process.on('SIGINT', () => process.exit(130));
   try {
-    await migrate(process.env.DATABASE_URL, { log: (m) => console.log(m) });
+    try {
+      await migrate(process.env.DATABASE_URL, { log: (m) => console.log(m) });
+    } catch (err) {
+      console.error(cannotUse(process.env.DATABASE_URL, err));
+      process.exitCode = 1;
+      return;
+    }
     const { runDemo } = require(path.join(__dirname, '..', 'dist', 'src', 'demo', 'run-demo.js'));
     const code = await runDemo({
       orders: Number(process.env.DEMO_ORDERS ?? 3000),
@@ -28,6 +34,22 @@ async function main() {
   } finally {
     stop();
   }
+}
+
+/** One line for a database the demo cannot use: where it looked (never the password), why, and the URL's form. */
+function cannotUse(url, err) {
+  const form = 'DATABASE_URL looks like postgresql://USER:PASSWORD@HOST:5432/DATABASE; unset it to run on a throwaway local PostgreSQL';
+  let where;
+  try {
+    const u = new URL(url);
+    if (!/^postgres(ql)?:$/.test(u.protocol)) throw new Error('not postgres');
+    where = `${u.hostname}:${u.port || 5432}${u.pathname}`;
+  } catch {
+    return `demo: DATABASE_URL is not a postgresql:// URL. ${form}.`;
+  }
+  const reasons = { ECONNREFUSED: 'connection refused', ENOTFOUND: 'host not found', ETIMEDOUT: 'timed out', '28P01': 'password authentication failed', '3D000': 'no such database' };
+  const reason = reasons[err && err.code] ?? String((err && err.message) || err).split('\n')[0];
+  return `demo: cannot use PostgreSQL at ${where} (${reason}). ${form}.`;
 }
 
 main().catch((err) => {
