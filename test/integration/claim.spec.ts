@@ -78,7 +78,7 @@ describe('claim statement', () => {
       const results = await Promise.all(Array.from({ length: 5 }, () => installSchema(fresh.prisma(2), 'pgqueue_race')));
       // They take turns step by step: every version is completed by exactly one of them.
       expect(results.flat().sort((x, y) => x - y)).toEqual(schemaMigrations('pgqueue_race').map((m) => m.version));
-      expect(await fresh.sql("SELECT version FROM pgqueue_race.schema_version ORDER BY 1")).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }, { version: 4 }]);
+      expect(await fresh.sql("SELECT version FROM pgqueue_race.schema_version ORDER BY 1")).toEqual(schemaMigrations('pgqueue_race').map((m) => ({ version: m.version })));
     } finally {
       await fresh.drop();
     }
