@@ -2,10 +2,12 @@
  * The published package, proven outside this repo. Builds libs/pg-queue (`npm run build:lib`),
  * packs it, and for each row of the matrix creates a throwaway Nest app in the system temp dir
  * with its own package.json and Prisma schema, installs the tarball plus Nest, Prisma and
- * TypeScript from the npm registry, generates its Prisma client, type-checks it in strict mode
- * (with the README's ```ts blocks and compile-time type tests), and runs it as CommonJS and as an
- * ES module against a fresh database: enqueue with a business row in one transaction, the handler
- * writes, the app closes, the process exits 0 on its own.
+ * TypeScript from the npm registry, generates its Prisma client from the README's schema, type-checks
+ * it in strict mode (with the README's ```ts blocks and compile-time type tests), and runs it as
+ * CommonJS and as an ES module against a fresh database: enqueue with a business row in one
+ * transaction, the handler writes, the app closes, the process exits 0 on its own. In the Prisma 7
+ * apps it also runs the README's tests: its node:test file, and its Jest spec under each of its Jest
+ * configs (ts-jest, @swc/jest) with the packages its install line pins, without --forceExit.
  *
  * Needs the npm registry (or a warm npm cache): an install that cannot reach it fails this test.
  */
@@ -39,6 +41,9 @@ interface Variant {
 // terminus: the optional peer the README's health block (and @pg-queue/nestjs/health) needs.
 const NEST_12 = ['@nestjs/common@12.5.1', '@nestjs/core@12.5.1', '@nestjs/terminus@12.1.0'];
 const NEST_11 = ['@nestjs/common@11.2.10', '@nestjs/core@11.2.10', '@nestjs/terminus@11.1.1'];
+/** For the README's Jest spec (`nest new` installs it in every app). */
+const NEST_12_TESTING = '@nestjs/testing@12.1.1';
+const NEST_11_TESTING = '@nestjs/testing@11.2.6';
 const PRISMA_7 = ['@prisma/client@7.10.0', '@prisma/adapter-pg@7.10.1', 'prisma@7.10.1'];
 // Prisma 6's adapter-pg declarations import 'pg' without depending on @types/pg (7's do): its users add it.
 const PRISMA_6 = ['@prisma/client@6.19.3', '@prisma/adapter-pg@6.19.3', 'prisma@6.19.3', '@types/pg@8.23.1'];
@@ -46,8 +51,8 @@ const PRISMA_6 = ['@prisma/client@6.19.3', '@prisma/adapter-pg@6.19.3', 'prisma@
 const COMMON = ['reflect-metadata@0.2.2', 'rxjs@7.8.2', '@types/node@20.19.43', 'prom-client@15.1.3'];
 
 const VARIANTS: Variant[] = [
-  { name: 'nest12-prisma7', nest: '12', prisma: 7, packages: [...NEST_12, ...PRISMA_7, ...COMMON, 'typescript@6.0.3'], readmeBlocks: true, legacyResolution: false },
-  { name: 'nest11-prisma7', nest: '11', prisma: 7, packages: [...NEST_11, ...PRISMA_7, ...COMMON, 'typescript@5.9.3'], readmeBlocks: true, legacyResolution: true },
+  { name: 'nest12-prisma7', nest: '12', prisma: 7, packages: [...NEST_12, NEST_12_TESTING, ...PRISMA_7, ...COMMON, 'typescript@6.0.3'], readmeBlocks: true, legacyResolution: false },
+  { name: 'nest11-prisma7', nest: '11', prisma: 7, packages: [...NEST_11, NEST_11_TESTING, ...PRISMA_7, ...COMMON, 'typescript@5.9.3'], readmeBlocks: true, legacyResolution: true },
   { name: 'nest11-prisma6', nest: '11', prisma: 6, packages: [...NEST_11, ...PRISMA_6, ...COMMON, 'typescript@5.9.3'], readmeBlocks: false, legacyResolution: true },
 ];
 
@@ -144,28 +149,24 @@ async function createAppDatabase(): Promise<{ name: string; url: string }> {
   return { name, url: u.toString() };
 }
 
+const README = path.join(LIB, 'README.md');
+
+/**
+ * The app's Prisma schema: the README's (quick start), so the model its examples use and the one
+ * these apps generate are one text. Prisma 6 adds the engine type and the datasource URL.
+ */
 function prismaSchema(major: 6 | 7): string {
-  return `generator client {
-  provider     = "prisma-client"
-  output       = "../src/generated/prisma"
-  moduleFormat = "cjs"${major === 6 ? '\n  engineType   = "client"' : ''}
-}
-
-datasource db {
-  provider = "postgresql"${major === 6 ? '\n  url      = env("DATABASE_URL")' : ''}
-}
-
-model Order {
-  id          Int      @id @default(autoincrement())
-  customer    String
-  amountCents Int      @default(0) @map("amount_cents")
-  status      String   @default("new")
-  chargeId    String?  @unique @map("charge_id")
-  createdAt   DateTime @default(now()) @map("created_at") @db.Timestamptz(6)
-
-  @@map("orders")
-}
-`;
+  const block = /^```prisma\r?\n\/\/ prisma\/schema\.prisma\r?\n([\s\S]*?)^```/m.exec(fs.readFileSync(README, 'utf8'));
+  if (!block) throw new Error('README: no ```prisma block that starts with `// prisma/schema.prisma`');
+  if (major === 7) return block[1];
+  const additions: [RegExp, string][] = [
+    [/^ {2}moduleFormat = "cjs"$/m, '\n  engineType   = "client"'],
+    [/^ {2}provider = "postgresql"$/m, '\n  url      = env("DATABASE_URL")'],
+  ];
+  return additions.reduce((schema, [line, added]) => {
+    if (!line.test(schema)) throw new Error(`README's Prisma schema: no line ${line} to extend for Prisma 6`);
+    return schema.replace(line, (found) => found + added);
+  }, block[1]);
 }
 
 /** The README's ```ts blocks; one whose first line is `// src/<name>.ts` is written under that name. */
@@ -178,6 +179,23 @@ function readmeBlocks(markdown: string): { file: string; code: string }[] {
     blocks.push({ file: named ? named[1] : `readme-${blocks.length + 1}.ts`, code });
   }
   return blocks;
+}
+
+/** The README's ```js blocks that start with `// jest.config.js (<transformer>)`: each is the app's jest.config.js in turn. */
+function readmeJestConfigs(markdown: string): { transformer: string; code: string }[] {
+  const configs: { transformer: string; code: string }[] = [];
+  const fence = /^```js\r?\n(\/\/ jest\.config\.js \(([^)]+)\)\r?\n[\s\S]*?)^```/gm;
+  for (let m = fence.exec(markdown); m; m = fence.exec(markdown)) configs.push({ transformer: m[2], code: m[1] });
+  return configs;
+}
+
+/** The `name@version` packages of the README's `npm install --save-dev jest@…` line, each an exact version. */
+function readmeJestPackages(markdown: string): string[] {
+  const line = /^npm install --save-dev (jest@.*)$/m.exec(markdown);
+  if (!line) throw new Error('README: no `npm install --save-dev jest@…` line');
+  const packages = line[1].trim().split(/\s+/);
+  for (const p of packages) if (!/^(@[\w.-]+\/)?[\w.-]+@\d+\.\d+\.\d+$/.test(p)) throw new Error(`README's Jest install line: ${p} is not an exact version`);
+  return packages;
 }
 
 function listFiles(dir: string, base = dir): string[] {
@@ -239,7 +257,7 @@ afterAll(async () => {
 });
 
 describe('the packed tarball', () => {
-  it('holds only dist (js, maps, declarations), README, LICENSE and package.json', () => {
+  it('holds only dist (js, maps, declarations), the TypeScript sources the maps name, README, LICENSE and package.json', () => {
     const sources = listFiles(path.join(LIB, 'src')).filter((f) => f.endsWith('.ts') && !f.endsWith('.spec.ts') && !f.endsWith('.d.ts'));
     const expected = [
       'LICENSE',
@@ -247,11 +265,35 @@ describe('the packed tarball', () => {
       'package.json',
       ...sources.flatMap((f) => {
         const js = `dist/${f.replace(/\.ts$/, '')}`;
-        return [`${js}.js`, `${js}.js.map`, `${js}.d.ts`];
+        return [`${js}.js`, `${js}.js.map`, `${js}.d.ts`, `src/${f}`];
       }),
     ].sort();
     expect(packed.files).toEqual(expected);
     expect(packed.files).toEqual(expect.arrayContaining(['dist/index.js', 'dist/index.d.ts', 'dist/testing/index.js', 'dist/testing/index.d.ts']));
+  });
+
+  it('maps every built file to a TypeScript source in the tarball, without inlined copies (sourcesContent)', () => {
+    const maps = packed.files.filter((f) => f.endsWith('.js.map'));
+    expect(maps.length).toBeGreaterThan(0);
+    const named = new Set<string>();
+    for (const file of maps) {
+      const map = JSON.parse(fs.readFileSync(path.join(LIB, file), 'utf8')) as { file: string; sourceRoot?: string; sources: string[]; sourcesContent?: unknown };
+      const js = file.replace(/\.map$/, '');
+      const sources = map.sources.map((source) => path.posix.normalize(path.posix.join(path.posix.dirname(file), map.sourceRoot ?? '', source)));
+      expect({ file, names: map.file, sources, inlined: map.sourcesContent !== undefined }).toEqual({
+        file,
+        names: path.posix.basename(js),
+        sources: [`src/${js.slice('dist/'.length).replace(/\.js$/, '.ts')}`],
+        inlined: false,
+      });
+      for (const source of sources) {
+        expect(packed.files).toContain(source);
+        named.add(source);
+      }
+      expect(fs.readFileSync(path.join(LIB, js), 'utf8').trimEnd().endsWith(`//# sourceMappingURL=${path.posix.basename(file)}`)).toBe(true);
+    }
+    // and no other source ships: src/ is exactly what the maps name
+    expect(packed.files.filter((f) => f.startsWith('src/'))).toEqual([...named].sort());
   });
 
   it('declares what the built code requires, and requires nothing outside itself', () => {
@@ -305,6 +347,8 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
   let app: string;
   let db: { name: string; url: string };
   let blocks: { file: string; code: string }[] = [];
+  let jestConfigs: { transformer: string; code: string }[] = [];
+  let jestPackages: string[] = [];
 
   beforeAll(async () => {
     app = tempDir(`consumer-${variant.name}`);
@@ -319,7 +363,10 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
     fs.mkdirSync(path.join(app, 'prisma'));
     fs.writeFileSync(path.join(app, 'prisma', 'schema.prisma'), prismaSchema(variant.prisma));
     if (variant.readmeBlocks) {
-      blocks = readmeBlocks(fs.readFileSync(path.join(LIB, 'README.md'), 'utf8'));
+      const markdown = fs.readFileSync(README, 'utf8');
+      blocks = readmeBlocks(markdown);
+      jestConfigs = readmeJestConfigs(markdown);
+      jestPackages = readmeJestPackages(markdown);
       fs.cpSync(path.join(FIXTURE, 'readme'), path.join(app, 'src'), { recursive: true });
       for (const block of blocks) {
         const target = path.join(app, 'src', block.file);
@@ -330,7 +377,7 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
 
     // One install: the tarball, and everything else from the registry (or npm's cache of it).
     try {
-      run(NPM, ['install', '--no-audit', '--no-fund', '--prefer-offline', '--save-exact', packed.tarball, ...variant.packages], {
+      run(NPM, ['install', '--no-audit', '--no-fund', '--prefer-offline', '--save-exact', packed.tarball, ...variant.packages, ...jestPackages], {
         cwd: app,
         timeoutMs: 6 * 60_000,
       });
@@ -356,10 +403,11 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
 
   it('type-checks in strict mode, with the user\'s own payload and Prisma types' + (variant.readmeBlocks ? ' and every README block' : ''), () => {
     if (variant.readmeBlocks) {
-      // Every TypeScript fence of the README is one of the compiled blocks.
-      const fences = fs.readFileSync(path.join(LIB, 'README.md'), 'utf8').match(/^```(ts|typescript|tsx|js|javascript)\b/gm) ?? [];
+      // Every TypeScript or JavaScript fence of the README is one of the compiled blocks or one of the
+      // Jest configs the Jest test below runs.
+      const fences = fs.readFileSync(README, 'utf8').match(/^```(ts|typescript|tsx|js|javascript)\b/gm) ?? [];
       expect(blocks.length).toBeGreaterThanOrEqual(8);
-      expect(fences).toHaveLength(blocks.length);
+      expect(fences).toHaveLength(blocks.length + jestConfigs.length);
     }
     run(process.execPath, [path.join(app, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json', '--noEmit'], { cwd: app });
   });
@@ -402,6 +450,20 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
     expect(res.stdout).toContain('INSERT INTO "app_queue".schema_version');
   });
 
+  it('maps a stack trace through the package to its shipped TypeScript source (node --enable-source-maps)', () => {
+    // A bad queue name throws in the decorator: the frames inside the package must name .ts files
+    // that exist in node_modules, and the first must be the line that throws.
+    fs.writeFileSync(path.join(app, 'stack.js'), "try { require('@pg-queue/nestjs').TaskHandler('not a queue name!'); } catch (err) { console.log(err.stack); }\n");
+    const res = run(process.execPath, ['--enable-source-maps', 'stack.js'], { cwd: app });
+    const pkg = path.join(app, 'node_modules/@pg-queue/nestjs');
+    const frames = [...res.stdout.matchAll(/\((\/[^()]+):(\d+):\d+\)$/gm)].filter(([, file]) => file.startsWith(`${pkg}/`));
+    expect(res.stdout).toMatch(/^InvalidQueueNameError: /);
+    expect(frames.length).toBeGreaterThan(0);
+    for (const [, file] of frames) expect({ file: path.relative(pkg, file), exists: fs.existsSync(file) }).toEqual({ file: expect.stringMatching(/^src\/.*\.ts$/), exists: true });
+    const [, thrower, line] = frames[0];
+    expect(fs.readFileSync(thrower, 'utf8').split('\n')[Number(line) - 1]).toContain('throw new InvalidQueueNameError');
+  });
+
   if (variant.readmeBlocks) it('runs the README: its listed handler defaults are the real ones, and its test passes (node --test)', async () => {
     const check = run(process.execPath, ['dist/readme-check.js'], { cwd: app, timeoutMs: 60_000 });
     expect(check.stdout).toContain('RESULT {"handlerDefaults":"match"}');
@@ -411,5 +473,37 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
     expect(res.stdout).toMatch(/# fail 0\b/);
     const confirmed = await admin(async (c) => (await c.query("SELECT count(*)::int AS n FROM orders WHERE status = 'confirmed'")).rows[0].n, db.name);
     expect(confirmed).toBe(1);
+  });
+
+  if (variant.readmeBlocks) it('runs the README\'s Jest spec under each of its Jest configs (ts-jest, @swc/jest), and Jest exits by itself', async () => {
+    expect(jestConfigs.map((c) => c.transformer)).toEqual(['ts-jest', '@swc/jest']);
+    const confirmed = async (): Promise<number> => admin(async (c) => (await c.query("SELECT count(*)::int AS n FROM orders WHERE status = 'confirmed'")).rows[0].n, db.name);
+    // The user's shell, not this Jest worker's: no JEST_WORKER_ID.
+    const env = childEnv({ DATABASE_URL: db.url });
+    delete env.JEST_WORKER_ID;
+    for (const { transformer, code } of jestConfigs) {
+      // A leak must show, not be cut off.
+      expect(code).not.toMatch(/forceExit|detectOpenHandles/);
+      fs.writeFileSync(path.join(app, 'jest.config.js'), code);
+      const before = await confirmed();
+      // `npx jest` as the README says, minus npx; the timeout only ends a Jest that hangs.
+      const started = Date.now();
+      const res = spawnSync(path.join(app, 'node_modules/.bin/jest'), [], { cwd: app, env, encoding: 'utf8', timeout: 90_000, maxBuffer: 64 * 1024 * 1024 });
+      timings.push(`${path.basename(app).replace(/-[A-Za-z0-9]{6}$/, '')}: jest (${transformer}) … ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      const output = `${res.stdout}\n${res.stderr}`.replace(/\u001b\[[0-9;]*m/g, ''); // colours, if this run has them
+      const tests = /^Tests:\s+(.*)$/m.exec(output)?.[1];
+      const outcome = {
+        transformer,
+        status: res.status,
+        signal: res.signal,
+        tests,
+        didNotExit: output.includes('did not exit one second after the test run'),
+        openHandle: /open handle/i.test(output),
+      };
+      if (res.status !== 0 || outcome.didNotExit || outcome.openHandle) console.log(`jest (${transformer}) in ${app}:\n${output}`);
+      // The spec's two tests: the quick start drains its order, and an init that fails on a bad cron.
+      expect(outcome).toEqual({ transformer, status: 0, signal: null, tests: '2 passed, 2 total', didNotExit: false, openHandle: false });
+      expect(await confirmed()).toBe(before + 1);
+    }
   });
 });
