@@ -152,6 +152,7 @@ describe('buildTaskRow', () => {
       dedupKey: null,
       groupKey: null,
       onConflict: 'ignore',
+      traceContext: null,
     });
   });
 
