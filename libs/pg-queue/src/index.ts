@@ -1,6 +1,6 @@
 export { PgQueueModule } from './pg-queue.module';
 export { PG_QUEUE_OPTIONS } from './pg-queue.module-definition';
-export { DEFAULT_HANDLER_OPTIONS, type HandlerOptions, type PgQueueModuleOptions } from './pg-queue.options';
+export { DEFAULT_HANDLER_OPTIONS, type HandlerOptions, type PgQueueModuleOptions, type RateLimit } from './pg-queue.options';
 export { TaskHandler, TASK_HANDLER_METADATA, type HandlerMethodDecorator, type TaskHandlerOptions } from './decorators/task-handler.decorator';
 export type { ScheduleDefinition, ScheduleOptions } from './schedules/schedule.definition';
 export { TaskQueue } from './client/task-queue.service';

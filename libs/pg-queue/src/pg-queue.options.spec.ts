@@ -225,6 +225,9 @@ describe('resolveHandlerOptions', () => {
       leaseMs: 100,
       retryBlocksGroup: false,
       backoff: { type: 'linear', delayMs: 1000, maxDelayMs: 3_600_000, jitter: false },
+      globalConcurrency: null,
+      partitionConcurrency: null,
+      rateLimit: null,
     });
   });
 

@@ -32,6 +32,33 @@ export interface HandlerOptions {
    * releases its group.
    */
   retryBlocksGroup: boolean;
+  /**
+   * At most this many tasks of the queue running at once across every instance, in either mode
+   * (null: no limit). Enforced in the claim, by Postgres (see limits.sql.ts).
+   */
+  globalConcurrency: number | null;
+  /**
+   * At most this many running at once per partition (the enqueue option `partition`; tasks without
+   * one form a partition of their own), and claims take the partitions with due work in turn, so a
+   * partition with a large backlog does not hold back the others (null: partitions are ignored).
+   */
+  partitionConcurrency: number | null;
+  /**
+   * At most `max` tasks of the queue started in any `perMs` window across every instance (null: no
+   * limit). Tasks beyond it stay pending, no attempt counted, and start when the window allows.
+   */
+  rateLimit: RateLimit | null;
+}
+
+/** See HandlerOptions.rateLimit. */
+export interface RateLimit {
+  max: number;
+  perMs: number;
+}
+
+/** Whether a queue's claims go through the flow-control rules (serialised per queue, see limits.sql.ts). */
+export function hasFlowControl(o: HandlerOptions): boolean {
+  return o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null;
 }
 
 export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
@@ -43,6 +70,9 @@ export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
   timeoutMs: 30_000,
   leaseMs: 60_000,
   retryBlocksGroup: true,
+  globalConcurrency: null,
+  partitionConcurrency: null,
+  rateLimit: null,
 };
 
 export interface PgQueueModuleOptions {
@@ -179,6 +209,22 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
   int('timeoutMs', 1);
   int('leaseMs', 100);
   if (typeof merged.retryBlocksGroup !== 'boolean') fail('retryBlocksGroup', 'expected a boolean');
+  const limit = (option: 'globalConcurrency' | 'partitionConcurrency') => {
+    const v = merged[option];
+    if (v !== null && (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > 1_000_000)) {
+      fail(option, `expected null or an integer in [1, 1000000], got ${JSON.stringify(v)}`);
+    }
+  };
+  limit('globalConcurrency');
+  limit('partitionConcurrency');
+  const rate = merged.rateLimit;
+  if (rate !== null) {
+    if (typeof rate !== 'object' || Array.isArray(rate)) fail('rateLimit', `expected null or { max, perMs }, got ${JSON.stringify(rate)}`);
+    if (!Number.isInteger(rate.max) || rate.max < 1 || rate.max > 100_000) fail('rateLimit.max', `expected an integer in [1, 100000], got ${JSON.stringify(rate.max)}`);
+    if (!Number.isInteger(rate.perMs) || rate.perMs < 1 || rate.perMs > 31_622_400_000) {
+      fail('rateLimit.perMs', `expected an integer of ms in [1, 31622400000] (366 days), got ${JSON.stringify(rate.perMs)}`);
+    }
+  }
   const b = merged.backoff;
   if (!['fixed', 'linear', 'exponential'].includes(b.type)) fail('backoff.type', `expected fixed, linear or exponential, got ${JSON.stringify(b.type)}`);
   if (typeof b.delayMs !== 'number' || !Number.isFinite(b.delayMs) || b.delayMs < 0) fail('backoff.delayMs', 'expected a finite number >= 0');

@@ -76,6 +76,11 @@ export interface EnqueueOptions<TTx = unknown> {
   onConflict?: 'ignore' | 'replace' | 'rerun';
   /** Tasks of one group run one at a time, in enqueue order; groups run in parallel. */
   group?: string;
+  /**
+   * The task's partition (a tenant, a customer): with the handler option `partitionConcurrency`, at
+   * most that many tasks of a partition run at once and claims take partitions in turn.
+   */
+  partition?: string;
 }
 
 /**

@@ -153,6 +153,7 @@ describe('buildTaskRow', () => {
       groupKey: null,
       onConflict: 'ignore',
       traceContext: null,
+      partitionKey: null,
     });
   });
 

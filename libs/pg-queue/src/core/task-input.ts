@@ -98,6 +98,7 @@ export function buildTaskRow(
   }
   const dedupKey = optionalText('key', o.key);
   const groupKey = optionalText('group', o.group);
+  const partitionKey = optionalText('partition', o.partition);
   const onConflict = o.onConflict ?? 'ignore';
   if (!['ignore', 'replace', 'rerun'].includes(onConflict)) {
     throw new InvalidEnqueueOptionsError('onConflict', `expected 'ignore', 'replace' or 'rerun', got ${JSON.stringify(onConflict)}`);
@@ -117,6 +118,7 @@ export function buildTaskRow(
     groupKey,
     onConflict,
     traceContext: currentTraceContext(),
+    partitionKey,
   };
 }
 

@@ -68,6 +68,7 @@ export class ScheduleTicker {
           groupKey: null,
           onConflict: 'ignore',
           traceContext: null, // a tick starts a trace of its own
+          partitionKey: null,
         }));
         await this.tasks.insert(tx, tasks);
         await this.schedules.advanceSchedule(tx, row.name, next, fire.at(-1) ?? null);

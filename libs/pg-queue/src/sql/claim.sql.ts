@@ -30,32 +30,32 @@ import { quoteIdent } from './identifiers';
  */
 const EPOCH_MS = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8`;
 
-export function claimStatements(schema: string) {
-  const s = quoteIdent(schema);
-  return marked({
-    claim: `
-WITH next AS (
-  SELECT t.id FROM ${s}.task t
-  WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
-    -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
-    -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
-    AND (SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
-    -- Per-group FIFO: only the first task of a group (by place, see task_group_pos_idx) runs, and only
-    -- while nothing of its group runs. Which task is first never depends on the clock. A snapshot
-    -- can still miss a claim of the group that commits during this statement while an earlier
-    -- task appears (an insert that commits late, an operator retry): groupRivals, run after the
-    -- claim commits, catches that before any handler starts.
-    -- Two probes of task_group_pos_idx: "anything before it?" is a range bound that stops at the first
-    -- hit (most group tasks fail it at once); only a group's first task pays for the second.
-    AND (t.group_key IS NULL OR (
+/**
+ * Per-group FIFO for a candidate row `t`: only the first task of a group (by place, see
+ * task_group_pos_idx) runs, and only while nothing of its group runs. Which task is first never
+ * depends on the clock. A snapshot can still miss a claim of the group that commits during this
+ * statement while an earlier task appears (an insert that commits late, an operator retry):
+ * groupRivals, run after the claim commits, catches that before any handler starts.
+ * Two probes of task_group_pos_idx: "anything before it?" is a range bound that stops at the first
+ * hit (most group tasks fail it at once); only a group's first task pays for the second.
+ */
+export const groupFirst = (s: string) => `(t.group_key IS NULL OR (
       NOT EXISTS (SELECT 1 FROM ${s}.task g
                   WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
                     AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
       AND NOT EXISTS (SELECT 1 FROM ${s}.task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
-  ORDER BY t.priority, t.run_at, t.id
-  LIMIT $2
-  FOR UPDATE OF t SKIP LOCKED
+                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))`;
+
+/**
+ * A claim: take the rows `next` chooses (ids, at most $2), as leases. `next` differs between the
+ * plain claim (the scan below) and the partitioned one (limits.sql.ts, which runs it under the
+ * queue's lock); the lease taking and the result are the same.
+ * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 the claiming handler's
+ * maxAttempts (the limit in force unless the enqueuer set one); `next` may use more.
+ */
+export function claimFrom(s: string, next: string): string {
+  return `
+WITH next AS (${next}
 ), claimed AS (
   UPDATE ${s}.task t
   SET state = 'running',
@@ -66,10 +66,10 @@ WITH next AS (
       locked_until = now() + $4 * interval '1 millisecond',
       started_at = now(),
       finished_at = NULL
-  WHERE t.id = ANY (ARRAY (SELECT id FROM next))
+  WHERE t.id = ANY (ARRAY (SELECT id FROM next)) AND t.state = 'pending'
   RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at')} AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
             ${EPOCH_MS('t.created_at')} AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
-            t.group_key, t.dedup_key, t.trace_context
+            t.group_key, t.dedup_key, t.trace_context, t.partition_key
 )
 SELECT coalesce(json_agg(c), '[]')::text AS claimed,
        CASE WHEN count(*) < $2 THEN (
@@ -77,7 +77,25 @@ SELECT coalesce(json_agg(c), '[]')::text AS claimed,
          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
        ) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms
-FROM claimed c`,
+FROM claimed c`;
+}
+
+export function claimStatements(schema: string) {
+  const s = quoteIdent(schema);
+  return marked({
+    claim: claimFrom(
+      s,
+      `
+  SELECT t.id FROM ${s}.task t
+  WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
+    -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
+    -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
+    AND (SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
+    AND ${groupFirst(s)}
+  ORDER BY t.priority, t.run_at, t.id
+  LIMIT $2
+  FOR UPDATE OF t SKIP LOCKED`,
+    ),
 
     /**
      * The group tasks among just-claimed leases that another running task of their group rivals.

@@ -24,11 +24,13 @@ export function completeStatements(schema: string, retention: FinishedRetention)
   const keepHistory = retention === 'archive'
     ? `, archived AS (
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
-                                 last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at, trace_context)
+                                 last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at, trace_context,
+                                 partition_key)
   SELECT d.id, d.queue, CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END, d.payload, d.priority, d.run_at, d.attempt,
          coalesce(d.max_attempts, d.attempt_limit), d.last_error, d.parent_id, d.dedup_key, d.group_key, d.created_at,
          coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at),
-         coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp()), d.trace_context
+         coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp()), d.trace_context,
+         d.partition_key
   FROM done d
   LEFT JOIN unnest(string_to_array($1, ',')::bigint[], string_to_array($5, ',')::float8[], string_to_array($6, ',')::float8[])
     AS r(id, started_ago, finished_ago) ON r.id = d.id

@@ -22,15 +22,16 @@ export function taskInput(param: number): string {
   // A JSON null payload arrives as SQL NULL: it is the JSON value null (every row has the key).
   return `
   SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, i.max_attempts, i.parent_id,
-         i.dedup_key, i.group_key, i.trace_context, i.ord, coalesce(i.run_at_in, now() + i.delay_ms * interval '1 millisecond') AS due_at
+         i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord,
+         coalesce(i.run_at_in, now() + i.delay_ms * interval '1 millisecond') AS due_at
   FROM ROWS FROM (json_to_recordset($${param}::json) AS (
          queue text, payload jsonb, priority int, run_at_in timestamptz, delay_ms bigint,
-         max_attempts int, parent_id bigint, dedup_key text, group_key text, trace_context jsonb))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at_in, delay_ms, max_attempts, parent_id, dedup_key, group_key, trace_context, ord)`;
+         max_attempts int, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at_in, delay_ms, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, ord)`;
 }
 
-export const TASK_COLUMNS = 'queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context';
-export const INPUT_VALUES = 'queue, payload, priority, due_at, max_attempts, parent_id, dedup_key, group_key, trace_context';
+export const TASK_COLUMNS = 'queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key';
+export const INPUT_VALUES = 'queue, payload, priority, due_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key';
 /** A live dedup key (see task_dedup_idx). */
 export const ON_LIVE_KEY = `ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running')`;
 
@@ -48,7 +49,7 @@ export const TOKEN_HELD = `(t.lease_token IN (SELECT unnest(string_to_array($2, 
  * element, a string costs it once. The id list is parsed in an uncorrelated subquery, which runs
  * once per statement: as a plain expression it would be parsed again for every row the filter
  * checks. (The outer cast only keeps `ANY (subquery)` from meaning "any row of".)
- * No `state = 'running'` here: it would invite the partial task_lease_idx, which the planner
+ * No `state = 'running'` here: it would invite the partial task_running_idx, which the planner
  * believes empty and which holds every running task. A token is only ever set together with
  * `running` (a CHECK constraint says so), so the token match implies it.
  */

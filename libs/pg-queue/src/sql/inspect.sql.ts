@@ -47,7 +47,7 @@ SELECT queue, state, count(*)::int, NULL FROM ${s}.task_archive GROUP BY queue, 
      * METRICS_COUNT_CAP), running tasks, and the age of the oldest due task. Never reads
      * task_archive. Queues are enumerated by a loose index scan (one probe per queue) of the
      * pending rows (task_due_idx) and the dead rows (task_dead_idx); running rows are few (leases)
-     * and read whole from task_lease_idx. The due figures are range scans of task_due_idx
+     * and read whole from task_running_idx. The due figures are range scans of task_due_idx
      * (queue, run_at <= now()), which never reach the not-yet-due rows.
      */
     metrics: `

@@ -191,6 +191,38 @@ ALTER TABLE ${s}.task_archive ADD COLUMN trace_context jsonb;
 `,
       ],
     },
+    {
+      version: 6,
+      name: 'flow_control',
+      sql: [
+        `
+-- Flow control (limits.sql.ts): a task's partition (the enqueue option), and one row per limited
+-- queue with what its claims share: the partition to start the next round at, and the start times
+-- of the rate window. Catalog changes only.
+ALTER TABLE ${s}.task ADD COLUMN partition_key text;
+ALTER TABLE ${s}.task_archive ADD COLUMN partition_key text;
+CREATE TABLE IF NOT EXISTS ${s}.queue_state (
+  queue            text        PRIMARY KEY,
+  partition_cursor text,
+  rate_starts      timestamptz[] NOT NULL DEFAULT '{}'
+);
+`,
+        `
+-- Running tasks by queue and partition: a limited claim counts them (global and per-partition
+-- concurrency), the rescuer scans them for expired leases, the metrics count them. It replaces
+-- task_lease_idx (locked_until) at no extra cost per claim: running rows are few, and a claim adds
+-- one entry either way.
+CREATE INDEX IF NOT EXISTS task_running_idx ON ${s}.task (queue, partition_key, locked_until) WHERE state = 'running';
+`,
+        `DROP INDEX IF EXISTS ${s}.task_lease_idx;`,
+        `
+-- A partitioned queue's due work, partition by partition (the claim's round over partitions); only
+-- tasks with a partition are in it.
+CREATE INDEX IF NOT EXISTS task_partition_idx ON ${s}.task (queue, partition_key, priority, run_at, id)
+  WHERE state = 'pending' AND partition_key IS NOT NULL;
+`,
+      ],
+    },
   ];
 }
 

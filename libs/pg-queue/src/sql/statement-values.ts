@@ -23,6 +23,8 @@ export interface NewTaskRow {
   onConflict: ConflictMode;
   /** The enqueuer's trace context as JSON text (see observability/tracing.ts), or null. */
   traceContext: string | null;
+  /** The enqueue option `partition` (flow control, see limits.sql.ts), or null. */
+  partitionKey: string | null;
 }
 
 export interface ClaimedRow {
@@ -42,6 +44,7 @@ export interface ClaimedRow {
   dedup_key: string | null;
   /** The enqueuer's trace context (a propagation carrier), or null. */
   trace_context: Record<string, string> | null;
+  partition_key: string | null;
 }
 
 /** The backend and transaction a transactional batch runs on (see lockLeases). */
@@ -101,7 +104,7 @@ export function taskRowsJson(rows: NewTaskRow[]): string {
     json +=
       `${i === 0 ? '' : ','}{"queue":${JSON.stringify(r.queue)},"payload":${r.payloadJson},"priority":${r.priority},` +
       `"run_at_in":${text(r.runAt ? r.runAt.toISOString() : null)},"delay_ms":${r.delayMs},"max_attempts":${r.maxAttempts},` +
-      `"parent_id":${text(r.parentId)},"dedup_key":${text(r.dedupKey)},"group_key":${text(r.groupKey)},"trace_context":${r.traceContext ?? 'null'}}`;
+      `"parent_id":${text(r.parentId)},"dedup_key":${text(r.dedupKey)},"group_key":${text(r.groupKey)},"trace_context":${r.traceContext ?? 'null'},"partition_key":${text(r.partitionKey)}}`;
   }
   return `${json}]`;
 }

@@ -1,4 +1,4 @@
-import { errorText, truncateUtf8 } from './error-text';
+import { errorText, logLine, truncateUtf8 } from './error-text';
 
 const MARKER = '…[truncated]';
 const MARKER_BYTES = Buffer.byteLength(MARKER, 'utf8'); // '…' is 3 bytes: 14 in all
@@ -166,5 +166,15 @@ describe('errorText', () => {
       expect(bytes(out)).toBeLessThanOrEqual(maxBytes);
       expect(wellFormed(out)).toBe(true);
     }
+  });
+});
+
+describe('logLine', () => {
+  it('keeps the last non-empty line: what a wrapped Prisma error says went wrong', () => {
+    const prismaLike = new Error('\nInvalid `prisma.$queryRawUnsafe()` invocation:\n\n\nRaw query failed. Code: `N/A`. Message: `relation "x" does not exist`');
+    expect(logLine(prismaLike)).toBe('Raw query failed. Code: `N/A`. Message: `relation "x" does not exist`');
+    expect(logLine(new Error('plain'))).toBe('plain');
+    expect(logLine(new TypeError(''))).toBe('TypeError');
+    expect(logLine('a string\n')).toBe('a string');
   });
 });

@@ -18,6 +18,17 @@ export function errorText(err: unknown, maxBytes: number): string {
   return truncateUtf8(text.replace(/\u0000/g, ''), maxBytes);
 }
 
+/**
+ * An error as one log line. Prisma wraps driver errors in a message that begins with blank lines
+ * and the call site ("Invalid `prisma.$queryRawUnsafe()` invocation:"); what went wrong is its
+ * last non-empty line.
+ */
+export function logLine(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const lines = message.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+  return lines.at(-1) ?? (err instanceof Error ? err.name : 'unknown error');
+}
+
 export function truncateUtf8(text: string, maxBytes: number): string {
   if (Buffer.byteLength(text, 'utf8') <= maxBytes) return text;
   const marker = '…[truncated]';

@@ -1,10 +1,12 @@
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
+import { hasFlowControl } from '../pg-queue.options';
 import { ShutdownAbortError, TaskCancelledError } from '../errors';
 import { Attempt, byClaimOrder } from './attempt';
 import { ClaimSizer } from './claim.sizer';
 import { LeaseRunner } from './lease.runner';
 import { TransactionalRunner } from './transactional.runner';
 import { WakeTimers } from './wake.timers';
+import { logLine } from './error-text';
 import { WorkInFlight } from './work.in-flight';
 import { releaseAttempts, type WorkerDeps } from './worker.deps';
 
@@ -60,6 +62,9 @@ export class QueueWorker {
   private readonly sizer: ClaimSizer;
   /** The most rows one claim takes: batchSize, or fewer when large payloads would pass CLAIM_PAYLOAD_BUDGET. */
   private readonly claimCeiling: number;
+  /** The queue has flow-control rules: claims go through LimitsRepository, endings are announced. */
+  private readonly limited: boolean;
+  private announcing = false;
   /** For health checks: when the last claim succeeded, and the error of the last one if it failed. */
   private lastClaimAt: number | null = null;
   private lastClaimError: string | null = null;
@@ -73,6 +78,7 @@ export class QueueWorker {
     const o = handler.options;
     this.timers = new WakeTimers(() => this.wake(), pollIntervalMs);
     const wakeIn = (ms: number) => this.wakeIn(ms);
+    this.limited = hasFlowControl(o);
     this.claimCeiling = Math.min(o.batchSize, Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / deps.rowLimits.maxPayloadBytes)));
     this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
@@ -174,6 +180,9 @@ export class QueueWorker {
   }
 
   private capacity(): number {
+    // A limited queue claims no look-ahead: a claimed task holds one of the queue's global slots
+    // (or its partition's, or a start of its rate window) while it waits here.
+    if (this.lease && this.limited) return Math.min(this.claimCeiling, Math.max(0, this.handler.options.concurrency - this.busy - this.buffer.length));
     if (this.lease) return this.sizer.leaseClaim(this.busy, this.buffer.length);
     return this.busy < this.handler.options.concurrency ? this.sizer.transactionClaim() : 0;
   }
@@ -205,8 +214,8 @@ export class QueueWorker {
       }
       return true;
     } catch (err) {
-      this.lastClaimError = (err as Error).message;
-      this.deps.logger.error(`claim failed for queue "${this.queue}": ${(err as Error).message}`);
+      this.lastClaimError = logLine(err);
+      this.deps.logger.error(`claim failed for queue "${this.queue}": ${this.lastClaimError}`);
       this.timers.retryAfter(1000);
       return false;
     }
@@ -215,7 +224,9 @@ export class QueueWorker {
   private async claim(limit: number): Promise<Attempt[]> {
     const o = this.handler.options;
     const sentAt = Date.now();
-    const claim = await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts);
+    const claim = this.limited
+      ? await this.deps.limits.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o)
+      : await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts);
     this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
     if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
     const attempts = claim.rows.map((r) => new Attempt(r));
@@ -245,6 +256,21 @@ export class QueueWorker {
     } else {
       this.track(attempts, () => this.transactional!.run(attempts));
     }
+  }
+
+  /**
+   * A limited queue's task ended here: its slot may be what another instance waits for, and no
+   * other statement tells it. One NOTIFY per burst of endings (coalesced over a macrotask).
+   */
+  private announceFreedRoom(): void {
+    if (this.announcing) return;
+    this.announcing = true;
+    setImmediate(() => {
+      this.announcing = false;
+      this.deps.limits.announce(this.deps.prisma, this.deps.repo.channel, this.queue).catch((err: unknown) => {
+        this.deps.logger.warn(`could not announce freed room of "${this.queue}": ${(err as Error).message}`);
+      });
+    });
   }
 
   /** Lease mode: start buffered attempts while slots are free. */
@@ -292,6 +318,7 @@ export class QueueWorker {
 
   private afterWork(p: Promise<void>, ranGroupTask: boolean): void {
     this.work.delete(p);
+    if (this.limited) this.announceFreedRoom();
     this.pump();
     // A finished group task lets the next task of its group run; no NOTIFY announces that.
     if (ranGroupTask) this.wakeSeq++;

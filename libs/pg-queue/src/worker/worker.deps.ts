@@ -4,6 +4,7 @@ import { NonRetryableError } from '../errors';
 import type { TaskEvents } from '../observability/task-events';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { FailedState, Failure } from '../sql/statement-values';
+import type { LimitsRepository } from '../sql/limits.repository';
 import type { TaskRepository } from '../sql/task.repository';
 import type { PrismaClientLike, TaskEvent } from '../types';
 import type { Attempt } from './attempt';
@@ -15,6 +16,8 @@ import { errorText } from './error-text';
 export interface WorkerDeps {
   prisma: PrismaClientLike;
   repo: TaskRepository;
+  /** Claims of queues with flow-control rules (see limits.sql.ts). */
+  limits: LimitsRepository;
   workerId: string;
   events: TaskEvents;
   logger: Logger;

@@ -6,6 +6,7 @@ import { TaskEvents } from '../observability/task-events';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { ScheduleTicker } from '../schedules/schedule.ticker';
+import { LimitsRepository } from '../sql/limits.repository';
 import { OperatorRepository } from '../sql/operator.repository';
 import { installSchema } from '../sql/schema.installer';
 import { ScheduleRepository } from '../sql/schedule.repository';
@@ -67,6 +68,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     this.deps = {
       prisma: options.prisma,
       repo,
+      limits: new LimitsRepository(options.schema),
       workerId: options.workerId,
       events,
       logger: this.logger,
