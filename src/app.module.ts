@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
-import { PgQueueModule } from '@app/pg-queue';
+import { PgQueueDashboardModule, PgQueueModule } from '@app/pg-queue';
+import { DashboardTokenGuard } from './dashboard/dashboard-token.guard';
 import { EmailHandlers } from './emails/email.handlers';
 import { HealthModule } from './health/health.module';
 import { PgQueueMetricsModule } from '@app/pg-queue/metrics';
@@ -27,6 +28,8 @@ import { ReportHandlers } from './reports/report.handlers';
     }),
     HealthModule,
     PgQueueMetricsModule,
+    // The queue dashboard at /queues, behind the example's token guard (see DashboardTokenGuard).
+    PgQueueDashboardModule.forRoot({ path: '/queues', guard: DashboardTokenGuard }),
   ],
   controllers: [OrdersController, MetricsController],
   providers: [OrdersService, PaymentGateway, OrderHandlers, PaymentHandlers, EmailHandlers, ReportHandlers],

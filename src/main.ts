@@ -1,10 +1,12 @@
 import { NestFactory } from '@nestjs/core';
 import { AppModule } from './app.module';
+import { dashboardToken } from './dashboard/dashboard-token.guard';
 
 async function bootstrap(): Promise<void> {
   const app = await NestFactory.create(AppModule);
   app.enableShutdownHooks(); // SIGTERM drains the queue before Prisma disconnects
   await app.listen(Number(process.env.PORT ?? 3000), '127.0.0.1');
+  console.log(`queue dashboard: ${await app.getUrl()}/queues?token=${dashboardToken()}`);
 }
 
 void bootstrap();

@@ -5,6 +5,7 @@ import { PaymentGateway } from '../payments/payment-gateway';
 import { PrismaService } from '../prisma/prisma.service';
 import { DemoProbe } from './demo-probe';
 import { DemoModule } from './demo.module';
+import { dashboardToken } from '../dashboard/dashboard-token.guard';
 
 export interface DemoOptions {
   orders: number;
@@ -35,6 +36,7 @@ export async function runDemo(opts: DemoOptions): Promise<number> {
   });
   console.log(`pg-queue demo: ${opts.orders} orders through order.confirm → payment.capture → email.send`);
   console.log(`listening for wake-ups: ${app.get(WorkerOrchestrator).listening ? 'yes (LISTEN/NOTIFY)' : 'no (polling)'}`);
+  console.log(`dashboard (while the demo runs): ${base}/queues?token=${dashboardToken()}`);
 
   // Only this run's orders count: the database may hold earlier runs (the demo is repeatable).
   const firstId = ((await prisma.order.aggregate({ _max: { id: true } }))._max.id ?? 0) + 1;

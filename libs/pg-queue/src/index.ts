@@ -4,6 +4,8 @@ export { DEFAULT_HANDLER_OPTIONS, type HandlerOptions, type PgQueueModuleOptions
 export { TaskHandler, TASK_HANDLER_METADATA, type HandlerMethodDecorator, type TaskHandlerOptions } from './decorators/task-handler.decorator';
 export type { ScheduleDefinition, ScheduleOptions } from './schedules/schedule.definition';
 export { TaskQueue } from './client/task-queue.service';
+export { PgQueueDashboardModule } from './dashboard/dashboard.module';
+export type { DashboardGuard, PgQueueDashboardExtras, PgQueueDashboardOptions } from './dashboard/dashboard.options';
 export { TaskHandlerRegistry, type RegisteredHandler } from './discovery/task-handler.registry';
 export { TaskEvents } from './observability/task-events';
 export { WorkerOrchestrator } from './worker/worker.orchestrator';

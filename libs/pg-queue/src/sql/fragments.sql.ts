@@ -86,3 +86,53 @@ export function marked<T extends Record<string, unknown>>(statements: T): T {
   }
   return out as T;
 }
+
+/**
+ * The pipeline of task $1 as CTEs `up` and `down` (stage, id): up parent_id to the root, then down
+ * to every descendant, breadth first, by index lookups in both tables (task_parent_idx,
+ * task_archive_parent_idx). Depth is capped at 100; a recursive CTE is only evaluated as far as
+ * it is read, so a LIMIT on `down` stops the walk.
+ */
+export function pipelineWalk(s: string): string {
+  return `up AS (
+  SELECT $1::bigint AS id, 0 AS depth
+  UNION ALL
+  SELECT p.parent_id, up.depth + 1
+  FROM up CROSS JOIN LATERAL (
+    SELECT parent_id FROM ${s}.task WHERE id = up.id
+    UNION ALL SELECT parent_id FROM ${s}.task_archive WHERE id = up.id
+  ) p
+  WHERE p.parent_id IS NOT NULL AND up.depth < 100
+), down AS (
+  SELECT id, 0 AS stage FROM (SELECT id FROM up ORDER BY depth DESC LIMIT 1) root
+  UNION ALL
+  SELECT c.id, down.stage + 1
+  FROM down CROSS JOIN LATERAL (
+    SELECT id FROM ${s}.task WHERE parent_id = down.id
+    UNION ALL SELECT id FROM ${s}.task_archive WHERE parent_id = down.id
+  ) c
+  WHERE down.stage < 100
+)`;
+}
+
+/**
+ * Every queue with live tasks, as CTE `queues` (queue) with `running` (queue, running): queues with
+ * pending or dead rows come from loose index scans (one probe per queue, task_due_idx and
+ * task_dead_idx), running rows are few and read whole (task_running_idx). No archive, no walk over
+ * a queue's rows: what a scrape or the overview may run often.
+ */
+export function liveQueues(s: string): string {
+  const queuesIn = (name: string, state: string) => `${name} AS (
+  (SELECT queue FROM ${s}.task WHERE state = '${state}' ORDER BY queue LIMIT 1)
+  UNION ALL
+  SELECT (SELECT t.queue FROM ${s}.task t WHERE t.state = '${state}' AND t.queue > p.queue ORDER BY t.queue LIMIT 1)
+  FROM ${name} p WHERE p.queue IS NOT NULL
+)`;
+  return `${queuesIn('pending_queues', 'pending')}, ${queuesIn('dead_queues', 'dead')}, running AS (
+  SELECT queue, count(*)::int AS running FROM ${s}.task WHERE state = 'running' GROUP BY queue
+), queues AS (
+  SELECT queue FROM pending_queues WHERE queue IS NOT NULL
+  UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+  UNION SELECT queue FROM running
+)`;
+}

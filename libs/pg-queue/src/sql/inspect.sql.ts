@@ -1,4 +1,4 @@
-import { marked } from './fragments.sql';
+import { liveQueues, marked, pipelineWalk } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
 /**
@@ -51,23 +51,7 @@ SELECT queue, state, count(*)::int, NULL FROM ${s}.task_archive GROUP BY queue, 
      * (queue, run_at <= now()), which never reach the not-yet-due rows.
      */
     metrics: `
-WITH RECURSIVE pending_queues AS (
-  (SELECT queue FROM ${s}.task WHERE state = 'pending' ORDER BY queue LIMIT 1)
-  UNION ALL
-  SELECT (SELECT t.queue FROM ${s}.task t WHERE t.state = 'pending' AND t.queue > p.queue ORDER BY t.queue LIMIT 1)
-  FROM pending_queues p WHERE p.queue IS NOT NULL
-), dead_queues AS (
-  (SELECT queue FROM ${s}.task WHERE state = 'dead' ORDER BY queue LIMIT 1)
-  UNION ALL
-  SELECT (SELECT t.queue FROM ${s}.task t WHERE t.state = 'dead' AND t.queue > d.queue ORDER BY t.queue LIMIT 1)
-  FROM dead_queues d WHERE d.queue IS NOT NULL
-), running AS (
-  SELECT queue, count(*)::int AS running FROM ${s}.task WHERE state = 'running' GROUP BY queue
-), queues AS (
-  SELECT queue FROM pending_queues WHERE queue IS NOT NULL
-  UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
-  UNION SELECT queue FROM running
-)
+WITH RECURSIVE ${liveQueues(s)}
 SELECT q.queue,
        (SELECT count(*) FROM (
           SELECT 1 FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now() LIMIT ${METRICS_COUNT_CAP}
@@ -107,25 +91,7 @@ SELECT ${columns}, locked_by, locked_until FROM (
      * Parameters: $1 id.
      */
     chain: `
-WITH RECURSIVE up AS (
-  SELECT $1::bigint AS id, 0 AS depth
-  UNION ALL
-  SELECT p.parent_id, up.depth + 1
-  FROM up CROSS JOIN LATERAL (
-    SELECT parent_id FROM ${s}.task WHERE id = up.id
-    UNION ALL SELECT parent_id FROM ${s}.task_archive WHERE id = up.id
-  ) p
-  WHERE p.parent_id IS NOT NULL AND up.depth < 100
-), down AS (
-  SELECT id, 0 AS stage FROM (SELECT id FROM up ORDER BY depth DESC LIMIT 1) root
-  UNION ALL
-  SELECT c.id, down.stage + 1
-  FROM down CROSS JOIN LATERAL (
-    SELECT id FROM ${s}.task WHERE parent_id = down.id
-    UNION ALL SELECT id FROM ${s}.task_archive WHERE parent_id = down.id
-  ) c
-  WHERE down.stage < 100
-)
+WITH RECURSIVE ${pipelineWalk(s)}
 SELECT d.stage, x.*
 FROM down d CROSS JOIN LATERAL (${both('id = d.id')}) x
 ORDER BY d.stage, d.id`,

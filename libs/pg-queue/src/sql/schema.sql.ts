@@ -223,6 +223,21 @@ CREATE INDEX IF NOT EXISTS task_partition_idx ON ${s}.task (queue, partition_key
 `,
       ],
     },
+    {
+      version: 7,
+      name: 'dashboard',
+      // One index build, in a step of its own (see migration 4 for building it CONCURRENTLY first).
+      sql: [
+        `
+-- Tasks waiting for a retry, by when their last attempt failed, per queue: the dashboard's
+-- "failed per minute" reads the hour's failures here instead of every pending row of a queue
+-- (delayed tasks can number millions). Only a failed attempt's row version enters it; the claim
+-- that retries the task writes a version that does not.
+CREATE INDEX IF NOT EXISTS task_retrying_idx ON ${s}.task (queue, finished_at)
+  WHERE state = 'pending' AND last_error IS NOT NULL;
+`,
+      ],
+    },
   ];
 }
 

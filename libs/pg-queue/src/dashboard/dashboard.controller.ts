@@ -1,0 +1,141 @@
+import { Body, Controller, Get, Inject, NotFoundException, Param, Post, Query, Redirect, Req, UseFilters, UseGuards, type Type } from '@nestjs/common';
+import { TaskQueue } from '../client/task-queue.service';
+import { DASHBOARD_CSS } from './assets/dashboard.css';
+import { DashboardActionGuard } from './dashboard.csrf';
+import { DashboardData } from './dashboard.data';
+import { DashboardErrorFilter } from './dashboard.filter';
+import { DashboardAccessGuard } from './dashboard.guard';
+import { HtmlPage, Stylesheet } from './dashboard.headers';
+import { containsPattern, listFilter, noticeParams, priorityField, queueName, taskIdParam, text } from './dashboard.input';
+import type { ResolvedDashboardOptions } from './dashboard.options';
+import { basePath, type DashboardRequest } from './dashboard.request';
+import { DASHBOARD_OPTIONS } from './dashboard.tokens';
+import type { PageContext } from './views/layout.view';
+import { Links } from './views/links';
+import { overviewPage } from './views/overview.view';
+import { schedulesPage } from './views/schedules.view';
+import { taskDetailPage } from './views/task-detail.view';
+import { taskListPage } from './views/task-list.view';
+
+type Fields = Record<string, unknown>;
+type Redirection = { url: string; statusCode: number };
+
+/**
+ * The dashboard's routes, relative to its path: GET pages (overview, tasks, one task, schedules)
+ * and the stylesheet, POST actions that answer with a 303 back to a page (post/redirect/get).
+ * Every route is behind the access guard (the user's guard); every action also behind the action
+ * guard (read-only, cross-site and form-token checks). Reads go through DashboardData (the
+ * dashboard's own statements); actions through TaskQueue, where their rules live.
+ *
+ * Routes are mounted by `dashboardControllerAt(path)`, which gives each module its own subclass
+ * with its own `@Controller(path)`.
+ */
+@UseGuards(DashboardAccessGuard)
+@UseFilters(DashboardErrorFilter)
+export abstract class DashboardController {
+  /** The configured path: the base of links when the request's own path cannot be used. */
+  protected abstract readonly mountPath: string;
+
+  constructor(
+    private readonly data: DashboardData,
+    private readonly queue: TaskQueue,
+    @Inject(DASHBOARD_OPTIONS) private readonly options: ResolvedDashboardOptions,
+  ) {}
+
+  @Get()
+  @HtmlPage()
+  async overview(@Req() req: DashboardRequest, @Query() query: Fields): Promise<string> {
+    const overview = await this.data.overview();
+    return overviewPage(this.context(req, 0), overview, noticeParams(query)).text;
+  }
+
+  @Get('tasks')
+  @HtmlPage()
+  async tasks(@Req() req: DashboardRequest, @Query() query: Fields): Promise<string> {
+    const filter = listFilter(query);
+    return taskListPage(this.context(req, 1), filter, await this.data.tasks(filter), noticeParams(query)).text;
+  }
+
+  @Get('tasks/:id')
+  @HtmlPage()
+  async task(@Req() req: DashboardRequest, @Param('id') id: string, @Query() query: Fields): Promise<string> {
+    const task = await this.data.task(taskIdParam(id));
+    if (!task) throw new NotFoundException();
+    const stages = await this.data.pipeline(task.id);
+    return taskDetailPage(this.context(req, 2), task, stages, noticeParams(query)).text;
+  }
+
+  @Get('schedules')
+  @HtmlPage()
+  async schedules(@Req() req: DashboardRequest): Promise<string> {
+    return schedulesPage(this.context(req, 1), await this.data.schedules()).text;
+  }
+
+  @Get('assets/dashboard.css')
+  @Stylesheet()
+  stylesheet(): string {
+    return DASHBOARD_CSS;
+  }
+
+  /** A dead or cancelled task back to pending, attempts reset. */
+  @Post('tasks/:id/retry')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async retry(@Req() req: DashboardRequest, @Param('id') id: string): Promise<Redirection> {
+    const retried = await this.queue.retry(taskIdParam(id));
+    return this.backTo(req, 3, (l) => l.task(id, { notice: retried ? 'retried' : 'not-retried' }));
+  }
+
+  /** Cancels a pending or dead task, or asks a running one to stop. */
+  @Post('tasks/:id/cancel')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async cancel(@Req() req: DashboardRequest, @Param('id') id: string): Promise<Redirection> {
+    const result = await this.queue.cancel(taskIdParam(id));
+    const notice = result === 'cancelled' ? 'cancelled' : result === 'requested' ? 'cancel-requested' : 'not-cancellable';
+    return this.backTo(req, 3, (l) => l.task(id, { notice }));
+  }
+
+  /** A pending task's new priority (lower runs first). */
+  @Post('tasks/:id/priority')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async priority(@Req() req: DashboardRequest, @Param('id') id: string, @Body() body: Fields): Promise<Redirection> {
+    const moved = await this.queue.setPriority(taskIdParam(id), priorityField(body));
+    return this.backTo(req, 3, (l) => l.task(id, { notice: moved ? 'priority-set' : 'priority-not-set' }));
+  }
+
+  /** Every dead (or cancelled) task of a queue whose last error contains the text, back to pending. */
+  @Post('retry-dead')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async retryDead(@Req() req: DashboardRequest, @Body() body: Fields): Promise<Redirection> {
+    const queue = queueName(body, 'queue', true);
+    const error = text(body, 'error');
+    const ids = await this.queue.retryDead({ queue, errorLike: error === null ? undefined : containsPattern(error) });
+    return this.backTo(req, 1, (l) => l.tasks({ queue, error, notice: 'retried-dead', n: String(ids.length) }));
+  }
+
+  private context(req: DashboardRequest, depth: number): PageContext {
+    return {
+      links: new Links(basePath(req, depth, this.mountPath)),
+      readOnly: this.options.readOnly,
+      csrfToken: this.options.csrfToken,
+      now: new Date(),
+    };
+  }
+
+  /** 303 See Other: the browser GETs the page, so a reload does not repeat the action. */
+  private backTo(req: DashboardRequest, depth: number, to: (links: Links) => string): Redirection {
+    return { url: to(new Links(basePath(req, depth, this.mountPath))), statusCode: 303 };
+  }
+}
+
+/** The dashboard's controller class mounted at `path` (one class per module, so two dashboards can coexist). */
+export function dashboardControllerAt(path: string): Type<DashboardController> {
+  @Controller(path)
+  class PgQueueDashboardController extends DashboardController {
+    protected override readonly mountPath = path;
+  }
+  return PgQueueDashboardController;
+}

@@ -1,0 +1,88 @@
+import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { PgQueueError } from '../errors';
+import type { ResolvedModuleOptions } from '../pg-queue.options';
+import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
+import {
+  DashboardRepository,
+  type PipelineStage,
+  type QueueCounts,
+  type ScheduleListRow,
+  type TaskDetail,
+  type TaskListFilter,
+  type TaskListPage,
+} from '../sql/dashboard.repository';
+import type { PrismaClientLike, SqlExecutor } from '../types';
+import type { MinuteCounts } from './views/throughput.chart';
+
+/** The overview page's figures. */
+export interface Overview {
+  queues: (QueueCounts & { done: number; cancelled: number; failed: number; p50Ms: number | null; p95Ms: number | null })[];
+  /** 60 minutes, oldest first; the last is the current minute. */
+  minutes: MinuteCounts[];
+  /** When the archive sample hit its cap: the time it reaches back to, and that minute's index. */
+  sampledFrom: Date | null;
+  sampledFromIndex: number | null;
+}
+
+/**
+ * The dashboard's reads, on the queue's own Prisma client and schema. It finds them in the
+ * PgQueueModule of the same app once every module is built (`onModuleInit`); the dashboard adds
+ * no connection of its own.
+ */
+@Injectable()
+export class DashboardData implements OnModuleInit {
+  private db!: PrismaClientLike;
+  private repo!: DashboardRepository;
+
+  constructor(private readonly moduleRef: ModuleRef) {}
+
+  onModuleInit(): void {
+    let options: ResolvedModuleOptions | undefined;
+    try {
+      options = this.moduleRef.get<ResolvedModuleOptions>(RESOLVED_OPTIONS, { strict: false });
+    } catch {
+      options = undefined;
+    }
+    if (!options) throw new PgQueueError('pg-queue: PgQueueDashboardModule needs PgQueueModule (forRoot or forRootAsync) in the same app');
+    this.db = options.prisma;
+    this.repo = new DashboardRepository(options.schema);
+  }
+
+  async overview(): Promise<Overview> {
+    const { queues: counts, recent } = await this.db.$transaction((tx: SqlExecutor) => this.repo.overview(tx), { maxWait: 10_000, timeout: 30_000 });
+    const byQueue = new Map<string, Overview['queues'][number]>();
+    const none = { due: 0, later: 0, running: 0, dead: 0, oldestDueMs: null, done: 0, cancelled: 0, failed: 0, p50Ms: null, p95Ms: null };
+    for (const q of counts) byQueue.set(q.queue, { ...none, ...q });
+    const minutes: MinuteCounts[] = Array.from({ length: 60 }, () => ({ done: 0, failed: 0 }));
+    let sampledFrom: Date | null = null;
+    for (const r of recent) {
+      sampledFrom = r.sampledFrom ?? sampledFrom;
+      if (r.queue !== null) {
+        const q = byQueue.get(r.queue) ?? { ...none, queue: r.queue };
+        byQueue.set(r.queue, { ...q, done: r.done, cancelled: r.cancelled, failed: r.failed, p50Ms: r.p50Ms, p95Ms: r.p95Ms });
+      } else if (r.minutesAgo !== null) {
+        minutes[59 - r.minutesAgo] = { done: r.done, failed: r.failed };
+      }
+    }
+    const sampledFromIndex = sampledFrom ? Math.max(0, 59 - Math.floor((Date.now() - sampledFrom.getTime()) / 60_000)) : null;
+    const queues = [...byQueue.values()].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0));
+    return { queues, minutes, sampledFrom, sampledFromIndex };
+  }
+
+  tasks(filter: TaskListFilter): Promise<TaskListPage> {
+    return this.repo.tasks(this.db, filter);
+  }
+
+  task(id: string): Promise<TaskDetail | null> {
+    return this.repo.task(this.db, id);
+  }
+
+  async pipeline(id: string): Promise<PipelineStage[]> {
+    return this.repo.chain(this.db, id);
+  }
+
+  async schedules(): Promise<ScheduleListRow[]> {
+    return this.repo.schedules(this.db);
+  }
+}

@@ -1,0 +1,61 @@
+import type { PipelineStage, TaskDetail } from '../../sql/dashboard.repository';
+import { duration, relative, timestamp } from './format';
+import { html, type Html } from './html';
+import { actionForm, page, stateBadge, type PageContext } from './layout.view';
+import { pipelinePicture } from './pipeline.svg';
+
+/** Payloads longer than this are shown cut (the page stays light; the task keeps all of it). */
+const PAYLOAD_SHOWN = 64 * 1024;
+
+/** One task: its actions, attempts, timings, last error, payload, and the pipeline it belongs to. */
+export function taskDetailPage(ctx: PageContext, t: TaskDetail, stages: PipelineStage[], notice: { key?: string; count?: number }): Html {
+  const l = ctx.links;
+  const when = (d: Date | null) => (d ? html`${timestamp(d)} <span class="rel">${relative(d, ctx.now)}</span>` : '—');
+  const fact = (label: string, value: Html | string | number) => html`<dt>${label}</dt><dd>${value}</dd>`;
+  const retryable = t.source === 'task' && (t.state === 'dead' || t.state === 'cancelled');
+  const cancellable = t.state === 'pending' || t.state === 'running' || (t.source === 'task' && t.state === 'dead');
+  const actions = ctx.readOnly
+    ? ''
+    : html`<section class="actions">
+${retryable ? actionForm(ctx, l.action(t.id, 'retry'), 'Retry') : ''}
+${cancellable && !t.cancelRequested ? actionForm(ctx, l.action(t.id, 'cancel'), 'Cancel', '', 'btn danger') : ''}
+${t.state === 'pending'
+    ? actionForm(ctx, l.action(t.id, 'priority'), 'Set priority', html`<label>priority <input type="number" name="priority" value="${t.priority}" min="-2147483648" max="2147483647" step="1" required></label>`, 'btn ghost')
+    : ''}
+</section>`;
+  const ran = t.startedAt && t.finishedAt && t.finishedAt >= t.startedAt ? duration(t.finishedAt.getTime() - t.startedAt.getTime()) : '—';
+  const payload = t.payload.length > PAYLOAD_SHOWN ? `${t.payload.slice(0, PAYLOAD_SHOWN)}\n… (${t.payload.length - PAYLOAD_SHOWN} more characters)` : t.payload;
+  const content = html`<h1>Task #${t.id} <span class="queue-name">${t.queue}</span> ${stateBadge(t.state)}${t.cancelRequested ? html` <span class="badge st-cancelled">cancel requested</span>` : ''}</h1>
+${actions}
+<section class="panel">
+<dl class="facts">
+${fact('attempt', html`<strong>${t.attempt}</strong> of ${t.maxAttempts ?? 'the handler’s limit'}`)}
+${fact('priority', t.priority)}
+${fact('key', t.key ?? '—')}
+${fact('group', t.group ? html`<a href="${l.tasks({ group: t.group, queue: t.queue })}">${t.group}</a>` : '—')}
+${fact('parent', t.parentId ? html`<a href="${l.task(t.parentId)}">#${t.parentId}</a>` : '—')}
+${fact('created', when(t.createdAt))}
+${fact('run at', when(t.runAt))}
+${fact('started', when(t.startedAt))}
+${fact('finished', when(t.finishedAt))}
+${fact('last run took', ran)}
+${t.lockedBy ? fact('locked by', html`${t.lockedBy}, lease until ${when(t.lockedUntil)}`) : ''}
+${fact('stored in', t.source === 'task' ? 'task (live)' : 'task_archive (finished)')}
+</dl>
+</section>
+<section class="panel">
+<h2>Last error</h2>
+${t.lastError ? html`<pre class="error-text">${t.lastError}</pre>` : html`<p class="empty">None.</p>`}
+</section>
+<section class="panel">
+<h2>Payload</h2>
+<pre class="payload">${payload}</pre>
+</section>
+<section class="panel">
+<h2>Pipeline</h2>
+${stages.length > 1
+    ? html`<div class="scroll">${pipelinePicture(stages, t.id, l)}</div>`
+    : html`<p class="empty">This task has no parent and enqueued no follow-ups.</p>`}
+</section>`;
+  return page(ctx, `Task #${t.id}`, 'tasks', content, notice);
+}

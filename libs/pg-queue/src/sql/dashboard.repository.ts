@@ -1,0 +1,180 @@
+import type { SqlExecutor } from '../types';
+import { JIT_OFF, dashboardStatements } from './dashboard.sql';
+
+/** Hot-table states and archive states, as the dashboard's filters name them. */
+export type DashboardTaskState = 'pending' | 'running' | 'dead' | 'done' | 'cancelled';
+
+/** Where a task row lives: the hot table (pending, running, dead, cancelled) or the archive. */
+export type TaskSource = 'task' | 'archive';
+
+/** Per queue, from the hot table; each count stops at `DASHBOARD_LIMITS.countCap`. */
+export interface QueueCounts {
+  queue: string;
+  due: number;
+  later: number;
+  running: number;
+  dead: number;
+  oldestDueMs: number | null;
+}
+
+/** One group of the last hour: a queue (`minutesAgo` null) or a minute of every queue (`queue` null). */
+export interface RecentRow {
+  queue: string | null;
+  minutesAgo: number | null;
+  done: number;
+  cancelled: number;
+  failed: number;
+  p50Ms: number | null;
+  p95Ms: number | null;
+  /** Set when the archive sample hit its cap: finished tasks before this time were not read. */
+  sampledFrom: Date | null;
+}
+
+export interface TaskListFilter {
+  queue: string | null;
+  state: DashboardTaskState | null;
+  key: string | null;
+  group: string | null;
+  /** Case-insensitive substring of the last error. */
+  error: string | null;
+  /** Exclusive upper bound on the id (the previous page's last id), or null for the newest. */
+  cursor: string | null;
+}
+
+export interface TaskListRow {
+  id: string;
+  queue: string;
+  state: DashboardTaskState;
+  priority: number;
+  runAt: Date;
+  attempt: number;
+  maxAttempts: number | null;
+  /** The first 300 characters. */
+  lastError: string | null;
+  key: string | null;
+  group: string | null;
+  createdAt: Date;
+  finishedAt: Date | null;
+  source: TaskSource;
+}
+
+export interface TaskListPage {
+  rows: TaskListRow[];
+  /** The cursor of the next page, or null on the last one. */
+  next: string | null;
+  /** True when the scan budget ran out before the page filled (the next page searches further down). */
+  budgetSpent: boolean;
+}
+
+export interface TaskDetail {
+  source: TaskSource;
+  id: string;
+  queue: string;
+  state: DashboardTaskState;
+  /** Pretty-printed JSON. */
+  payload: string;
+  priority: number;
+  runAt: Date;
+  attempt: number;
+  maxAttempts: number | null;
+  lastError: string | null;
+  parentId: string | null;
+  key: string | null;
+  group: string | null;
+  createdAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+  lockedBy: string | null;
+  lockedUntil: Date | null;
+  cancelRequested: boolean;
+}
+
+export interface PipelineStage {
+  stage: number;
+  id: string;
+  queue: string;
+  state: DashboardTaskState;
+  parentId: string | null;
+  attempt: number;
+  createdAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+}
+
+export interface ScheduleListRow {
+  name: string;
+  queue: string;
+  cron: string | null;
+  everyMs: number | null;
+  tz: string | null;
+  missed: 'skip' | 'once';
+  nextRunAt: Date;
+  lastRunAt: Date | null;
+  dbNow: Date;
+}
+
+/** The bounds every dashboard read keeps to (see dashboard.sql.ts). */
+export const DASHBOARD_LIMITS = {
+  /** Hot-table counts per queue and state stop here ("10000+"). */
+  countCap: 10_000,
+  /** The overview's window: the last hour. */
+  windowMs: 3_600_000,
+  /** Archived rows the overview reads at most for the hour (and failures per queue). */
+  sampleCap: 20_000,
+  /** Rows per table a filtered task-list page reads at most. */
+  scanBudget: 20_000,
+  pageSize: 50,
+  /** Tasks of one pipeline drawn at most. */
+  pipelineCap: 200,
+  schedules: 500,
+} as const;
+
+/** Runs the dashboard's statements; the only caller of its SQL. Rows come back camelCase. */
+export class DashboardRepository {
+  private readonly sql;
+
+  constructor(schema: string) {
+    this.sql = dashboardStatements(schema);
+  }
+
+  /** The overview's two reads, in the caller's transaction `tx` (one snapshot, JIT off: see JIT_OFF). */
+  async overview(tx: SqlExecutor): Promise<{ queues: QueueCounts[]; recent: RecentRow[] }> {
+    await tx.$executeRawUnsafe(JIT_OFF);
+    const queues = await tx.$queryRawUnsafe<QueueCounts[]>(this.sql.queues, DASHBOARD_LIMITS.countCap);
+    const names = queues.map((q) => q.queue);
+    const recent = await tx.$queryRawUnsafe<RecentRow[]>(this.sql.recent, names, DASHBOARD_LIMITS.windowMs, DASHBOARD_LIMITS.sampleCap);
+    return { queues, recent };
+  }
+
+  async tasks(db: SqlExecutor, f: TaskListFilter): Promise<TaskListPage> {
+    const size = DASHBOARD_LIMITS.pageSize;
+    const rows = await db.$queryRawUnsafe<(TaskListRow & { low: string | null })[]>(
+      this.sql.tasks,
+      f.queue,
+      f.state,
+      f.key,
+      f.group,
+      f.error,
+      f.cursor,
+      size,
+      DASHBOARD_LIMITS.scanBudget,
+    );
+    const low = rows[0]?.low ?? null;
+    const found = rows.filter((r) => r.id !== null).map(({ low: _low, ...row }) => row);
+    if (found.length > size) return { rows: found.slice(0, size), next: found[size - 1].id, budgetSpent: false };
+    return { rows: found, next: low, budgetSpent: low !== null };
+  }
+
+  async task(db: SqlExecutor, id: string): Promise<TaskDetail | null> {
+    const rows = await db.$queryRawUnsafe<TaskDetail[]>(this.sql.task, id);
+    return rows[0] ?? null;
+  }
+
+  chain(db: SqlExecutor, id: string): PromiseLike<PipelineStage[]> {
+    return db.$queryRawUnsafe<PipelineStage[]>(this.sql.chain, id, DASHBOARD_LIMITS.pipelineCap);
+  }
+
+  schedules(db: SqlExecutor): PromiseLike<ScheduleListRow[]> {
+    return db.$queryRawUnsafe<ScheduleListRow[]>(this.sql.schedules, DASHBOARD_LIMITS.schedules);
+  }
+}

@@ -1,0 +1,296 @@
+import { Injectable, type INestApplication } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { NonRetryableError, PgQueueDashboardModule, TaskHandler, TaskQueue, type Task } from '@app/pg-queue';
+import { AppModule } from '../../src/app.module';
+import { DashboardTokenGuard } from '../../src/dashboard/dashboard-token.guard';
+import { PaymentGateway } from '../../src/payments/payment-gateway';
+import { launchChromium } from '../support/browser';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { waitFor } from '../support/wait-for';
+
+const TOKEN = 'dashboard-spec-token-0123456789';
+const XSS_PAYLOAD = '<script>alert(1)</script>';
+const XSS_KEY = '"><script>alert(2)</script>';
+const XSS_GROUP = "<img src=x onerror='alert(3)'>";
+const XSS_ERROR = '<img src=x onerror=alert(4)>';
+
+/** Queues of this spec, next to the example app's own: tasks that die on demand, and tasks due later. */
+@Injectable()
+class DashboardSpecHandlers {
+  fail = true;
+
+  @TaskHandler('dash.flaky', { maxAttempts: 1 })
+  async flaky(task: Task<{ error: string }>) {
+    if (this.fail) throw new NonRetryableError(task.payload.error);
+  }
+
+  @TaskHandler('dash.xss', { maxAttempts: 1 })
+  async xss() {
+    throw new NonRetryableError(XSS_ERROR);
+  }
+
+  @TaskHandler('dash.later')
+  async later() {}
+}
+
+/**
+ * The dashboard of the example app (at /queues, behind its token guard) plus a read-only one at
+ * /ro, in headless Chromium against live data: orders run through the example's pipeline while
+ * the spec's own queues make dead, hostile and delayed tasks.
+ */
+describe('dashboard (headless Chromium)', () => {
+  let db: TestDatabase;
+  let app: INestApplication;
+  let base: string;
+  let browser: Browser;
+  let context: BrowserContext;
+  let page: Page;
+  let queue: TaskQueue;
+  let handlers: DashboardSpecHandlers;
+  const dialogs: string[] = [];
+  const ids: Record<string, string> = {};
+  const saved = { token: process.env.DASHBOARD_TOKEN, url: process.env.DATABASE_URL };
+
+  const state = async (id: string) =>
+    (await db.sql<{ state: string }>('SELECT state FROM pgqueue.task WHERE id = $1 UNION ALL SELECT state FROM pgqueue.task_archive WHERE id = $1', [id]))[0]?.state;
+  const authed = { cookie: `pgq_dashboard=${TOKEN}` };
+  const csrfOf = async (path: string) => /name="_csrf" value="([^"]+)"/.exec(await (await fetch(`${base}${path}`, { headers: authed })).text())![1];
+  const post = (path: string, fields: Record<string, string>, headers: Record<string, string> = {}) =>
+    fetch(`${base}${path}`, { method: 'POST', body: new URLSearchParams(fields), headers, redirect: 'manual' });
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    process.env.DATABASE_URL = db.url;
+    process.env.DASHBOARD_TOKEN = TOKEN;
+    const moduleRef = await Test.createTestingModule({
+      imports: [AppModule, PgQueueDashboardModule.forRoot({ path: '/ro', guard: DashboardTokenGuard, readOnly: true })],
+      providers: [DashboardSpecHandlers],
+    }).compile();
+    app = moduleRef.createNestApplication({ logger: ['error'] });
+    await app.listen(0, '127.0.0.1');
+    base = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    queue = app.get(TaskQueue);
+    handlers = app.get(DashboardSpecHandlers);
+    Object.assign(app.get(PaymentGateway), { latencyMs: [0, 1], failureRate: 0 });
+
+    const browserStarted = launchChromium();
+    for (const customer of ['ada', 'bob', 'cy']) {
+      const res = await fetch(`${base}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ customer, amountCents: 1200 }) });
+      expect(res.status).toBe(201);
+    }
+    ids.gatewayA = await queue.enqueue('dash.flaky', { error: 'flaky: the gateway said no' });
+    ids.gatewayB = await queue.enqueue('dash.flaky', { error: 'flaky: the GATEWAY said no again' });
+    ids.disk = await queue.enqueue('dash.flaky', { error: 'flaky: disk full' });
+    ids.xss = await queue.enqueue('dash.xss', { note: XSS_PAYLOAD }, { key: XSS_KEY, group: XSS_GROUP });
+    ids.later = await queue.enqueue('dash.later', { n: 0 }, { delayMs: 3_600_000 });
+    ids.cancelMe = await queue.enqueue('dash.later', { n: 1 }, { delayMs: 3_600_000 });
+    await queue.enqueueMany(Array.from({ length: 58 }, (_, i) => ({ queue: 'dash.later', payload: { n: i + 2 }, options: { delayMs: 3_600_000 } })));
+    await waitFor('3 orders completed and 4 tasks dead', async () => {
+      const [{ completed }] = await db.sql("SELECT count(*)::int AS completed FROM orders WHERE status = 'completed'");
+      const [{ dead }] = await db.sql("SELECT count(*)::int AS dead FROM pgqueue.task WHERE state = 'dead'");
+      return completed === 3 && dead === 4;
+    });
+    browser = await browserStarted;
+    context = await browser.newContext();
+    page = await context.newPage();
+    page.on('dialog', (d) => {
+      dialogs.push(d.message());
+      void d.dismiss();
+    });
+    // The example's guard: the token once in the URL, then its cookie (each test may run alone).
+    await page.goto(`${base}/queues?token=${TOKEN}`);
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await app?.close();
+    await db?.drop();
+    process.env.DASHBOARD_TOKEN = saved.token;
+    if (saved.token === undefined) delete process.env.DASHBOARD_TOKEN;
+    process.env.DATABASE_URL = saved.url;
+  });
+
+  it('refuses every route without the guard\'s token: 403, no data in the body', async () => {
+    for (const path of ['/queues', '/queues/tasks', `/queues/tasks/${ids.disk}`, '/queues/schedules', '/queues/assets/dashboard.css', '/ro']) {
+      const res = await fetch(`${base}${path}`, { headers: { cookie: 'pgq_dashboard=wrong' } });
+      const body = await res.text();
+      expect({ path, status: res.status }).toEqual({ path, status: 403 });
+      expect(res.headers.get('content-type')).toMatch(/^text\/html/);
+      expect(body).not.toMatch(/dash\.|email\.send|order\.confirm|flaky|_csrf/);
+    }
+  });
+
+  it('overview: counts by state per queue, the last hour per minute, oldest due, run-time percentiles', async () => {
+    const res = await page.goto(`${base}/queues?token=${TOKEN}`);
+    expect(res!.status()).toBe(200);
+    const headers = res!.headers();
+    expect(headers['content-security-policy']).toContain("default-src 'none'");
+    expect(headers['content-security-policy']).toContain("frame-ancestors 'none'");
+    expect(await page.locator('h1').textContent()).toBe('Queues');
+    const row = (queueName: string) => page.locator('tbody tr', { has: page.locator(`th a:text-is("${queueName}")`) }).locator('td');
+    expect((await row('dash.flaky').allTextContents())[3]).toBe('3'); // dead
+    expect((await row('dash.later').allTextContents())[1]).toBe('60'); // later
+    const email = await row('email.send').allTextContents();
+    expect(email[4]).toBe('3'); // done in the last hour
+    expect(email[8]).toMatch(/ms|s$/); // p50
+    expect(email[9]).toMatch(/ms|s$/); // p95
+    expect(await page.locator('svg.chart rect.done').count()).toBeGreaterThan(0);
+    expect(await page.locator('svg.chart rect.failed').count()).toBeGreaterThan(0);
+    // The stylesheet came from the dashboard itself, under its CSP.
+    expect(await page.evaluate('getComputedStyle(document.querySelector(".top")).backgroundColor')).toBe('rgb(29, 35, 48)');
+  });
+
+  it('task list: filters by queue, state, key, group and error text; pages by cursor', async () => {
+    await page.goto(`${base}/queues/tasks?queue=email.send`);
+    expect(await page.locator('table.tasks tbody tr').count()).toBe(3);
+    await page.goto(`${base}/queues/tasks`);
+    await page.locator('select[name=state]').selectOption('dead');
+    await page.locator('input[name=error]').fill('GATEWAY SAID');
+    await page.locator('form.filters button[type=submit]').click();
+    await page.waitForURL(/state=dead/);
+    const shown = await page.locator('table.tasks tbody tr td:first-child').allTextContents();
+    expect(shown.sort()).toEqual([`#${ids.gatewayA}`, `#${ids.gatewayB}`].sort());
+    await page.goto(`${base}/queues/tasks?key=${encodeURIComponent(XSS_KEY)}`);
+    expect(await page.locator('table.tasks tbody tr td:first-child').allTextContents()).toEqual([`#${ids.xss}`]);
+    await page.goto(`${base}/queues/tasks?group=${encodeURIComponent(XSS_GROUP)}`);
+    expect(await page.locator('table.tasks tbody tr td:first-child').allTextContents()).toEqual([`#${ids.xss}`]);
+
+    await page.goto(`${base}/queues/tasks?queue=dash.later`);
+    expect(await page.locator('table.tasks tbody tr').count()).toBe(50);
+    await page.locator('a[rel=next]').click();
+    await page.waitForURL(/cursor=/);
+    const rest = await page.locator('table.tasks tbody tr td:first-child').allTextContents();
+    expect(rest).toHaveLength(10);
+    expect(rest).toContain(`#${ids.later}`);
+    expect(await page.locator('a[rel=next]').count()).toBe(0);
+  });
+
+  it('task detail: payload, attempt of max, last error, timings, and the pipeline as boxes with arrows', async () => {
+    const [{ id }] = await db.sql("SELECT id::text FROM pgqueue.task_archive WHERE queue = 'payment.capture' ORDER BY id LIMIT 1");
+    await page.goto(`${base}/queues/tasks/${id}`);
+    expect(await page.locator('h1 .badge').textContent()).toBe('done');
+    expect(await page.locator('pre.payload').textContent()).toContain('"orderId"');
+    const facts = await page.locator('dl.facts').textContent();
+    expect(facts).toMatch(/attempt\s*1 of 8/);
+    for (const label of ['created', 'run at', 'started', 'finished']) expect(facts).toMatch(new RegExp(`${label}\\s*\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\dZ`));
+    const nodes = page.locator('svg.pipeline a.node');
+    expect(await nodes.count()).toBe(3);
+    expect(await page.locator('svg.pipeline path.edge').count()).toBe(2);
+    expect(await page.locator('svg.pipeline a.node.current text.q').textContent()).toBe('payment.capture');
+    expect(await nodes.locator('text.q').allTextContents()).toEqual(['order.confirm', 'payment.capture', 'email.send']);
+    await nodes.nth(2).click(); // a box links to its task
+    await page.waitForURL(/\/tasks\/\d+$/);
+    expect(await page.locator('h1 .queue-name').textContent()).toBe('email.send');
+
+    await page.goto(`${base}/queues/tasks/${ids.disk}`);
+    expect(await page.locator('pre.error-text').textContent()).toContain('flaky: disk full');
+    expect(await page.locator('dl.facts').textContent()).toMatch(/attempt\s*1 of 1/);
+  });
+
+  it('retry on a dead task: it runs again and ends done', async () => {
+    handlers.fail = false;
+    await page.goto(`${base}/queues/tasks/${ids.disk}`);
+    expect(await page.locator('h1 .badge').textContent()).toBe('dead');
+    await page.locator('form[action$="/retry"] button').click();
+    await page.waitForURL(/notice=retried/);
+    expect(await page.locator('.notice').textContent()).toContain('pending again');
+    await waitFor('the retried task to end done', async () => {
+      await page.reload();
+      return (await page.locator('h1 .badge').first().textContent()) === 'done';
+    });
+    expect(await state(ids.disk)).toBe('done');
+  });
+
+  it('retry dead by error text, cancel and set priority, from the pages', async () => {
+    await page.goto(`${base}/queues/tasks?queue=dash.flaky&state=dead`);
+    await page.locator('section.bulk input[name=error]').fill('gateway said');
+    await page.locator('section.bulk button').click();
+    await page.waitForURL(/notice=retried-dead/);
+    expect(await page.locator('.notice').textContent()).toMatch(/Dead tasks retried:\s*2/);
+    await waitFor('both gateway tasks done', async () => (await state(ids.gatewayA)) === 'done' && (await state(ids.gatewayB)) === 'done');
+
+    await page.goto(`${base}/queues/tasks/${ids.later}`);
+    await page.locator('input[name=priority]').fill('-7');
+    await page.locator('form[action$="/priority"] button').click();
+    await page.waitForURL(/notice=priority-set/);
+    expect(await db.sql('SELECT priority FROM pgqueue.task WHERE id = $1', [ids.later])).toEqual([{ priority: -7 }]);
+
+    await page.goto(`${base}/queues/tasks/${ids.cancelMe}`);
+    await page.locator('form[action$="/cancel"] button').click();
+    await page.waitForURL(/notice=cancelled/);
+    expect(await page.locator('h1 .badge').first().textContent()).toBe('cancelled');
+    expect(await state(ids.cancelMe)).toBe('cancelled');
+  });
+
+  it('renders hostile payloads, keys, groups and errors as text: no dialog, no injected element', async () => {
+    await page.goto(`${base}/queues/tasks/${ids.xss}`);
+    expect(await page.locator('pre.payload').textContent()).toContain(XSS_PAYLOAD);
+    expect(await page.locator('pre.error-text').textContent()).toContain(XSS_ERROR);
+    expect(await page.locator('dl.facts').textContent()).toContain(XSS_KEY);
+    expect(await page.locator('dl.facts').textContent()).toContain(XSS_GROUP);
+    await page.goto(`${base}/queues/tasks?queue=dash.xss`);
+    expect(await page.locator('td.error').textContent()).toContain(XSS_ERROR);
+    expect(await page.locator('table.tasks').textContent()).toContain(XSS_KEY);
+    for (const path of [`/queues/tasks/${ids.xss}`, '/queues/tasks?queue=dash.xss', `/queues/tasks?error=${encodeURIComponent('"><b id=x>')}`]) {
+      await page.goto(`${base}${path}`);
+      expect(await page.locator('script, img, b#x').count()).toBe(0);
+    }
+    expect(await page.locator('input[name=error]').inputValue()).toBe('"><b id=x>');
+    expect(dialogs).toEqual([]);
+  });
+
+  it('an action needs the guard, the form token and a same-origin request: otherwise 403 and nothing changes', async () => {
+    const retry = `/queues/tasks/${ids.xss}/retry`;
+    const before = await db.sql('SELECT state, attempt, finished_at FROM pgqueue.task WHERE id = $1', [ids.xss]);
+    const token = await csrfOf(`/queues/tasks/${ids.xss}`);
+    expect((await post(retry, { _csrf: token })).status).toBe(403); // no guard credentials
+    expect((await post(retry, { _csrf: token }, { cookie: 'pgq_dashboard=wrong' })).status).toBe(403);
+    expect((await post(retry, { _csrf: 'x'.repeat(token.length) }, authed)).status).toBe(403); // wrong token
+    expect((await post(retry, {}, authed)).status).toBe(403); // no token
+    expect((await post(retry, { _csrf: token }, { ...authed, origin: 'http://evil.example' })).status).toBe(403);
+    expect((await post(retry, { _csrf: token }, { ...authed, 'sec-fetch-site': 'cross-site' })).status).toBe(403);
+
+    // A page of another origin that knows the token posts through the user's browser (cookie sent: same site).
+    const attacker = http.createServer((_req, res) => {
+      res.setHeader('content-type', 'text/html');
+      res.end(`<form id="f" method="post" action="${base}${retry}"><input name="_csrf" value="${token}"></form><script>document.getElementById('f').submit()</script>`);
+    });
+    await new Promise<void>((resolve) => attacker.listen(0, '127.0.0.1', resolve));
+    try {
+      const refused = page.waitForResponse((r) => r.url().endsWith(retry));
+      await page.goto(`http://127.0.0.1:${(attacker.address() as AddressInfo).port}/`);
+      expect((await refused).status()).toBe(403);
+    } finally {
+      await new Promise((resolve) => attacker.close(resolve));
+    }
+    expect(await db.sql('SELECT state, attempt, finished_at FROM pgqueue.task WHERE id = $1', [ids.xss])).toEqual(before);
+    // The same POST with the token, from the page itself, works (the xss task is retried and dies again).
+    expect((await post(retry, { _csrf: token }, authed)).status).toBe(303);
+  });
+
+  it('read-only: no action buttons, and action POSTs are refused', async () => {
+    await page.goto(`${base}/ro/tasks/${ids.xss}`);
+    expect(await page.locator('.mode').textContent()).toBe('read-only');
+    expect(await page.locator('h1').textContent()).toContain(`Task #${ids.xss}`);
+    expect(await page.locator('form[method=post], button').count()).toBe(0);
+    await page.goto(`${base}/ro/tasks?queue=dash.later`);
+    expect(await page.locator('form[method=post]').count()).toBe(0);
+    const token = await csrfOf(`/queues/tasks/${ids.later}`);
+    const res = await post(`/ro/tasks/${ids.later}/priority`, { _csrf: token, priority: '5' }, authed);
+    expect(res.status).toBe(403);
+    expect(await db.sql('SELECT priority FROM pgqueue.task WHERE id = $1', [ids.later])).toEqual([{ priority: -7 }]);
+  });
+
+  it('schedules: name, queue, cron, next tick, last run', async () => {
+    await page.goto(`${base}/queues/schedules`);
+    const row = await page.locator('tbody tr', { hasText: 'reports.hourly' }).locator('th, td').allTextContents();
+    expect(row[0]).toBe('reports.hourly');
+    expect(row[1]).toBe('reports.hourly');
+    expect(row[2]).toMatch(/^0 \* \* \* \*\s+UTC$/);
+    expect(row[4]).toMatch(/^\d{4}-\d\d-\d\d \d\d:00:00Z\s+in /);
+    expect(dialogs).toEqual([]);
+  });
+});
