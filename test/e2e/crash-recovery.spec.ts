@@ -60,6 +60,6 @@ describe('crash recovery (kill -9)', () => {
     expect(states).toEqual(['pending', 'pending', 'dead']);
     const task = await qa.queue.get(id);
     expect(task).toMatchObject({ state: 'dead', attempt: 3 });
-    expect(task?.last_error).toMatch(/lease expired: worker crash-die-\d+ did not finish attempt 3/);
+    expect(task?.lastError).toMatch(/lease expired: worker crash-die-\d+ did not finish attempt 3/);
   });
 });

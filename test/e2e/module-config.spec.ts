@@ -79,7 +79,7 @@ describe('module configuration', () => {
       expect(app.get(TaskHandlerRegistry).all()).toEqual([]);
       const id = await app.get(TaskQueue).enqueue('elsewhere.q', { hello: 'world' });
       // Its own handlerDefaults do not stamp the row: the handler that runs the task decides.
-      expect(await app.get(TaskQueue).get(id)).toMatchObject({ queue: 'elsewhere.q', state: 'pending', max_attempts: null });
+      expect(await app.get(TaskQueue).get(id)).toMatchObject({ queue: 'elsewhere.q', state: 'pending', maxAttempts: null });
     } finally {
       await app.close();
     }

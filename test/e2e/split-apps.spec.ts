@@ -70,7 +70,7 @@ describe('split producer and worker apps: the handler where a task runs governs 
   it.each(['split.tx', 'split.lease'])('%s: a task enqueued by an API-only app dies after the handler\'s maxAttempts', async (queue) => {
     const id = await api.queue.enqueue(queue, {});
     await drainQueue(worker.app, queue);
-    expect(await worker.queue.get(id)).toMatchObject({ state: 'dead', attempt: 2, max_attempts: 2 });
+    expect(await worker.queue.get(id)).toMatchObject({ state: 'dead', attempt: 2, maxAttempts: 2 });
     expect(worker.app.get(WorkerHandlers).runs).toBe(2);
   });
 

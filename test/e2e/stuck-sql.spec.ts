@@ -40,7 +40,7 @@ describe('timeoutMs bounds time spent in SQL (issue 12 item 6)', () => {
     const deadline = new Promise<string>((resolve) => setTimeout(resolve, 15_000, 'still stuck after 15 s').unref());
     expect(await Promise.race([dead.then(([e]) => e.taskId), deadline])).toBe(stuckId);
     expect(await Promise.race([completed.then(() => 'next task ran'), deadline])).toBe('next task ran');
-    expect(await qa.queue.get(stuckId)).toMatchObject({ state: 'dead', last_error: expect.stringMatching(/timed out|TaskTimeoutError/i) });
+    expect(await qa.queue.get(stuckId)).toMatchObject({ state: 'dead', lastError: expect.stringMatching(/timed out|TaskTimeoutError/i) });
     const sleeping = await db.sql("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(60)%' AND state = 'active'");
     expect(sleeping).toEqual([{ n: 0 }]);
   }, 60_000);

@@ -89,7 +89,7 @@ describe('transactional handlers', () => {
     // one claim of 10 ran in one transaction: every task ran exactly once
     expect(handlers.runs.sort()).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
     expect((await qa.queue.get(ids[3]))?.state).toBe('dead');
-    expect((await qa.queue.get(ids[7]))?.last_error).toMatch(/job 7 failed/);
+    expect((await qa.queue.get(ids[7]))?.lastError).toMatch(/job 7 failed/);
     const followUps = await db.sql("SELECT payload->>'from' AS n FROM pgqueue.task WHERE queue = 'tx.next' ORDER BY 1");
     expect(followUps.map((r) => Number(r.n)).sort((a, b) => a - b)).toEqual([0, 1, 2, 4, 5, 6, 8, 9]);
   });
@@ -128,7 +128,7 @@ describe('transactional handlers', () => {
     await drainQueue(qa.app, 'tx.work');
     expect(handlers.runs).toEqual([6]);
     expect(await qa.queue.get(id)).toMatchObject({ state: 'dead', attempt: 1 });
-    expect((await qa.queue.get(id))?.last_error).toMatch(/NonRetryableError: job 6 is hopeless/);
+    expect((await qa.queue.get(id))?.lastError).toMatch(/NonRetryableError: job 6 is hopeless/);
   });
 
   it('truncates long error text to the byte budget at a character boundary', async () => {
@@ -150,7 +150,7 @@ describe('transactional handlers', () => {
     await drainQueue(qa.app, 'tx.work');
     expect(await customers()).toEqual(['job-1', 'job-3']);
     expect(await qa.queue.get(ids[1])).toMatchObject({ state: 'dead', attempt: 1 });
-    expect((await qa.queue.get(ids[1]))?.last_error).toMatch(/TaskTimeoutError: pg-queue: task \d+ timed out after 300 ms/);
+    expect((await qa.queue.get(ids[1]))?.lastError).toMatch(/TaskTimeoutError: pg-queue: task \d+ timed out after 300 ms/);
     expect((await qa.queue.get(ids[0]))?.state).toBe('done');
   });
 

@@ -11,7 +11,6 @@ export { TaskEvents } from './observability/task-events';
 export { WorkerOrchestrator } from './worker/worker.orchestrator';
 export { printSchemaSql } from './sql/schema.sql';
 export { queueStatementName } from './sql/statement-names';
-export type { TaskRow, TaskState } from './sql/operator.repository';
 export type { CancelResult } from './client/task-queue.service';
 export * from './errors';
 export type {
@@ -24,7 +23,12 @@ export type {
   PrismaClientLike,
   QueueStats,
   SqlExecutor,
+  HandlerPayloadOf,
+  PayloadOf,
+  QueuePayloads,
   Task,
+  TaskInfo,
+  TaskState,
   AnyTaskContext,
   LeaseTaskContext,
   TaskContext,

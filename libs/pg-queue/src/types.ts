@@ -17,6 +17,56 @@ export interface PrismaClientLike extends SqlExecutor {
   $disconnect(): Promise<void>;
 }
 
+/**
+ * Payload types by queue name, for the app to declare once (module augmentation); enqueue,
+ * ctx.enqueue and a handler's `Task<P>` then follow from the queue name:
+ *
+ * @example
+ * ```ts
+ * declare module '@pg-queue/nestjs' {
+ *   interface QueuePayloads {
+ *     'order.confirm': { orderId: number };
+ *   }
+ * }
+ * ```
+ * Queues not declared here take any payload (`unknown` at enqueue, `any` in the handler).
+ */
+export interface QueuePayloads {}
+
+/** The payload type enqueue accepts for queue `Q` (see QueuePayloads). */
+export type PayloadOf<Q extends string> = Q extends keyof QueuePayloads ? QueuePayloads[Q] : unknown;
+
+/** The payload type a handler of queue `Q` receives (see QueuePayloads). */
+export type HandlerPayloadOf<Q extends string> = Q extends keyof QueuePayloads ? QueuePayloads[Q] : any;
+
+/** Where a task stands: live (pending, running, dead) or finished (done, cancelled; archived). */
+export type TaskState = 'pending' | 'running' | 'dead' | 'done' | 'cancelled';
+
+/** A task as the operator API returns it (`get`, `list`), live or archived. */
+export interface TaskInfo {
+  id: string;
+  queue: string;
+  state: TaskState;
+  payload: unknown;
+  priority: number;
+  runAt: Date;
+  attempt: number;
+  /** The attempt limit in force: the enqueuer's, or the one its last claim took from the handler; null before a first claim when the handler decides. */
+  maxAttempts: number | null;
+  lastError: string | null;
+  /** The worker holding the lease, while running. */
+  lockedBy: string | null;
+  lockedUntil: Date | null;
+  parentId: string | null;
+  /** The dedup key (enqueue option `key`). */
+  key: string | null;
+  /** The enqueue option `group`. */
+  group: string | null;
+  createdAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+}
+
 /** A claimed task as the handler sees it. */
 export interface Task<P = unknown> {
   /** bigint id, as a string. */
@@ -97,8 +147,11 @@ export interface EnqueueItem<P = unknown> {
 
 /** What a handler gets besides its task, in either mode. */
 export interface TaskContextBase {
-  /** Enqueue a follow-up task; it is committed exactly when this task's completion is. */
-  enqueue<P = unknown>(queue: string, payload: P, options?: FollowUpOptions): Promise<void>;
+  /**
+   * Enqueue a follow-up task; it is committed exactly when this task's completion is. The payload's
+   * type follows the queue name when the app declares it in QueuePayloads.
+   */
+  enqueue<Q extends string>(queue: Q, payload: PayloadOf<Q>, options?: FollowUpOptions): Promise<void>;
   /** Extend the lease now (lease mode; also done automatically). Throws LeaseLostError if lost. */
   heartbeat(): Promise<void>;
   /** Fires on timeout, shutdown past the deadline, or a lost lease. */

@@ -4,9 +4,10 @@ import { InvalidArgumentError, InvalidEnqueueOptionsError } from '../errors';
 import { TaskEvents } from '../observability/task-events';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
-import { OperatorRepository, type TaskRow, type TaskState } from '../sql/operator.repository';
+import { OperatorRepository, type TaskState } from '../sql/operator.repository';
+import { toTaskInfo } from './task-info';
 import { TaskRepository } from '../sql/task.repository';
-import type { ChainStage, EnqueueItem, EnqueueOptions, QueueStats, SqlExecutor, TaskEvent } from '../types';
+import type { ChainStage, EnqueueItem, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
 import { buildTaskRow, validateQueueName } from '../core/task-input';
 
 const STATES: TaskState[] = ['pending', 'running', 'dead', 'done', 'cancelled'];
@@ -41,8 +42,11 @@ export class TaskQueue {
     return this.taskEvents.events$;
   }
 
-  /** Enqueues one task and returns its id. Validates everything before writing. */
-  async enqueue<P>(queue: string, payload: P, options?: EnqueueOptions): Promise<string> {
+  /**
+   * Enqueues one task and returns its id. Validates everything before writing. The payload's type
+   * follows the queue name when the app declares it in QueuePayloads.
+   */
+  async enqueue<Q extends string>(queue: Q, payload: PayloadOf<Q>, options?: EnqueueOptions): Promise<string> {
     const { tx, ...rest } = options ?? {};
     const row = buildTaskRow(queue, payload, rest, this.rowLimits);
     const [id] = await this.repo.insert(this.executor(tx), [row]);
@@ -57,25 +61,27 @@ export class TaskQueue {
   }
 
   /** One task by id, from the hot table or the archive. */
-  async get(id: string): Promise<TaskRow | null> {
-    return this.operator.get(this.options.prisma, taskId(id));
+  async get(id: string): Promise<TaskInfo | null> {
+    const row = await this.operator.get(this.options.prisma, taskId(id));
+    return row === null ? null : toTaskInfo(row);
   }
 
   /**
    * A page of tasks, newest first. Pass the last id of a page as `cursor` for the next one.
    * @example const page = await queue.list({ queue: 'email.send', state: 'dead', limit: 50 });
    */
-  async list(filter: { queue?: string; state?: TaskState; cursor?: string; limit?: number } = {}): Promise<TaskRow[]> {
+  async list(filter: { queue?: string; state?: TaskState; cursor?: string; limit?: number } = {}): Promise<TaskInfo[]> {
     filterObject(filter);
     if (filter.state !== undefined && !STATES.includes(filter.state)) {
       throw new InvalidArgumentError('state', `expected one of ${STATES.join(', ')}`);
     }
-    return await this.operator.list(this.options.prisma, {
+    const rows = await this.operator.list(this.options.prisma, {
       queue: filter.queue === undefined ? null : validateQueueName(filter.queue),
       state: filter.state ?? null,
       cursor: filter.cursor === undefined ? null : taskId(filter.cursor, 'cursor'),
       limit: rowLimit(filter.limit ?? 100),
     });
+    return rows.map(toTaskInfo);
   }
 
   /** Every stage of the pipeline `id` belongs to (root first), with states and timings. */
@@ -130,8 +136,9 @@ export class TaskQueue {
   }
 
   /** The seed's `select error_text, count(*) … group by 1 order by 2 desc`, for failing and dead tasks. */
-  async topErrors(queue: string, limit = 20): Promise<{ error: string; count: number; dead: number; last_seen: Date }[]> {
-    return this.operator.topErrors(this.options.prisma, validateQueueName(queue), rowLimit(limit));
+  async topErrors(queue: string, limit = 20): Promise<{ error: string; count: number; dead: number; lastSeen: Date }[]> {
+    const rows = await this.operator.topErrors(this.options.prisma, validateQueueName(queue), rowLimit(limit));
+    return rows.map((r) => ({ error: r.error, count: r.count, dead: r.dead, lastSeen: r.last_seen }));
   }
 
   /**

@@ -1,7 +1,7 @@
 import { validateQueueName } from '../core/task-input';
 import type { HandlerOptions } from '../pg-queue.options';
 import type { ScheduleOptions } from '../schedules/schedule.definition';
-import type { LeaseTaskContext, Task, TaskContext } from '../types';
+import type { HandlerPayloadOf, LeaseTaskContext, Task, TaskContext } from '../types';
 
 /** Handler settings, plus an optional schedule that enqueues this queue's tasks periodically. */
 export type TaskHandlerOptions = Partial<HandlerOptions> & { schedule?: ScheduleOptions };
@@ -14,8 +14,8 @@ export interface TaskHandlerMetadata {
   options: TaskHandlerOptions;
 }
 
-/** A handler method whose context is `C`. */
-type HandlerMethod<C> = (task: Task<any>, ctx: C) => unknown;
+/** A handler method of queue `Q` whose context is `C`: its task's payload follows the queue (see QueuePayloads). */
+type HandlerMethod<Q extends string, C> = (task: Task<HandlerPayloadOf<Q>>, ctx: C) => unknown;
 
 /** A method decorator that accepts only methods assignable to `M`: a mismatch is a compile error at the decorator. */
 export type HandlerMethodDecorator<M> = <T extends M>(target: object, key: string | symbol, descriptor: TypedPropertyDescriptor<T>) => TypedPropertyDescriptor<T>;
@@ -42,10 +42,10 @@ export type HandlerMethodDecorator<M> = <T extends M>(target: object, key: strin
  * ```
  * A periodic task: `@TaskHandler('reports.hourly', { schedule: { cron: '0 * * * *', tz: 'Europe/Berlin' } })`.
  */
-export function TaskHandler(queue: string, options: TaskHandlerOptions & { mode: 'lease' }): HandlerMethodDecorator<HandlerMethod<LeaseTaskContext>>;
-export function TaskHandler(queue: string, options: TaskHandlerOptions & { mode: 'transactional' }): HandlerMethodDecorator<HandlerMethod<TaskContext<any>>>;
-export function TaskHandler(queue: string, options?: TaskHandlerOptions): HandlerMethodDecorator<HandlerMethod<TaskContext<any>> | HandlerMethod<LeaseTaskContext>>;
-export function TaskHandler(queue: string, options: TaskHandlerOptions = {}): HandlerMethodDecorator<HandlerMethod<never>> {
+export function TaskHandler<Q extends string>(queue: Q, options: TaskHandlerOptions & { mode: 'lease' }): HandlerMethodDecorator<HandlerMethod<Q, LeaseTaskContext>>;
+export function TaskHandler<Q extends string>(queue: Q, options: TaskHandlerOptions & { mode: 'transactional' }): HandlerMethodDecorator<HandlerMethod<Q, TaskContext<any>>>;
+export function TaskHandler<Q extends string>(queue: Q, options?: TaskHandlerOptions): HandlerMethodDecorator<HandlerMethod<Q, TaskContext<any>> | HandlerMethod<Q, LeaseTaskContext>>;
+export function TaskHandler(queue: string, options: TaskHandlerOptions = {}): HandlerMethodDecorator<HandlerMethod<string, never>> {
   validateQueueName(queue);
   return (_target, _key, descriptor) => {
     const metadata: TaskHandlerMetadata = { queue, options };

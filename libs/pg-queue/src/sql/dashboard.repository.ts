@@ -1,4 +1,4 @@
-import type { SqlExecutor } from '../types';
+import type { SqlExecutor, TaskInfo } from '../types';
 import { JIT_OFF, dashboardStatements } from './dashboard.sql';
 
 /** Hot-table states and archive states, as the dashboard's filters name them. */
@@ -66,26 +66,12 @@ export interface TaskListPage {
   budgetSpent: boolean;
 }
 
-export interface TaskDetail {
+/** A task as its page shows it: the operator API's TaskInfo with its payload pretty-printed. */
+export interface TaskDetail extends Omit<TaskInfo, 'state' | 'payload'> {
   source: TaskSource;
-  id: string;
-  queue: string;
   state: DashboardTaskState;
   /** Pretty-printed JSON. */
   payload: string;
-  priority: number;
-  runAt: Date;
-  attempt: number;
-  maxAttempts: number | null;
-  lastError: string | null;
-  parentId: string | null;
-  key: string | null;
-  group: string | null;
-  createdAt: Date;
-  startedAt: Date | null;
-  finishedAt: Date | null;
-  lockedBy: string | null;
-  lockedUntil: Date | null;
   cancelRequested: boolean;
 }
 

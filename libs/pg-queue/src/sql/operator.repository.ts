@@ -1,9 +1,9 @@
-import type { SqlExecutor } from '../types';
+import type { SqlExecutor, TaskState } from '../types';
 import { notifyChannel } from './identifiers';
 import { inspectStatements } from './inspect.sql';
 import { operateStatements } from './operate.sql';
 
-export type TaskState = 'pending' | 'running' | 'dead' | 'done' | 'cancelled';
+export type { TaskState } from '../types';
 
 export interface TaskRow {
   id: string;

@@ -80,3 +80,25 @@ export async function testingHelpers(app: INestApplicationContext): Promise<numb
   const pruned: { archived: number; dead: number } = await pruneHistory(app);
   return ran + rescued.rescued + ticks + pruned.archived;
 }
+
+// Payload types by queue name, declared once (the package's QueuePayloads, module augmentation).
+declare module '@pg-queue/nestjs' {
+  interface QueuePayloads {
+    'consumer.typed': { orderId: number };
+  }
+}
+
+export async function typedQueues(queue: TaskQueue): Promise<void> {
+  await queue.enqueue('consumer.typed', { orderId: 1 });
+  // @ts-expect-error the declared payload is checked
+  await queue.enqueue('consumer.typed', { orderID: 1 });
+}
+
+@Injectable()
+export class TypedHandler {
+  // @ts-expect-error a handler whose task type contradicts the declared payload
+  @TaskHandler('consumer.typed')
+  async run(task: Task<{ orderId: string }>) {
+    void task;
+  }
+}
