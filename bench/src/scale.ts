@@ -1,7 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import type { INestApplicationContext } from '@nestjs/common';
 import type { Client } from 'pg';
-import { DEFAULT_HANDLER_OPTIONS, QueueMetrics, TaskQueue, type SqlExecutor } from '@app/pg-queue';
+import { DEFAULT_HANDLER_OPTIONS, TaskQueue, type SqlExecutor } from '@app/pg-queue';
+import { QueueMetrics } from '@app/pg-queue/metrics';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { QUEUE } from './common';
 

@@ -54,6 +54,8 @@ export class BarePgTarget implements BenchTarget {
       dedupKey: null,
       groupKey: null,
       onConflict: 'ignore' as const,
+      traceContext: null,
+      partitionKey: null,
     };
     await this.enqueuer!.query({ name: 'insert', text: this.insert, values: [taskRowsJson([row]), this.channel] });
   }

@@ -4,6 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { Client } from 'pg';
 import { DEFAULT_HANDLER_OPTIONS, PgQueueModule, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type Task } from '@app/pg-queue';
+import { PgQueueMetricsModule } from '@app/pg-queue/metrics';
 import { PrismaClient } from '../../../src/generated/prisma/client';
 import { QUEUE, poolSize, type BenchTarget, type Payload, type TargetOptions } from '../common';
 import { runScale, type ScaleProbe } from '../scale';
@@ -58,6 +59,7 @@ export class PgQueueTarget implements BenchTarget {
           autoStart: false,
           queues: { [QUEUE]: { mode, concurrency } },
         }),
+        PgQueueMetricsModule, // scenario 8 scrapes QueueMetrics
       ],
       providers: [BenchHandlers],
     })
