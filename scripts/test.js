@@ -22,7 +22,7 @@ async function main() {
   let pg = null;
   if (!env.DATABASE_URL) {
     // Durability settings off: these clusters are thrown away, and tests must not wait on fsync.
-    pg = await startLocalPostgres({ label: 'test', settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' } });
+    pg = await startLocalPostgres({ label: 'test', settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off', shared_preload_libraries: 'pg_stat_statements' } });
     env.DATABASE_URL = pg.url;
     console.log(`test database: local PostgreSQL on port ${pg.port}`);
   }

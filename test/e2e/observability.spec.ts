@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { NonRetryableError, TaskHandler, type Task } from '@app/pg-queue';
 import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
 import { drainQueue } from '@app/pg-queue/testing';
-import { METRICS_COUNT_CAP } from '../../libs/pg-queue/src/sql/inspect.sql';
+import { METRICS_COUNT_CAP, inspectStatements } from '../../libs/pg-queue/src/sql/inspect.sql';
 import type { PrismaClient } from '../../src/generated/prisma/client';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -148,11 +148,9 @@ describe('observability: scrapes and operator pages do not grow with history', (
   }
 
   it('reads neither the archive nor the delayed rows', async () => {
-    const spy = jest.spyOn(prisma, '$queryRawUnsafe');
     const text = await qa.app.get(QueueMetrics).metrics();
-    const statements = spy.mock.calls.map(([sql, ...params]) => ({ sql: sql as string, params }));
-    spy.mockRestore();
-    expect(statements.length).toBeGreaterThan(0);
+    // The scrape's one statement (it runs in a transaction with JIT off, see OperatorRepository).
+    const statements = [{ sql: inspectStatements('pgqueue').metrics, params: [] as unknown[] }];
 
     for (const { sql, params } of statements) {
       const plan = await explain(sql, params);
@@ -168,6 +166,35 @@ describe('observability: scrapes and operator pages do not grow with history', (
     }
     expect(text).toContain('pgqueue_tasks{queue="obs.big",state="due"} 3');
     expect(sample(text, 'pgqueue_oldest_pending_seconds{queue="obs.big"}')).toBeGreaterThanOrEqual(59);
+  });
+
+  it('is never JIT-compiled: a scrape of a large table would spend hundreds of ms compiling a 6 ms statement', async () => {
+    // A session where every statement costs enough for JIT (as the scrape does on large tables),
+    // and pg_stat_statements to see whether a statement was compiled.
+    await db.sql('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+    await db.sql(`ALTER DATABASE ${db.name} SET jit_above_cost = 0`);
+    const jitty = db.prisma(2);
+    const other = await bootQueueApp(jitty, [], { autoStart: false }, [PgQueueMetricsModule]);
+    try {
+      await db.sql('SELECT pg_stat_statements_reset()');
+      await other.app.get(QueueMetrics).metrics();
+      const [control] = await jitty.$queryRawUnsafe<{ n: number }[]>("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'obs.big'");
+      const rows = await db.sql<{ query: string; jit_functions: number }>(
+        "SELECT query, jit_functions::int FROM pg_stat_statements WHERE query LIKE '%pending_queues%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%'",
+      );
+      const scrape = rows.filter((r) => r.query.includes('pending_queues'));
+      const check = rows.filter((r) => !r.query.includes('pending_queues'));
+      // The control statement shows this session does compile; the scrape does not.
+      expect({ scraped: scrape.length, scrapeJit: scrape.map((r) => r.jit_functions), controlJit: check.map((r) => r.jit_functions > 0), control: control.n > 0 }).toEqual({
+        scraped: 1,
+        scrapeJit: [0],
+        controlJit: [true],
+        control: true,
+      });
+    } finally {
+      await other.close();
+      await db.sql(`ALTER DATABASE ${db.name} RESET jit_above_cost`);
+    }
   });
 
   it("reads a page for the operator's list and get, not the tables", async () => {

@@ -1,5 +1,6 @@
 import type { SqlExecutor, TaskInfo } from '../types';
-import { JIT_OFF, dashboardStatements } from './dashboard.sql';
+import { dashboardStatements } from './dashboard.sql';
+import { JIT_OFF } from './fragments.sql';
 
 /** Hot-table states and archive states, as the dashboard's filters name them. */
 export type DashboardTaskState = 'pending' | 'running' | 'dead' | 'done' | 'cancelled';

@@ -2,14 +2,6 @@ import { liveQueues, marked, pipelineWalk } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
 /**
- * Run first in the overview's transaction. The planner prices the overview (a loose index scan
- * per state, counts capped at 10 000 per queue) far above `jit_above_cost` though it runs in
- * milliseconds: with JIT on (Postgres' default), compiling it took 200 ms of a 220 ms page. Not a
- * marked statement: it is a utility command, never worth preparing.
- */
-export const JIT_OFF = 'SET LOCAL jit = off';
-
-/**
  * What the dashboard reads. Every read of history is bounded by an index range, a time window
  * or a LIMIT (the numbers are parameters, set in dashboard.repository.ts), so a page costs about
  * the same with a million archived tasks as with a hundred:
