@@ -50,6 +50,14 @@ SELECT queue, state, count(*)::int, NULL FROM ${s}.task_archive GROUP BY queue, 
      * and read whole from task_running_idx. The due figures are range scans of task_due_idx
      * (queue, run_at <= now()), which never reach the not-yet-due rows.
      */
+    /**
+     * What the server accepts, for the connection budget checked when workers start (see
+     * connection.budget.ts). No parameters.
+     */
+    connectionLimits: `
+SELECT (current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int) AS server_max,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int AS server_in_use`,
+
     metrics: `
 WITH RECURSIVE ${liveQueues(s)}
 SELECT q.queue,

@@ -56,6 +56,11 @@ export class OperatorRepository {
     });
   }
 
+  async connectionLimits(db: SqlExecutor): Promise<{ serverMax: number; serverInUse: number }> {
+    const [r] = await db.$queryRawUnsafe<{ server_max: number; server_in_use: number }[]>(this.inspectSql.connectionLimits);
+    return { serverMax: r.server_max, serverInUse: r.server_in_use };
+  }
+
   async get(db: SqlExecutor, id: string): Promise<TaskRow | null> {
     const rows = await db.$queryRawUnsafe<TaskRow[]>(this.inspectSql.get, id);
     return rows[0] ?? null;

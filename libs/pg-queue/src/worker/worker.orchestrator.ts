@@ -11,6 +11,7 @@ import { OperatorRepository } from '../sql/operator.repository';
 import { installSchema } from '../sql/schema.installer';
 import { ScheduleRepository } from '../sql/schedule.repository';
 import { TaskRepository } from '../sql/task.repository';
+import { connectionBudget, prismaPoolMax } from './connection.budget';
 import { DatabaseClock } from './database.clock';
 import { LeaseRescuer } from './lease.rescuer';
 import { RetentionPruner } from './retention.pruner';
@@ -107,7 +108,9 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     if (this.shutdownPromise) throw new PgQueueError('pg-queue: cannot start after shutdown');
     this.started = true;
     try {
-      // What can fail first (the LISTEN connection retries by itself; the ticker syncs its rows).
+      // What can fail first (the connection budget; the LISTEN connection retries by itself; the
+      // ticker syncs its rows).
+      await this.checkConnectionBudget();
       await this.ensureListener();
       const ticker = await this.syncedTicker();
       for (const handler of this.registry.all()) this.worker(handler.queue).start();
@@ -120,6 +123,17 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       await this.shutdown(); // Nest calls no destroy hook after a failed bootstrap: nothing may stay open
       throw err;
     }
+  }
+
+  /**
+   * Refuses a configuration whose connections the server cannot accept, and warns when the queue's
+   * work will wait for the Prisma pool (see connection.budget.ts).
+   */
+  private async checkConnectionBudget(): Promise<void> {
+    const server = await this.operator.connectionLimits(this.options.prisma);
+    const budget = connectionBudget(this.registry.all(), Boolean(this.options.databaseUrl), { poolMax: prismaPoolMax(this.options.prisma), ...server });
+    if (budget.refusal) throw new PgQueueError(`pg-queue: connection budget: ${budget.refusal}`);
+    if (budget.warning) this.logger.warn(`connection budget: ${budget.warning}`);
   }
 
   /** Stops claiming, drains within shutdownTimeoutMs, releases the rest. Idempotent. */
