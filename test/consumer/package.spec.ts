@@ -315,11 +315,11 @@ describe('the packed tarball', () => {
     for (const dep of required) expect(declared).toContain(dep);
     // Optional peers: @opentelemetry/api, required lazily (observability/tracing.ts); @nestjs/terminus,
     // required only by the @pg-queue/nestjs/health entry point.
-    expect([...required].sort()).toEqual(['@nestjs/common', '@nestjs/core', '@nestjs/terminus', '@opentelemetry/api', 'croner', 'pg-listen', 'prom-client', 'rxjs']);
+    expect([...required].sort()).toEqual(['@nestjs/common', '@nestjs/core', '@nestjs/terminus', '@opentelemetry/api', 'commander', 'croner', 'pg', 'pg-listen', 'prom-client', 'rxjs']);
     for (const peer of ['@opentelemetry/api', '@nestjs/terminus']) expect(manifest.peerDependenciesMeta?.[peer]).toEqual({ optional: true });
     // pg is not required directly: pg-listen needs it as a peer, and it is the driver the queue's LISTEN uses.
     // pg is a peer: the app's driver adapter brings it, and LISTEN uses that copy, not a second one.
-    expect(Object.keys(manifest.dependencies).sort()).toEqual(['croner', 'pg-listen']);
+    expect(Object.keys(manifest.dependencies).sort()).toEqual(['commander', 'croner', 'pg-listen']);
     expect(manifest.peerDependencies.pg).toBeDefined();
     // The root and /testing entries load no optional peer (an app that uses none installs none): only
     // the guarded, lazy require of @opentelemetry/api is reachable from them.
@@ -339,7 +339,7 @@ describe('the packed tarball', () => {
     for (const entry of Object.values(manifest.exports as Record<string, string | Record<string, string>>)) {
       for (const target of typeof entry === 'string' ? [entry] : Object.values(entry)) expect([...packed.files, 'package.json']).toContain(path.posix.normalize(target));
     }
-    expect(fs.readFileSync(path.join(LIB, manifest.bin['pg-queue-schema']), 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
+    for (const bin of ['pg-queue', 'pg-queue-schema']) expect(fs.readFileSync(path.join(LIB, manifest.bin[bin]), 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
   });
 });
 
@@ -444,10 +444,20 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
     ]);
   });
 
-  it('ships the print-schema CLI (pg-queue-schema) for teams who keep DDL in prisma/migrations', () => {
+  it('ships the pg-queue CLI, with --help, and pg-queue-schema as before', () => {
     const res = run(path.join(app, 'node_modules/.bin/pg-queue-schema'), ['app_queue'], { cwd: app });
     expect(res.stdout).toContain('CREATE TABLE "app_queue".task (');
     expect(res.stdout).toContain('INSERT INTO "app_queue".schema_version');
+    expect(run(path.join(app, 'node_modules/.bin/pg-queue'), ['--help'], { cwd: app }).stdout).toMatch(/^Usage: pg-queue \[options\] \[command\]\n[\s\S]*Exit codes:/);
+    expect(run(path.join(app, 'node_modules/.bin/pg-queue-schema'), ['--help'], { cwd: app }).stdout).toMatch(/^Usage: pg-queue schema print \[options\]/);
+    // The package README's migration commands, exactly as written, in the app: SQL only in the file.
+    const readme = fs.readFileSync(path.join(LIB, 'README.md'), 'utf8');
+    const commands = ['mkdir -p prisma/migrations/20260101000000_pgqueue', 'npx --no-install pg-queue schema print --schema pgqueue > prisma/migrations/20260101000000_pgqueue/migration.sql'];
+    expect(readme).toContain(commands.join('\n'));
+    run('sh', ['-c', commands.join(' && ')], { cwd: app });
+    const sql = fs.readFileSync(path.join(app, 'prisma/migrations/20260101000000_pgqueue/migration.sql'), 'utf8');
+    expect(sql.split('\n')[0]).toBe('-- pg-queue schema "pgqueue"');
+    expect(sql).toContain('CREATE TABLE "pgqueue".task (');
   });
 
   it('maps a stack trace through the package to its shipped TypeScript source (node --enable-source-maps)', () => {

@@ -1,16 +1,14 @@
 #!/usr/bin/env node
 /**
- * Prints the queue's SQL for teams who keep schema changes in `prisma/migrations`:
- *   node print-schema.js [schema] > prisma/migrations/<timestamp>_pgqueue/migration.sql
- * The output records its versions in <schema>.schema_version, so the startup installer finds the
- * schema current and changes nothing (or set `installSchema: false`).
+ * `pg-queue-schema [schema]`, kept for existing scripts: the same program as `pg-queue schema
+ * print --schema <schema>` (its options and --help included).
+ *   npx pg-queue-schema pgqueue > prisma/migrations/<timestamp>_pgqueue/migration.sql
  */
-import { printSchemaSql } from '../sql/schema.sql';
-import { validateSchemaName } from '../sql/identifiers';
+import { run } from './program';
 
-try {
-  process.stdout.write(printSchemaSql(validateSchemaName(process.argv[2] ?? 'pgqueue')));
-} catch (err) {
-  process.stderr.write(`${(err as Error).message}\n`);
-  process.exitCode = 2;
-}
+const args = process.argv.slice(2);
+const [first, ...rest] = args;
+const argv = first === undefined || first.startsWith('-') ? ['schema', 'print', ...args] : ['--schema', first, 'schema', 'print', ...rest];
+run(argv, (t) => process.stdout.write(t), (t) => process.stderr.write(t)).then((code) => {
+  process.exitCode = code;
+});

@@ -127,6 +127,30 @@ export class TaskQueue {
     return this.operator.retry(this.options.prisma, { ids: null, queue, errorLike });
   }
 
+  /**
+   * Deletes finished history for good: tasks in `states` (done, cancelled, dead) that finished more
+   * than `olderThanMs` ago, of one queue or all. Pending and running tasks are never touched.
+   * Returns how many were deleted. In batches of 5 000, each its own statement.
+   */
+  async purge(filter: { queue?: string; states: ('done' | 'cancelled' | 'dead')[]; olderThanMs: number }): Promise<number> {
+    filterObject(filter);
+    const queue = filter.queue === undefined ? null : validateQueueName(filter.queue);
+    const finished = ['done', 'cancelled', 'dead'];
+    if (!Array.isArray(filter.states) || filter.states.length === 0 || filter.states.some((s) => !finished.includes(s))) {
+      throw new InvalidArgumentError('states', `expected a non-empty list of ${finished.join(', ')}, got ${shown(filter.states)}`);
+    }
+    const age = filter.olderThanMs;
+    if (typeof age !== 'number' || !Number.isInteger(age) || age < 0 || age > 100 * 365 * 86_400_000) {
+      throw new InvalidArgumentError('olderThanMs', `expected an integer of ms from 0 to 100 years, got ${shown(age)}`);
+    }
+    const states = [...new Set(filter.states)];
+    for (let total = 0; ; ) {
+      const deleted = await this.operator.purge(this.options.prisma, { queue, states, olderThanMs: age }, 5000);
+      total += deleted;
+      if (deleted === 0) return total;
+    }
+  }
+
   /** Changes a pending task's priority (lower runs first); false when it is not pending. */
   async setPriority(id: string, priority: number): Promise<boolean> {
     if (!Number.isInteger(priority) || priority < -2_147_483_648 || priority > 2_147_483_647) {

@@ -53,6 +53,37 @@ WITH retried AS (
 ), ${notifyCte('SELECT queue, run_at FROM retried', '$4')}
 SELECT coalesce((SELECT array_agg(id::text) FROM retried), '{}') AS ids, (SELECT count(*) FROM notified)::int AS notified`,
 
+    /**
+     * Purge finished history: archived tasks (done, cancelled) and dead or cancelled tasks still in
+     * the hot table, finished more than $3 ms ago, at most $4 rows of each table per call, oldest
+     * first (by task_archive_finished_idx and task_dead_idx; run again until it deletes nothing).
+     * Pending and running tasks are never touched. SKIP LOCKED: an operator's retry of the same
+     * dead task wins. Parameters: $1 queue (NULL: every queue), $2 states (text[] of done,
+     * cancelled, dead), $3 age ms, $4 batch limit.
+     */
+    purge: `
+WITH archived AS (
+  DELETE FROM ${s}.task_archive
+  WHERE id = ANY (ARRAY (
+    SELECT id FROM ${s}.task_archive
+    WHERE state = ANY ($2::text[]) AND finished_at < now() - $3 * interval '1 millisecond'
+      AND ($1::text IS NULL OR queue = $1::text)
+    ORDER BY finished_at LIMIT $4
+  ))
+  RETURNING 1
+), live AS (
+  DELETE FROM ${s}.task
+  WHERE id = ANY (ARRAY (
+    SELECT id FROM ${s}.task
+    WHERE state IN ('dead', 'cancelled') AND state = ANY ($2::text[]) AND finished_at < now() - $3 * interval '1 millisecond'
+      AND ($1::text IS NULL OR queue = $1::text)
+    ORDER BY finished_at LIMIT $4
+    FOR UPDATE SKIP LOCKED
+  ))
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM archived)::int AS archived, (SELECT count(*) FROM live)::int AS live`,
+
     /** Change a pending task's priority. Parameters: $1 id, $2 priority. */
     setPriority: `
 UPDATE ${s}.task SET priority = $2 WHERE id = $1::bigint AND state = 'pending' RETURNING id::text AS id`,

@@ -56,6 +56,12 @@ export class OperatorRepository {
     });
   }
 
+  /** One batch of a purge (see operate.sql.ts); the caller repeats it until it deletes nothing. */
+  async purge(db: SqlExecutor, filter: { queue: string | null; states: string[]; olderThanMs: number }, limit: number): Promise<number> {
+    const [r] = await db.$queryRawUnsafe<{ archived: number; live: number }[]>(this.operateSql.purge, filter.queue, filter.states, filter.olderThanMs, limit);
+    return r.archived + r.live;
+  }
+
   async connectionLimits(db: SqlExecutor): Promise<{ serverMax: number; serverInUse: number }> {
     const [r] = await db.$queryRawUnsafe<{ server_max: number; server_in_use: number }[]>(this.inspectSql.connectionLimits);
     return { serverMax: r.server_max, serverInUse: r.server_in_use };

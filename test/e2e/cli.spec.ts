@@ -1,0 +1,136 @@
+/**
+ * The `pg-queue` command line, spawned as a user runs it (through the SWC hook instead of a build),
+ * against a database with tasks in every state: output, --json, exit codes, and one clear line for
+ * a database it cannot use.
+ */
+import { spawnSync } from 'node:child_process';
+import * as path from 'node:path';
+import { Injectable } from '@nestjs/common';
+import { NonRetryableError, TaskHandler, type Task } from '@app/pg-queue';
+import { drainQueue } from '@app/pg-queue/testing';
+import { portNobodyListensOn } from '../support/free-port';
+import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+const ROOT = path.resolve(__dirname, '..', '..');
+
+@Injectable()
+class CliHandlers {
+  @TaskHandler('cli.work')
+  async work(task: Task<{ fail?: string }>) {
+    if (task.payload.fail) throw new NonRetryableError(task.payload.fail);
+  }
+}
+
+interface Run {
+  code: number | null;
+  out: string;
+  err: string;
+}
+
+describe('pg-queue CLI', () => {
+  let db: TestDatabase;
+  let qa: QueueApp;
+  const ids: Record<string, string> = {};
+
+  /** `pg-queue ...args` with DATABASE_URL set to the test database unless `env` says otherwise. */
+  const cli = (args: string[], { env = {}, entry = 'main' }: { env?: NodeJS.ProcessEnv; entry?: string } = {}): Run => {
+    const res = spawnSync(process.execPath, ['-r', path.join(ROOT, 'test/support/ts-register.js'), path.join(ROOT, `libs/pg-queue/src/cli/${entry}.ts`), ...args], {
+      cwd: ROOT,
+      env: { ...process.env, DATABASE_URL: db.url, ...env },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    return { code: res.status, out: res.stdout, err: res.stderr };
+  };
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    qa = await bootQueueApp(db.prisma(4), [CliHandlers], { autoStart: false });
+    ids.done = await qa.queue.enqueue('cli.work', {});
+    ids.dead = await qa.queue.enqueue('cli.work', { fail: 'card declined' });
+    ids.dead2 = await qa.queue.enqueue('cli.work', { fail: 'gateway timeout' });
+    await drainQueue(qa.app);
+    ids.pending = await qa.queue.enqueue('cli.work', {}, { delayMs: 3_600_000 });
+  });
+  afterAll(async () => {
+    await qa.close();
+    await db.drop();
+  });
+
+  it('stats and list, as text and as JSON', () => {
+    const stats = cli(['stats']);
+    expect(stats).toMatchObject({ code: 0, err: '' });
+    expect(stats.out).toMatch(/^queue\s+pending\s+running\s+dead\s+done\s+cancelled\s+oldestPendingMs\ncli\.work\s+1\s+0\s+2\s+1\s+0\s+-\n$/);
+    const json = cli(['--json', 'list', '--queue', 'cli.work', '--state', 'dead']);
+    expect(json.code).toBe(0);
+    const dead = JSON.parse(json.out) as { id: string; state: string; lastError: string }[];
+    expect(dead.map((t) => t.id).sort()).toEqual([ids.dead, ids.dead2].sort());
+    expect(dead.every((t) => t.state === 'dead' && t.lastError.startsWith('NonRetryableError'))).toBe(true);
+    const page = cli(['list', '--limit', '2']);
+    expect(page.out.trim().split('\n')).toHaveLength(3); // header + 2
+  });
+
+  it('show <id>: the task; an unknown id exits 1, a malformed one 2', () => {
+    const shown = cli(['--json', 'show', ids.done]);
+    expect(shown.code).toBe(0);
+    expect(JSON.parse(shown.out)).toMatchObject({ id: ids.done, state: 'done', queue: 'cli.work', chain: [{ id: ids.done, stage: 0 }] });
+    expect(cli(['show', '99999999'])).toMatchObject({ code: 1, out: '', err: 'pg-queue: no task 99999999\n' });
+    const bad = cli(['show', 'abc']);
+    expect({ code: bad.code, err: bad.err }).toEqual({ code: 2, err: 'pg-queue: invalid argument "id": expected a task id (a positive bigint as a decimal string), got "abc"\n' });
+  });
+
+  it('retry, retry-dead by error text, cancel: what they did, and exit 1 when there was nothing to do', async () => {
+    expect(cli(['retry', ids.dead])).toMatchObject({ code: 0, out: `task ${ids.dead} is pending again\n` });
+    expect((await qa.queue.get(ids.dead))?.state).toBe('pending');
+    expect(cli(['retry', ids.dead]).code).toBe(1); // pending now: nothing to retry
+    const revived = cli(['--json', 'retry-dead', '--queue', 'cli.work', '--error-like', '%timeout%']);
+    expect({ code: revived.code, body: JSON.parse(revived.out) }).toEqual({ code: 0, body: { queue: 'cli.work', retried: [ids.dead2] } });
+    expect(cli(['retry-dead', '--queue', 'cli.work']).code).toBe(1);
+    expect(cli(['cancel', ids.pending])).toMatchObject({ code: 0, out: `task ${ids.pending} cancelled\n` });
+    expect(cli(['cancel', ids.pending]).code).toBe(1);
+  });
+
+  it('purge deletes finished history older than the given age, never live tasks', async () => {
+    expect(cli(['purge']).code).toBe(2); // --older-than is required
+    expect(cli(['purge', '--older-than', 'soon']).code).toBe(2);
+    const none = cli(['purge', '--older-than', '1d']);
+    expect(none).toMatchObject({ code: 0, out: '0 tasks deleted\n' });
+    await db.sql("UPDATE pgqueue.task_archive SET finished_at = now() - interval '2 days'");
+    const purged = cli(['--json', 'purge', '--queue', 'cli.work', '--older-than', '1d']);
+    expect({ code: purged.code, body: JSON.parse(purged.out) }).toEqual({ code: 0, body: { deleted: 2 } }); // the done one and the cancelled one
+    expect(await db.sql('SELECT count(*)::int AS n FROM pgqueue.task_archive')).toEqual([{ n: 0 }]);
+    expect(await db.sql("SELECT state FROM pgqueue.task WHERE queue = 'cli.work' ORDER BY id")).toEqual([{ state: 'pending' }, { state: 'pending' }]);
+  });
+
+  it('schema print and install; pg-queue-schema is the same program', async () => {
+    const printed = cli(['--schema', 'cli_q', 'schema', 'print']);
+    expect(printed.code).toBe(0);
+    expect(printed.out).toContain('CREATE TABLE "cli_q".task (');
+    expect(cli(['--schema', 'cli_q', 'schema', 'install'])).toMatchObject({ code: 0, out: expect.stringMatching(/^applied migrations 1, 2, 3/) });
+    expect(cli(['--schema', 'cli_q', 'schema', 'install'])).toMatchObject({ code: 0, out: 'schema current: nothing to do\n' });
+    expect(cli(['app_queue'], { entry: 'print-schema' }).out).toContain('CREATE TABLE "app_queue".task (');
+    const help = cli(['--help'], { entry: 'print-schema' });
+    expect({ code: help.code, usage: help.out.split('\n')[0] }).toEqual({ code: 0, usage: 'Usage: pg-queue schema print [options]' });
+    expect(cli(['Bad-Name'], { entry: 'print-schema' })).toMatchObject({ code: 2, err: expect.stringMatching(/^pg-queue: invalid option schema: /) });
+  });
+
+  it('--help everywhere, --version, usage errors exit 2', () => {
+    const help = cli(['--help']);
+    expect(help.code).toBe(0);
+    expect(help.out).toContain('Exit codes: 0 done; 1 not found');
+    for (const command of ['stats', 'list', 'show', 'retry', 'retry-dead', 'cancel', 'purge', 'schema']) expect(help.out).toContain(`  ${command}`);
+    expect(cli(['purge', '--help']).out).toContain('--older-than <duration>');
+    expect(cli(['--version']).out).toMatch(/^\d+\.\d+\.\d+\n$/);
+    expect(cli(['list', '--state', 'finished']).code).toBe(2);
+    expect(cli(['--nonsense']).code).toBe(2);
+  });
+
+  it('a database it cannot use is one line naming host and port, never the password, and exit 3', async () => {
+    const port = await portNobodyListensOn();
+    const down = cli(['stats'], { env: { DATABASE_URL: `postgresql://app:s3cret@127.0.0.1:${port}/shop` } });
+    expect(down).toEqual({ code: 3, out: '', err: `pg-queue: cannot use PostgreSQL at 127.0.0.1:${port}/shop (connection refused)\n` });
+    expect(cli(['stats'], { env: { DATABASE_URL: '' } })).toMatchObject({ code: 3, err: expect.stringMatching(/^pg-queue: no database: pass --database-url or set DATABASE_URL/) });
+    expect(cli(['--database-url', 'mysql://x/y', 'stats'])).toMatchObject({ code: 3 });
+  });
+});
