@@ -49,13 +49,18 @@ export function invokeHandler(attempt: Attempt, timeoutMs: number, run: () => Pr
   });
 }
 
-/** {@link invokeHandler} inside the attempt's trace span (see observability/tracing.ts), when tracing is available. */
-export async function invokeTraced(attempt: Attempt, mode: HandlerMode, timeoutMs: number, run: () => Promise<void>): Promise<InvokeOutcome> {
+/**
+ * {@link invokeHandler} inside the attempt's trace span (see observability/tracing.ts), when tracing
+ * is available. Not an async function: per task, its extra promise and awaits cost about a tenth
+ * of a lease-mode drain's throughput (measured against invokeHandler alone, the same run).
+ */
+export function invokeTraced(attempt: Attempt, mode: HandlerMode, timeoutMs: number, run: () => Promise<void>): Promise<InvokeOutcome> {
   const span = startHandlerSpan(attempt.task, mode, attempt.traceContext);
   if (!span) return invokeHandler(attempt, timeoutMs, run);
-  const outcome = await invokeHandler(attempt, timeoutMs, () => span.run(run));
-  span.end(outcome);
-  return outcome;
+  return invokeHandler(attempt, timeoutMs, () => span.run(run)).then((outcome) => {
+    span.end(outcome);
+    return outcome;
+  });
 }
 
 function abortOnTimeout(attempt: Attempt, timeoutMs: number): void {
