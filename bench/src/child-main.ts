@@ -37,7 +37,7 @@ export interface RunResult {
 }
 
 async function makeTarget(spec: RunSpec): Promise<BenchTarget> {
-  const opts: TargetOptions = { url: spec.url, concurrency: spec.concurrency, mode: spec.mode };
+  const opts: TargetOptions = { url: spec.url, concurrency: spec.concurrency, mode: spec.mode, metrics: spec.scenario === 'scale' || spec.scenario === 'make-scale' };
   switch (spec.lib) {
     case 'pg-queue': {
       const { PgQueueTarget } = await import('./targets/pg-queue.js');

@@ -37,6 +37,8 @@ export interface TargetOptions {
   url: string;
   concurrency: number;
   mode?: 'transactional' | 'lease';
+  /** pg-queue: import PgQueueMetricsModule (scenario 8 scrapes it; an app without metrics does not pay for them). */
+  metrics?: boolean;
 }
 
 /** Pool size given to every library: max(10, concurrency + 2) (graphile-worker's documented advice). */
