@@ -52,8 +52,10 @@ export const groupFirst = (s: string) => `(t.group_key IS NULL OR (
  * queue's lock); the lease taking and the result are the same.
  * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 the claiming handler's
  * maxAttempts (the limit in force unless the enqueuer set one); `next` may use more.
+ * `partitioned`: `next` locked nothing (see claimPartitioned), so the UPDATE re-checks that each
+ * row is still pending, and the rows carry their partition back (for the round's cursor).
  */
-export function claimFrom(s: string, next: string): string {
+export function claimFrom(s: string, next: string, { partitioned = false } = {}): string {
   return `
 WITH next AS (${next}
 ), claimed AS (
@@ -66,10 +68,10 @@ WITH next AS (${next}
       locked_until = now() + $4 * interval '1 millisecond',
       started_at = now(),
       finished_at = NULL
-  WHERE t.id = ANY (ARRAY (SELECT id FROM next)) AND t.state = 'pending'
+  WHERE t.id = ANY (ARRAY (SELECT id FROM next))${partitioned ? " AND t.state = 'pending'" : ''}
   RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at')} AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
             ${EPOCH_MS('t.created_at')} AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
-            t.group_key, t.dedup_key, t.trace_context, t.partition_key
+            t.group_key, t.dedup_key, t.trace_context${partitioned ? ', t.partition_key' : ''}
 )
 SELECT coalesce(json_agg(c), '[]')::text AS claimed,
        CASE WHEN count(*) < $2 THEN (

@@ -50,7 +50,7 @@ export class LimitsRepository {
               );
         const rows = JSON.parse(res.claimed) as ClaimedRow[];
         if (rows.length > 0 && (limits.rateLimit !== null || limits.partitionConcurrency !== null)) {
-          const cursor = limits.partitionConcurrency === null ? null : nextCursor(room.cursor, rows.map((r) => r.partition_key));
+          const cursor = limits.partitionConcurrency === null ? null : nextCursor(room.cursor, rows.map((r) => r.partition_key ?? null));
           await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, cursor, rows.length);
         }
         const nextDue = [res.next_due_in_ms, rateWait].filter((ms): ms is number => ms !== null);

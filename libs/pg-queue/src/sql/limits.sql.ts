@@ -105,6 +105,7 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
     ) c
   )
   SELECT id FROM offered ORDER BY rank, pos LIMIT $2`,
+      { partitioned: true },
     ),
 
     /**

@@ -44,7 +44,8 @@ export interface ClaimedRow {
   dedup_key: string | null;
   /** The enqueuer's trace context (a propagation carrier), or null. */
   trace_context: Record<string, string> | null;
-  partition_key: string | null;
+  /** Returned by partitioned claims only (limits.sql.ts). */
+  partition_key?: string | null;
 }
 
 /** The backend and transaction a transactional batch runs on (see lockLeases). */

@@ -1,12 +1,11 @@
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import { hasFlowControl } from '../pg-queue.options';
 import { ShutdownAbortError, TaskCancelledError } from '../errors';
-import { Attempt, byClaimOrder } from './attempt';
+import type { Attempt } from './attempt';
 import { ClaimSizer } from './claim.sizer';
 import { LeaseRunner } from './lease.runner';
+import { QueueClaimer } from './queue.claimer';
 import { TransactionalRunner } from './transactional.runner';
 import { WakeTimers } from './wake.timers';
-import { logLine } from './error-text';
 import { WorkInFlight } from './work.in-flight';
 import { releaseAttempts, type WorkerDeps } from './worker.deps';
 
@@ -16,6 +15,17 @@ import { releaseAttempts, type WorkerDeps } from './worker.deps';
  * payload is as large as `maxPayloadBytes` allows (jsonb prints up to about twice its input).
  */
 const CLAIM_PAYLOAD_BUDGET = 128 * 1024 * 1024;
+
+/** One queue's worker loop as a health check sees it (see QueueWorker.status). */
+export interface WorkerStatus {
+  queue: string;
+  state: 'idle' | 'running' | 'stopping' | 'stopped';
+  alive: boolean;
+  /** Attempts running or waiting for a slot in this process. */
+  running: number;
+  lastClaimAt: Date | null;
+  lastClaimError: string | null;
+}
 
 /**
  * Runs one queue in this process.
@@ -33,17 +43,6 @@ const CLAIM_PAYLOAD_BUDGET = 128 * 1024 * 1024;
  * handlers instead of waiting for slots to free one by one. One claim is in flight at a time; a
  * wake that arrives meanwhile is remembered by sequence number, never lost.
  */
-/** One queue's worker loop as a health check sees it (see QueueWorker.status). */
-export interface WorkerStatus {
-  queue: string;
-  state: 'idle' | 'running' | 'stopping' | 'stopped';
-  alive: boolean;
-  /** Attempts running or waiting for a slot in this process. */
-  running: number;
-  lastClaimAt: Date | null;
-  lastClaimError: string | null;
-}
-
 export class QueueWorker {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   /** The claim loop while it runs (drain() waits for it: its claims may already be committed). */
@@ -62,12 +61,7 @@ export class QueueWorker {
   private readonly sizer: ClaimSizer;
   /** The most rows one claim takes: batchSize, or fewer when large payloads would pass CLAIM_PAYLOAD_BUDGET. */
   private readonly claimCeiling: number;
-  /** The queue has flow-control rules: claims go through LimitsRepository, endings are announced. */
-  private readonly limited: boolean;
-  private announcing = false;
-  /** For health checks: when the last claim succeeded, and the error of the last one if it failed. */
-  private lastClaimAt: number | null = null;
-  private lastClaimError: string | null = null;
+  private readonly claimer: QueueClaimer;
 
   constructor(
     readonly handler: RegisteredHandler,
@@ -78,7 +72,7 @@ export class QueueWorker {
     const o = handler.options;
     this.timers = new WakeTimers(() => this.wake(), pollIntervalMs);
     const wakeIn = (ms: number) => this.wakeIn(ms);
-    this.limited = hasFlowControl(o);
+    this.claimer = new QueueClaimer(handler, deps, wakeIn);
     this.claimCeiling = Math.min(o.batchSize, Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / deps.rowLimits.maxPayloadBytes)));
     this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
@@ -127,10 +121,10 @@ export class QueueWorker {
     return {
       queue: this.queue,
       state: this.state,
-      alive: this.state === 'running' && this.lastClaimError === null,
+      alive: this.state === 'running' && this.claimer.lastClaimError === null,
       running: this.work.size,
-      lastClaimAt: this.lastClaimAt === null ? null : new Date(this.lastClaimAt),
-      lastClaimError: this.lastClaimError,
+      lastClaimAt: this.claimer.lastClaimAt === null ? null : new Date(this.claimer.lastClaimAt),
+      lastClaimError: this.claimer.lastClaimError,
     };
   }
 
@@ -160,7 +154,7 @@ export class QueueWorker {
     const before = this.dispatched;
     for (;;) {
       await this.quiesce();
-      const rows = await this.claim(this.claimCeiling);
+      const rows = await this.claimer.claim(this.claimCeiling);
       if (rows.length > 0) this.dispatch(rows);
       else if (this.filling === null && this.work.size === 0 && this.buffer.length === 0) return this.dispatched - before;
     }
@@ -182,7 +176,7 @@ export class QueueWorker {
   private capacity(): number {
     // A limited queue claims no look-ahead: a claimed task holds one of the queue's global slots
     // (or its partition's, or a start of its rate window) while it waits here.
-    if (this.lease && this.limited) return Math.min(this.claimCeiling, Math.max(0, this.handler.options.concurrency - this.busy - this.buffer.length));
+    if (this.lease && this.claimer.limited) return Math.min(this.claimCeiling, Math.max(0, this.handler.options.concurrency - this.busy - this.buffer.length));
     if (this.lease) return this.sizer.leaseClaim(this.busy, this.buffer.length);
     return this.busy < this.handler.options.concurrency ? this.sizer.transactionClaim() : 0;
   }
@@ -204,9 +198,7 @@ export class QueueWorker {
         const want = this.capacity();
         if (want === 0) break;
         const seq = this.wakeSeq;
-        const rows = await this.claim(want);
-        this.lastClaimAt = Date.now();
-        this.lastClaimError = null;
+        const rows = await this.claimer.claim(want);
         // A short batch means the queue is empty for now, unless a wake came in meanwhile. The
         // claim then also said when the next task is due: the timer takes over from there.
         if (rows.length < want) this.claimedSeq = seq;
@@ -214,37 +206,10 @@ export class QueueWorker {
       }
       return true;
     } catch (err) {
-      this.lastClaimError = logLine(err);
-      this.deps.logger.error(`claim failed for queue "${this.queue}": ${this.lastClaimError}`);
+      this.deps.logger.error(`claim failed for queue "${this.queue}": ${this.claimer.lastClaimError}`);
       this.timers.retryAfter(1000);
       return false;
     }
-  }
-
-  private async claim(limit: number): Promise<Attempt[]> {
-    const o = this.handler.options;
-    const sentAt = Date.now();
-    const claim = this.limited
-      ? await this.deps.limits.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o)
-      : await this.deps.repo.claim(this.deps.prisma, this.queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts);
-    this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
-    if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
-    const attempts = claim.rows.map((r) => new Attempt(r));
-    return (await this.withoutGroupRivals(attempts)).sort(byClaimOrder);
-  }
-
-  /**
-   * A group task whose group turns out to have another running task (a rival claim committed
-   * while ours ran: see groupRivals in claim.sql.ts) is given back uncounted before it starts.
-   */
-  private async withoutGroupRivals(attempts: Attempt[]): Promise<Attempt[]> {
-    const grouped = attempts.filter((a) => a.groupKey !== null);
-    if (grouped.length === 0) return attempts;
-    const rivalled = await this.deps.repo.groupRivals(this.deps.prisma, grouped.map((a) => a.lease));
-    if (rivalled.size === 0) return attempts;
-    const givenWay = attempts.filter((a) => rivalled.has(a.task.id));
-    await releaseAttempts(this.deps, givenWay, `rivalled group tasks of "${this.queue}"`, false);
-    return attempts.filter((a) => !rivalled.has(a.task.id));
   }
 
   private dispatch(attempts: Attempt[]): void {
@@ -256,21 +221,6 @@ export class QueueWorker {
     } else {
       this.track(attempts, () => this.transactional!.run(attempts));
     }
-  }
-
-  /**
-   * A limited queue's task ended here: its slot may be what another instance waits for, and no
-   * other statement tells it. One NOTIFY per burst of endings (coalesced over a macrotask).
-   */
-  private announceFreedRoom(): void {
-    if (this.announcing) return;
-    this.announcing = true;
-    setImmediate(() => {
-      this.announcing = false;
-      this.deps.limits.announce(this.deps.prisma, this.deps.repo.channel, this.queue).catch((err: unknown) => {
-        this.deps.logger.warn(`could not announce freed room of "${this.queue}": ${(err as Error).message}`);
-      });
-    });
   }
 
   /** Lease mode: start buffered attempts while slots are free. */
@@ -318,7 +268,7 @@ export class QueueWorker {
 
   private afterWork(p: Promise<void>, ranGroupTask: boolean): void {
     this.work.delete(p);
-    if (this.limited) this.announceFreedRoom();
+    if (this.claimer.limited) this.claimer.announceFreedRoom();
     this.pump();
     // A finished group task lets the next task of its group run; no NOTIFY announces that.
     if (ranGroupTask) this.wakeSeq++;

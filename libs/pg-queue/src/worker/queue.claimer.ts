@@ -1,0 +1,84 @@
+import type { RegisteredHandler } from '../discovery/task-handler.registry';
+import { hasFlowControl } from '../pg-queue.options';
+import { Attempt, byClaimOrder } from './attempt';
+import { logLine } from './error-text';
+import { releaseAttempts, type WorkerDeps } from './worker.deps';
+
+/**
+ * The claims of one queue's worker: plain, or under the queue's flow-control rules
+ * (LimitsRepository). Each claim feeds the database clock and hands the next due time to the
+ * worker's timer; group tasks a rival claim beat are given back before they start. A limited
+ * queue's endings are announced (`announceFreedRoom`). The last claim's outcome is kept for
+ * health checks.
+ */
+export class QueueClaimer {
+  /** The queue has flow-control rules: claims go through LimitsRepository, endings are announced. */
+  readonly limited: boolean;
+  lastClaimAt: number | null = null;
+  /** The last claim's error as one line; null once a claim succeeds. */
+  lastClaimError: string | null = null;
+  private announcing = false;
+
+  constructor(
+    private readonly handler: RegisteredHandler,
+    private readonly deps: WorkerDeps,
+    /** The worker's timer: the queue's next task is due in `ms`. */
+    private readonly wakeIn: (ms: number) => void,
+  ) {
+    this.limited = hasFlowControl(handler.options);
+  }
+
+  /** Claims up to `limit` tasks, in claim order. A failure is recorded, then rethrown. */
+  async claim(limit: number): Promise<Attempt[]> {
+    try {
+      const attempts = await this.claimOnce(limit);
+      this.lastClaimAt = Date.now();
+      this.lastClaimError = null;
+      return attempts;
+    } catch (err) {
+      this.lastClaimError = logLine(err);
+      throw err;
+    }
+  }
+
+  /**
+   * A limited queue's task ended here: its slot may be what another instance waits for, and no
+   * other statement tells it. One NOTIFY per burst of endings (coalesced over a macrotask).
+   */
+  announceFreedRoom(): void {
+    if (this.announcing) return;
+    this.announcing = true;
+    setImmediate(() => {
+      this.announcing = false;
+      this.deps.limits.announce(this.deps.prisma, this.deps.repo.channel, this.handler.queue).catch((err: unknown) => {
+        this.deps.logger.warn(`could not announce freed room of "${this.handler.queue}": ${(err as Error).message}`);
+      });
+    });
+  }
+
+  private async claimOnce(limit: number): Promise<Attempt[]> {
+    const { queue, options: o } = this.handler;
+    const sentAt = Date.now();
+    const claim = this.limited
+      ? await this.deps.limits.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o)
+      : await this.deps.repo.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts);
+    this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
+    if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
+    const attempts = claim.rows.map((r) => new Attempt(r));
+    return (await this.withoutGroupRivals(attempts)).sort(byClaimOrder);
+  }
+
+  /**
+   * A group task whose group turns out to have another running task (a rival claim committed
+   * while ours ran: see groupRivals in claim.sql.ts) is given back uncounted before it starts.
+   */
+  private async withoutGroupRivals(attempts: Attempt[]): Promise<Attempt[]> {
+    const grouped = attempts.filter((a) => a.groupKey !== null);
+    if (grouped.length === 0) return attempts;
+    const rivalled = await this.deps.repo.groupRivals(this.deps.prisma, grouped.map((a) => a.lease));
+    if (rivalled.size === 0) return attempts;
+    const givenWay = attempts.filter((a) => rivalled.has(a.task.id));
+    await releaseAttempts(this.deps, givenWay, `rivalled group tasks of "${this.handler.queue}"`, false);
+    return attempts.filter((a) => !rivalled.has(a.task.id));
+  }
+}
