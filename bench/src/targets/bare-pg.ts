@@ -56,6 +56,7 @@ export class BarePgTarget implements BenchTarget {
       onConflict: 'ignore' as const,
       traceContext: null,
       partitionKey: null,
+      debounce: null,
     };
     await this.enqueuer!.query({ name: 'insert', text: this.insert, values: [taskRowsJson([row]), this.channel] });
   }

@@ -131,13 +131,35 @@ export interface EnqueueOptions<TTx = unknown> {
    * most that many tasks of a partition run at once and claims take partitions in turn.
    */
   partition?: string;
+  /**
+   * Fold a burst of requests into one run (see DebounceOptions). Decides the due time itself, so it
+   * does not combine with `runAt`, `delayMs` or `key`.
+   */
+  debounce?: DebounceOptions;
+}
+
+/**
+ * Debounce: requests with the same (queue, key) that come within `delayMs` of each other form a
+ * burst, and the burst runs once, with the newest request's payload and options.
+ * - 'trailing' (default): the run starts `delayMs` after the last request of the burst, and never
+ *   later than `maxDelayMs` after its first request.
+ * - 'leading': the first request of a burst runs at once; the requests after it fold into one
+ *   trailing run as above (none if there were none).
+ * A request that comes once the burst's run has started begins a new burst.
+ */
+export interface DebounceOptions {
+  key: string;
+  delayMs: number;
+  /** Upper bound on how long a burst's run may be pushed back. Default: none. */
+  maxDelayMs?: number;
+  mode?: 'trailing' | 'leading';
 }
 
 /**
  * A follow-up enqueued from a handler: committed together with the parent's completion. A `key`
  * here always behaves as onConflict 'ignore'.
  */
-export type FollowUpOptions = Omit<EnqueueOptions, 'tx' | 'onConflict'>;
+export type FollowUpOptions = Omit<EnqueueOptions, 'tx' | 'onConflict' | 'debounce'>;
 
 export interface EnqueueItem<P = unknown> {
   queue: string;

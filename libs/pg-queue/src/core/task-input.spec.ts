@@ -154,6 +154,7 @@ describe('buildTaskRow', () => {
       onConflict: 'ignore',
       traceContext: null,
       partitionKey: null,
+      debounce: null,
     });
   });
 

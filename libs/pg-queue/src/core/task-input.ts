@@ -5,7 +5,7 @@ import {
   PayloadTooLargeError,
 } from '../errors';
 import { currentTraceContext } from '../observability/tracing';
-import type { NewTaskRow } from '../sql/statement-values';
+import type { NewTaskDebounce, NewTaskRow } from '../sql/statement-values';
 import type { EnqueueOptions } from '../types';
 
 const QUEUE_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
@@ -106,6 +106,7 @@ export function buildTaskRow(
   if (o.onConflict !== undefined && dedupKey === null) {
     throw new InvalidEnqueueOptionsError('onConflict', 'only applies together with a key');
   }
+  const debounce = debounceOf(o, parentId);
   return {
     queue: name,
     payloadJson: serialisePayload(name, payload, limits.maxPayloadBytes),
@@ -119,7 +120,34 @@ export function buildTaskRow(
     onConflict,
     traceContext: currentTraceContext(),
     partitionKey,
+    debounce,
   };
+}
+
+/** The debounce option, checked; it sets the due time and the key itself, so it excludes theirs. */
+function debounceOf(o: Omit<EnqueueOptions, 'tx'>, parentId: string | null): NewTaskDebounce | null {
+  const d = o.debounce;
+  if (d === undefined) return null;
+  if (d === null || typeof d !== 'object') throw new InvalidEnqueueOptionsError('debounce', 'expected an object');
+  if (parentId !== null) throw new InvalidEnqueueOptionsError('debounce', 'is not available to ctx.enqueue (a follow-up commits with its parent)');
+  for (const other of ['runAt', 'delayMs', 'key', 'onConflict'] as const) {
+    if (o[other] !== undefined) throw new InvalidEnqueueOptionsError('debounce', `sets the due time and key itself: remove '${other}'`);
+  }
+  const key = optionalText('debounce.key', d.key);
+  if (key === null) throw new InvalidEnqueueOptionsError('debounce.key', 'is required');
+  const delayMs = d.delayMs;
+  if (!Number.isInteger(delayMs) || delayMs < 1 || delayMs > MAX_DELAY_MS) {
+    throw new InvalidEnqueueOptionsError('debounce.delayMs', `expected an integer from 1 to ${MAX_DELAY_MS}, got ${JSON.stringify(delayMs)}`);
+  }
+  const maxDelayMs = d.maxDelayMs ?? null;
+  if (maxDelayMs !== null && (!Number.isInteger(maxDelayMs) || maxDelayMs < delayMs || maxDelayMs > MAX_DELAY_MS)) {
+    throw new InvalidEnqueueOptionsError('debounce.maxDelayMs', `expected an integer from delayMs (${delayMs}) to ${MAX_DELAY_MS}, got ${JSON.stringify(maxDelayMs)}`);
+  }
+  const mode = d.mode ?? 'trailing';
+  if (mode !== 'trailing' && mode !== 'leading') {
+    throw new InvalidEnqueueOptionsError('debounce.mode', `expected 'trailing' or 'leading', got ${JSON.stringify(mode)}`);
+  }
+  return { key, delayMs, maxDelayMs, leading: mode === 'leading' };
 }
 
 function optionalText(option: string, value: unknown): string | null {

@@ -69,6 +69,7 @@ export class ScheduleTicker {
           onConflict: 'ignore',
           traceContext: null, // a tick starts a trace of its own
           partitionKey: null,
+          debounce: null,
         }));
         await this.tasks.insert(tx, tasks);
         await this.schedules.advanceSchedule(tx, row.name, next, fire.at(-1) ?? null);

@@ -59,7 +59,8 @@ WHERE pid = $1::int AND backend_xid = $2::xid`,
     /**
      * Retention, one instance at a time (a transaction-scoped advisory lock; the others skip the
      * round): delete archived tasks older than $1 ms and dead or cancelled tasks in the hot table
-     * older than $2 ms, at most $3 rows each, oldest first. Run repeatedly until nothing is left.
+     * older than $2 ms, at most $3 rows each, oldest first, and debounce keys whose burst went
+     * quiet (a missing row means just that). Run repeatedly until nothing is left.
      * Parameters: $1 archive age ms, $2 dead age ms, $3 batch limit, $4 schema name (lock key).
      */
     prune: `
@@ -83,8 +84,13 @@ WITH lock AS (
     FOR UPDATE SKIP LOCKED
   ))
   RETURNING 1
+), quiet AS (
+  DELETE FROM ${s}.task_debounce
+  WHERE (queue, key) IN (SELECT queue, key FROM ${s}.task_debounce
+                         WHERE quiet_until < now() AND (SELECT mine FROM lock) LIMIT $3 FOR UPDATE SKIP LOCKED)
+  RETURNING 1
 )
 SELECT (SELECT mine FROM lock) AS ran, (SELECT count(*) FROM archived)::int AS archived,
-       (SELECT count(*) FROM dead)::int AS dead`,
+       (SELECT count(*) FROM dead)::int AS dead, (SELECT count(*) FROM quiet)::int AS quiet`,
   });
 }

@@ -238,6 +238,31 @@ CREATE INDEX IF NOT EXISTS task_retrying_idx ON ${s}.task (queue, finished_at)
 `,
       ],
     },
+    {
+      version: 8,
+      name: 'debounce',
+      sql: [
+        `
+-- Debounce (debounce.sql.ts): the key of a burst's task and the latest its run may be pushed to;
+-- for leading debounce, per key, when its burst goes quiet (and what the previous request set).
+-- Catalog changes only.
+ALTER TABLE ${s}.task ADD COLUMN debounce_key text, ADD COLUMN debounce_until timestamptz;
+CREATE TABLE IF NOT EXISTS ${s}.task_debounce (
+  queue            text        NOT NULL,
+  key              text        NOT NULL,
+  quiet_until      timestamptz NOT NULL,
+  prev_quiet_until timestamptz,
+  PRIMARY KEY (queue, key)
+);
+`,
+        `
+-- The burst a request folds into: the key's pending task that has not started (a claim sets
+-- started_at, and a release or retry keeps it), at most one per key.
+CREATE UNIQUE INDEX IF NOT EXISTS task_debounce_idx ON ${s}.task (queue, debounce_key)
+  WHERE debounce_key IS NOT NULL AND state = 'pending' AND started_at IS NULL;
+`,
+      ],
+    },
   ];
 }
 

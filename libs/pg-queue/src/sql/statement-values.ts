@@ -25,6 +25,16 @@ export interface NewTaskRow {
   traceContext: string | null;
   /** The enqueue option `partition` (flow control, see limits.sql.ts), or null. */
   partitionKey: string | null;
+  /** The enqueue option `debounce` (see debounce.sql.ts), or null. */
+  debounce: NewTaskDebounce | null;
+}
+
+export interface NewTaskDebounce {
+  key: string;
+  delayMs: number;
+  /** null: no bound. */
+  maxDelayMs: number | null;
+  leading: boolean;
 }
 
 export interface ClaimedRow {

@@ -1,6 +1,7 @@
 import type { PrismaClientLike, SqlExecutor } from '../types';
 import { claimStatements } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
+import { debounceStatements } from './debounce.sql';
 import { enqueueStatements, type ConflictMode } from './enqueue.sql';
 import { notifyChannel } from './identifiers';
 import { maintainStatements } from './maintain.sql';
@@ -22,11 +23,13 @@ import {
   type RanLease,
 } from './statement-values';
 
+type InsertPart = ConflictMode | 'plain' | 'debounce';
+
 /** Rows of one enqueue call, split by the statement that inserts them, with their input positions. */
-function splitByConflictMode(rows: NewTaskRow[]): Map<ConflictMode | 'plain', { index: number; row: NewTaskRow }[]> {
-  const parts = new Map<ConflictMode | 'plain', { index: number; row: NewTaskRow }[]>();
+function splitByConflictMode(rows: NewTaskRow[]): Map<InsertPart, { index: number; row: NewTaskRow }[]> {
+  const parts = new Map<InsertPart, { index: number; row: NewTaskRow }[]>();
   rows.forEach((row, index) => {
-    const part = row.dedupKey === null ? 'plain' : row.onConflict;
+    const part = row.debounce !== null ? 'debounce' : row.dedupKey === null ? 'plain' : row.onConflict;
     const list = parts.get(part);
     if (list) list.push({ index, row });
     else parts.set(part, [{ index, row }]);
@@ -43,6 +46,7 @@ const MAX_KEYED_RETRIES = 5;
  */
 export class TaskRepository {
   private readonly enqueueSql;
+  private readonly debounceSql;
   private readonly claimSql;
   private readonly completeSql;
   private readonly maintainSql;
@@ -53,6 +57,7 @@ export class TaskRepository {
   constructor(readonly schema: string, retention: FinishedRetention) {
     this.archives = retention === 'archive';
     this.enqueueSql = enqueueStatements(schema);
+    this.debounceSql = debounceStatements(schema);
     this.claimSql = claimStatements(schema);
     this.completeSql = completeStatements(schema, retention);
     this.maintainSql = maintainStatements(schema);
@@ -69,7 +74,8 @@ export class TaskRepository {
     const parts = splitByConflictMode(rows);
     const root = db as Partial<PrismaClientLike>;
     if (parts.size === 1 && parts.has('plain')) return this.insertPlain(db, rows);
-    if (parts.size > 1 && typeof root.$transaction === 'function') {
+    const statements = parts.size - 1 + (parts.get('debounce')?.length ?? 1);
+    if (statements > 1 && typeof root.$transaction === 'function') {
       return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows.length, parts));
     }
     return this.insertParts(db, rows.length, parts);
@@ -86,11 +92,22 @@ export class TaskRepository {
       if (mode === 'plain') {
         const got = await this.insertPlain(db, part.map((p) => p.row));
         part.forEach((p, i) => (ids[p.index] = got[i]));
+      } else if (mode === 'debounce') {
+        // One statement per request: each folds into what the previous one left (see debounce.sql.ts).
+        for (const p of part) ids[p.index] = await this.insertDebounced(db, p.row);
       } else {
         await this.insertKeyed(db, mode, part, ids);
       }
     }
     return ids;
+  }
+
+  private async insertDebounced(db: SqlExecutor, row: NewTaskRow): Promise<string> {
+    const d = row.debounce!;
+    const [res] = await db.$queryRawUnsafe<{ id: string }[]>(
+      this.debounceSql.debounce, taskRowsJson([row]), this.channel, d.key, d.delayMs, d.maxDelayMs, d.leading,
+    );
+    return res.id;
   }
 
   /**
@@ -225,8 +242,8 @@ export class TaskRepository {
   }
 
   /** One round of retention; `ran` is false when another instance holds the pruner lock. */
-  async prune(db: SqlExecutor, archiveMs: number, deadMs: number, limit = 5000): Promise<{ ran: boolean; archived: number; dead: number }> {
-    const [res] = await db.$queryRawUnsafe<{ ran: boolean; archived: number; dead: number }[]>(this.maintainSql.prune, archiveMs, deadMs, limit, this.schema);
+  async prune(db: SqlExecutor, archiveMs: number, deadMs: number, limit = 5000): Promise<{ ran: boolean; archived: number; dead: number; quiet: number }> {
+    const [res] = await db.$queryRawUnsafe<{ ran: boolean; archived: number; dead: number; quiet: number }[]>(this.maintainSql.prune, archiveMs, deadMs, limit, this.schema);
     return res;
   }
 }

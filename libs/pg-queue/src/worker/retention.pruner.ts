@@ -39,7 +39,7 @@ export class RetentionPruner {
         const r = await this.repo.prune(this.db, this.retention.archiveMs, this.retention.deadMs);
         total.archived += r.archived;
         total.dead += r.dead;
-        if (!r.ran || r.archived + r.dead === 0 || this.stopped) break;
+        if (!r.ran || r.archived + r.dead + r.quiet === 0 || this.stopped) break;
       }
     } catch (err) {
       this.logger.error(`retention pruning failed: ${(err as Error).message}`);
