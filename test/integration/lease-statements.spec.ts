@@ -46,7 +46,7 @@ describe('lease statements', () => {
     const cases: [string, string, string[], string[]][] = [
       ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'int'], [`'plan.q'`, '500', `'w'`, '60000', '5']],
       ['lockLeases', claim.lockLeases, ['text', 'text', 'text', 'text'], [...leases, `'1000'`, `'1000'`]],
-      ['complete', finish.complete, ['text', 'text', 'text', 'text', 'text', 'text'], [...leases, `'[]'`, `'ch'`, `'1,2,3'`, `'0,0,0'`]],
+      ['complete', finish.complete, ['text', 'text', 'text', 'text', 'text', 'text', 'text'], [...leases, `'[]'`, `'ch'`, `'1,2,3'`, `'0,0,0'`, `'{}'`]],
       ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]', 'text', 'boolean'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`, `'ch'`, 'false']],
       ['release', finish.release, ['text', 'text', 'text'], [...leases, `'ch'`]],
       ['heartbeat', finish.heartbeat, ['text', 'text', 'float8'], [...leases, '60000']],
@@ -117,7 +117,7 @@ describe('lease statements', () => {
     const all = (await repo.claim(prisma, 'rerun.q', 10, 'w', 60_000, 5)).rows;
     expect(all).toHaveLength(3);
     const [ids, tokens] = [all.map((r) => r.id).join(','), all.map((r) => r.lease_token).join(',')];
-    const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${completeStatements('pgqueue', 'archive').complete}`, [ids, tokens, '[]', 'ch', all.map(() => '1').join(','), all.map(() => '0').join(',')]))
+    const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${completeStatements('pgqueue', 'archive').complete}`, [ids, tokens, '[]', 'ch', all.map(() => '1').join(','), all.map(() => '0').join(','), '{}']))
       .map((r) => r['QUERY PLAN'])
       .join('\n');
     expect(plan).toMatch(/SetOp Except All \(never executed\)/);

@@ -57,6 +57,7 @@ export class BarePgTarget implements BenchTarget {
       traceContext: null,
       partitionKey: null,
       debounce: null,
+      dependsOn: null,
     };
     await this.enqueuer!.query({ name: 'insert', text: this.insert, values: [taskRowsJson([row]), this.channel] });
   }

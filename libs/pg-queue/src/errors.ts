@@ -66,6 +66,13 @@ export class InvalidEnqueueOptionsError extends PgQueueError {
   }
 }
 
+/** `dependsOn` names tasks that exist neither live nor in the archive (nothing was written). */
+export class DependencyNotFoundError extends InvalidEnqueueOptionsError {
+  constructor(readonly ids: string[]) {
+    super('dependsOn', `no task with id ${ids.join(', ')}`);
+  }
+}
+
 /** An argument of an operator call (id, filter, limit) that cannot be right. */
 export class InvalidArgumentError extends PgQueueError {
   constructor(
@@ -87,6 +94,13 @@ export class HandlerConfigurationError extends InvalidOptionsError {}
  * (kept for inspection and a manual retry).
  */
 export class NonRetryableError extends PgQueueError {}
+
+/** A handler returned a value that cannot be stored as its result (not JSON, or too large): the task ends dead. */
+export class InvalidResultError extends NonRetryableError {
+  constructor(taskId: string, queue: string, reason: string) {
+    super(`pg-queue: the value task ${taskId}'s handler returned cannot be stored as its result (queue "${queue}"): ${reason}`);
+  }
+}
 
 /**
  * This worker no longer holds the task's lease (it expired and another worker claimed the task,

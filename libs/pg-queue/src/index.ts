@@ -18,6 +18,8 @@ export type {
   ChainStage,
   EnqueueItem,
   EnqueueOptions,
+  DebounceOptions,
+  DependsOn,
   FollowUpOptions,
   HandlerMode,
   PrismaClientLike,

@@ -39,8 +39,8 @@ export type PayloadOf<Q extends string> = Q extends keyof QueuePayloads ? QueueP
 /** The payload type a handler of queue `Q` receives (see QueuePayloads). */
 export type HandlerPayloadOf<Q extends string> = Q extends keyof QueuePayloads ? QueuePayloads[Q] : any;
 
-/** Where a task stands: live (pending, running, dead) or finished (done, cancelled; archived). */
-export type TaskState = 'pending' | 'running' | 'dead' | 'done' | 'cancelled';
+/** Where a task stands: live (pending, waiting for its dependencies, running, dead) or finished (done, cancelled; archived). */
+export type TaskState = 'pending' | 'waiting' | 'running' | 'dead' | 'done' | 'cancelled';
 
 /** A task as the operator API returns it (`get`, `list`), live or archived. */
 export interface TaskInfo {
@@ -65,6 +65,14 @@ export interface TaskInfo {
   createdAt: Date;
   startedAt: Date | null;
   finishedAt: Date | null;
+  /** The tasks it waits for or waited for (enqueue option dependsOn), or null. */
+  dependsOn: string[] | null;
+  /** Tasks that depend on it. */
+  dependants: string[] | null;
+  /** While `waiting`: how many of dependsOn are not done yet. */
+  dependenciesLeft: number | null;
+  /** What its handler returned (done tasks, archived), or null. */
+  result: unknown;
 }
 
 /** A claimed task as the handler sees it. */
@@ -136,7 +144,17 @@ export interface EnqueueOptions<TTx = unknown> {
    * does not combine with `runAt`, `delayMs` or `key`.
    */
   debounce?: DebounceOptions;
+  /**
+   * Fan-in: the task waits (state `waiting`) until every task named here is done, then runs; it
+   * reads their results with `ctx.parentResults()`. A parent that ends dead or cancelled cancels
+   * it. Task ids, or in `enqueueMany`, `{ item: i }` for the i-th item of the same call. Does not
+   * combine with `key` or `debounce`.
+   */
+  dependsOn?: DependsOn[];
 }
+
+/** A task id, or (in `enqueueMany`) the position of another item of the same call. */
+export type DependsOn = string | { item: number };
 
 /**
  * Debounce: requests with the same (queue, key) that come within `delayMs` of each other form a
@@ -159,7 +177,7 @@ export interface DebounceOptions {
  * A follow-up enqueued from a handler: committed together with the parent's completion. A `key`
  * here always behaves as onConflict 'ignore'.
  */
-export type FollowUpOptions = Omit<EnqueueOptions, 'tx' | 'onConflict' | 'debounce'>;
+export type FollowUpOptions = Omit<EnqueueOptions, 'tx' | 'onConflict' | 'debounce' | 'dependsOn'>;
 
 export interface EnqueueItem<P = unknown> {
   queue: string;
@@ -180,6 +198,11 @@ export interface TaskContextBase {
   readonly signal: AbortSignal;
   readonly workerId: string;
   readonly mode: HandlerMode;
+  /**
+   * The results of the tasks this one depends on (enqueue option dependsOn), by task id: what
+   * each parent's handler returned (null for nothing). Empty for a task without dependencies.
+   */
+  parentResults(): Promise<Record<string, unknown>>;
 }
 
 /**
@@ -206,7 +229,11 @@ export interface LeaseTaskContext extends TaskContextBase {
 /** Either context: for code shared by handlers of both modes; `ctx.mode` tells them apart. */
 export type AnyTaskContext<TTx = SqlExecutor> = TaskContext<TTx> | LeaseTaskContext;
 
-export type TaskHandlerFn<P = any, TTx = any> = (task: Task<P>, ctx: AnyTaskContext<TTx>) => Promise<void>;
+/**
+ * A handler. What it returns (JSON, like a payload) is stored with the done task as its result,
+ * for the tasks that depend on it (`ctx.parentResults()`) and the operator API.
+ */
+export type TaskHandlerFn<P = any, TTx = any> = (task: Task<P>, ctx: AnyTaskContext<TTx>) => Promise<unknown>;
 
 /** One stage of a pipeline, as returned by `TaskQueue.chain()`. */
 export interface ChainStage {
@@ -220,11 +247,15 @@ export interface ChainStage {
   startedAt: Date | null;
   finishedAt: Date | null;
   lastError: string | null;
+  /** Its dependencies (enqueue option dependsOn), or null. */
+  dependsOn: string[] | null;
 }
 
 export interface QueueStats {
   queue: string;
   pending: number;
+  /** Waiting for their dependencies (enqueue option dependsOn). */
+  waiting: number;
   running: number;
   dead: number;
   done: number;

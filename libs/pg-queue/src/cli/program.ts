@@ -20,7 +20,7 @@ interface Global {
   json: boolean;
 }
 
-const STATES: TaskState[] = ['pending', 'running', 'dead', 'done', 'cancelled'];
+const STATES: TaskState[] = ['pending', 'waiting', 'running', 'dead', 'done', 'cancelled'];
 const DURATION = /^(\d+)(ms|s|m|h|d)$/;
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -90,7 +90,7 @@ export function program(out: (text: string) => void, err: (text: string) => void
     .action(() =>
       withQueue(global(), async (queue) => {
         const stats = await queue.stats();
-        print(output(), stats, () => (stats.length === 0 ? 'no tasks' : table(stats as never, ['queue', 'pending', 'running', 'dead', 'done', 'cancelled', 'oldestPendingMs'])));
+        print(output(), stats, () => (stats.length === 0 ? 'no tasks' : table(stats as never, ['queue', 'pending', 'waiting', 'running', 'dead', 'done', 'cancelled', 'oldestPendingMs'])));
       }),
     );
 

@@ -21,5 +21,9 @@ export function toTaskInfo(r: TaskRow): TaskInfo {
     createdAt: r.created_at,
     startedAt: r.started_at,
     finishedAt: r.finished_at,
+    dependsOn: r.depends_on,
+    dependants: r.dependants,
+    dependenciesLeft: r.state === 'waiting' ? r.deps_left : null,
+    result: r.result,
   };
 }

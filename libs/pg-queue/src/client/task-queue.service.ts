@@ -10,7 +10,7 @@ import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItem, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
 import { buildTaskRow, validateQueueName } from '../core/task-input';
 
-const STATES: TaskState[] = ['pending', 'running', 'dead', 'done', 'cancelled'];
+const STATES: TaskState[] = ['pending', 'waiting', 'running', 'dead', 'done', 'cancelled'];
 
 /** What `cancel()` did: cancelled at once (it was not running), requested (the running attempt
  * is being aborted and the task will end cancelled), or nothing (already finished, or unknown). */
@@ -84,7 +84,10 @@ export class TaskQueue {
     return rows.map(toTaskInfo);
   }
 
-  /** Every stage of the pipeline `id` belongs to (root first), with states and timings. */
+  /**
+   * Every task of the pipeline or dependency graph `id` belongs to, roots first (stage 0), then
+   * their children and dependants by stage, with states, timings and dependencies.
+   */
   async chain(id: string): Promise<ChainStage[]> {
     const rows = await this.operator.chain(this.options.prisma, taskId(id));
     return rows.map((r) => ({
@@ -98,11 +101,12 @@ export class TaskQueue {
       startedAt: r.started_at,
       finishedAt: r.finished_at,
       lastError: r.last_error,
+      dependsOn: r.depends_on,
     }));
   }
 
   /**
-   * Cancels a task. Pending (or dead) → cancelled now. Running → its handler's signal fires and the
+   * Cancels a task. Pending, waiting (or dead) → cancelled now, and so are the tasks that depend on it. Running → its handler's signal fires and the
    * task ends cancelled whatever the attempt's outcome; in transactional mode its writes roll back.
    */
   async cancel(id: string): Promise<CancelResult> {
@@ -190,7 +194,7 @@ export class TaskQueue {
     for (const r of rows) {
       let s = byQueue.get(r.queue);
       if (!s) {
-        s = { queue: r.queue, pending: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestPendingMs: null };
+        s = { queue: r.queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestPendingMs: null };
         byQueue.set(r.queue, s);
       }
       s[r.state as 'pending'] += r.count;

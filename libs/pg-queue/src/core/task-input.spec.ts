@@ -155,6 +155,7 @@ describe('buildTaskRow', () => {
       traceContext: null,
       partitionKey: null,
       debounce: null,
+      dependsOn: null,
     });
   });
 

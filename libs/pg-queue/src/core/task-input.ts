@@ -5,7 +5,7 @@ import {
   PayloadTooLargeError,
 } from '../errors';
 import { currentTraceContext } from '../observability/tracing';
-import type { NewTaskDebounce, NewTaskRow } from '../sql/statement-values';
+import type { DependsOnRef, NewTaskDebounce, NewTaskRow } from '../sql/statement-values';
 import type { EnqueueOptions } from '../types';
 
 const QUEUE_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
@@ -107,6 +107,7 @@ export function buildTaskRow(
     throw new InvalidEnqueueOptionsError('onConflict', 'only applies together with a key');
   }
   const debounce = debounceOf(o, parentId);
+  const dependsOn = dependsOnOf(o, parentId);
   return {
     queue: name,
     payloadJson: serialisePayload(name, payload, limits.maxPayloadBytes),
@@ -121,7 +122,32 @@ export function buildTaskRow(
     traceContext: currentTraceContext(),
     partitionKey,
     debounce,
+    dependsOn,
   };
+}
+
+/** Task ids as the operator API takes them: decimal, positive, within bigint. */
+const TASK_ID = /^[1-9][0-9]{0,18}$/;
+const MAX_PARENTS = 1000;
+
+/** The dependsOn option, checked: ids or `{ item: i }` references (resolved by enqueueMany). */
+function dependsOnOf(o: Omit<EnqueueOptions, 'tx'>, parentId: string | null): DependsOnRef[] | null {
+  const list = o.dependsOn;
+  if (list === undefined) return null;
+  if (parentId !== null) throw new InvalidEnqueueOptionsError('dependsOn', 'is not available to ctx.enqueue: enqueue the dependant with TaskQueue');
+  if (!Array.isArray(list) || list.length === 0 || list.length > MAX_PARENTS) {
+    throw new InvalidEnqueueOptionsError('dependsOn', `expected an array of 1 to ${MAX_PARENTS} task ids`);
+  }
+  for (const other of ['key', 'debounce'] as const) {
+    if (o[other] !== undefined) throw new InvalidEnqueueOptionsError('dependsOn', `does not combine with '${other}'`);
+  }
+  return list.map((ref, i): DependsOnRef => {
+    if (typeof ref === 'string' && TASK_ID.test(ref) && BigInt(ref) <= 9_223_372_036_854_775_807n) return { id: ref };
+    if (ref !== null && typeof ref === 'object' && Number.isInteger((ref as { item: unknown }).item) && (ref as { item: number }).item >= 0) {
+      return { item: (ref as { item: number }).item };
+    }
+    throw new InvalidEnqueueOptionsError(`dependsOn[${i}]`, `expected a task id (a decimal string) or { item: n }, got ${JSON.stringify(ref)}`);
+  });
 }
 
 /** The debounce option, checked; it sets the due time and the key itself, so it excludes theirs. */

@@ -6,7 +6,7 @@ import { BadDashboardInput } from './dashboard.filter';
  * query parser may hand over arrays or objects for `a[]=` or `a[b]=`); anything unusable is a 400
  * whose message names the field, never the value.
  */
-const STATES: readonly DashboardTaskState[] = ['pending', 'running', 'dead', 'done', 'cancelled'];
+const STATES: readonly DashboardTaskState[] = ['pending', 'waiting', 'running', 'dead', 'done', 'cancelled'];
 const QUEUE = /^[A-Za-z0-9_.:-]{1,128}$/;
 const ID = /^[1-9][0-9]{0,18}$/;
 const MAX_TEXT = 500;

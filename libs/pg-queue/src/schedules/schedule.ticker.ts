@@ -70,6 +70,7 @@ export class ScheduleTicker {
           traceContext: null, // a tick starts a trace of its own
           partitionKey: null,
           debounce: null,
+          dependsOn: null,
         }));
         await this.tasks.insert(tx, tasks);
         await this.schedules.advanceSchedule(tx, row.name, next, fire.at(-1) ?? null);

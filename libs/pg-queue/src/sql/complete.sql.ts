@@ -1,3 +1,4 @@
+import { debtsCte } from './dependencies.sql';
 import { quoteIdent } from './identifiers';
 import { ATTEMPT_LIMIT, HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked } from './fragments.sql';
 
@@ -21,16 +22,18 @@ export function completeStatements(schema: string, retention: FinishedRetention)
   // this statement, per lease in $1's order (measured on the worker's monotonic clock, so neither
   // the transaction's start, which now() would give, nor clock skew distorts run times). They are
   // comma-separated text like $1: as arrays, Prisma's driver stack spent CPU on every element.
+  // The handlers' return values: a JSON object by task id, the last parameter.
+  const results = retention === 'archive' ? '$7' : '$5';
   const keepHistory = retention === 'archive'
     ? `, archived AS (
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
                                  last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at, trace_context,
-                                 partition_key)
+                                 partition_key, depends_on, dependants, result)
   SELECT d.id, d.queue, CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END, d.payload, d.priority, d.run_at, d.attempt,
          coalesce(d.max_attempts, d.attempt_limit), d.last_error, d.parent_id, d.dedup_key, d.group_key, d.created_at,
          coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at),
          coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp()), d.trace_context,
-         d.partition_key
+         d.partition_key, d.depends_on, d.dependants, CASE WHEN NOT d.cancelled THEN ${results}::jsonb -> d.id::text END
   FROM done d
   LEFT JOIN unnest(string_to_array($1, ',')::bigint[], string_to_array($5, ',')::float8[], string_to_array($6, ',')::float8[])
     AS r(id, started_ago, finished_ago) ON r.id = d.id
@@ -49,7 +52,9 @@ export function completeStatements(schema: string, retention: FinishedRetention)
      * inserted in the same statement, only for parents whose fence held, so they commit exactly
      * when their parent's completion does.
      * Parameters: $1 ids, $2 lease tokens (see HELD), $3 follow-ups (JSON rows as in enqueue), $4 channel;
-     * with the archive, $5 and $6 the handlers' start and end as ms before now, in $1's order.
+     * with the archive, $5 and $6 the handlers' start and end as ms before now, in $1's order;
+     * last ($7, or $5 without the archive), the handlers' results as a JSON object by id.
+     * A finished task's dependants get debts (see dependencies.sql.ts).
      * A lease in none of the three result lists either was lost or raced a concurrent rerun
      * request (possible in both modes: a transactional handler's FOR KEY SHARE lets the request
      * in); the repository sends those once more.
@@ -80,11 +85,13 @@ WITH done AS (
   ORDER BY f.ord
   ${ON_LIVE_KEY} DO NOTHING
   RETURNING queue, run_at
-), ${notifyCte('SELECT queue, run_at FROM follow_ups UNION ALL SELECT queue, run_at FROM rerun', '$4')}
+), ${debtsCte(s, `SELECT id, dependants, CASE WHEN cancelled THEN 'cancelled' ELSE 'done' END AS outcome,
+         CASE WHEN NOT cancelled THEN ${results}::jsonb -> id::text END AS result FROM done`, '$4')},
+${notifyCte('SELECT queue, run_at FROM follow_ups UNION ALL SELECT queue, run_at FROM rerun', '$4')}
 SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
        (SELECT ${idList('id')} FROM done WHERE cancelled) AS cancelled_ids,
        (SELECT ${idList('id')} FROM rerun) AS rerun_ids,
-       (SELECT count(*) FROM notified)::int AS notified`,
+       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts`,
 
     /**
      * Failure: retry at now + delay, or `dead` when the error is fatal or attempts are used up. A
@@ -119,11 +126,12 @@ WITH lease_pos AS (
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       finished_at = now()
   WHERE ${HELD}
-  RETURNING t.id, t.state, t.queue, t.run_at
+  RETURNING t.id, t.state, t.queue, t.run_at, t.dependants
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING failed f WHERE c.task_id = f.id AND f.state = 'cancelled'
-), ${notifyCte("SELECT queue, run_at FROM failed WHERE state = 'pending'", '$6')}
-SELECT id::text AS id, state, (SELECT count(*) FROM notified)::int AS notified FROM failed`,
+), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM failed WHERE state IN ('dead', 'cancelled')", '$6')},
+${notifyCte("SELECT queue, run_at FROM failed WHERE state = 'pending'", '$6')}
+SELECT id::text AS id, state, (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts FROM failed`,
 
     /**
      * Shutdown: give unfinished tasks back without counting the attempt (or cancel them if asked).
@@ -136,12 +144,13 @@ WITH released AS (
       attempt = greatest(t.attempt - 1, 0),
       locked_by = NULL, lease_token = NULL, locked_until = NULL
   WHERE ${HELD}
-  RETURNING t.id, t.queue, t.state, t.run_at
+  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING released r WHERE c.task_id = r.id AND r.state = 'cancelled'
-), ${notifyCte("SELECT queue, run_at FROM released WHERE state = 'pending'", '$3')}
+), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM released WHERE state = 'cancelled'", '$3')},
+${notifyCte("SELECT queue, run_at FROM released WHERE state = 'pending'", '$3')}
 SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
-       (SELECT count(*) FROM notified)::int AS notified`,
+       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts`,
 
     /**
      * Lease mode: extend the leases still held, and report cancel requests (the fallback when the

@@ -3,7 +3,7 @@ import { dashboardStatements } from './dashboard.sql';
 import { JIT_OFF } from './fragments.sql';
 
 /** Hot-table states and archive states, as the dashboard's filters name them. */
-export type DashboardTaskState = 'pending' | 'running' | 'dead' | 'done' | 'cancelled';
+export type DashboardTaskState = 'pending' | 'waiting' | 'running' | 'dead' | 'done' | 'cancelled';
 
 /** Where a task row lives: the hot table (pending, running, dead, cancelled) or the archive. */
 export type TaskSource = 'task' | 'archive';

@@ -112,7 +112,7 @@ GROUP BY GROUPING SETS ((queue), (minutes_ago))`,
     tasks: `
 WITH hot AS (
   SELECT ${listColumns}, coalesce(max_attempts, attempt_limit) AS max_attempts FROM ${s}.task
-  WHERE ($2::text IS NULL OR $2::text IN ('pending', 'running', 'dead', 'cancelled'))
+  WHERE ($2::text IS NULL OR $2::text IN ('pending', 'waiting', 'running', 'dead', 'cancelled'))
     AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
     AND id < coalesce($6::bigint, 9223372036854775807)
   ORDER BY id DESC LIMIT CASE WHEN ${scanning} THEN $8 ELSE $7 + 1 END
@@ -165,7 +165,7 @@ FROM ${s}.task_archive WHERE id = $1::bigint`,
      */
     chain: `
 WITH RECURSIVE ${pipelineWalk(s)}, walked AS (
-  SELECT id, stage FROM down LIMIT $2
+  SELECT id, min(stage) AS stage FROM (SELECT id, stage FROM down LIMIT $2) d GROUP BY id
 )
 SELECT w.stage, x.*
 FROM walked w CROSS JOIN LATERAL (

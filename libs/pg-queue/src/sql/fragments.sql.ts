@@ -88,29 +88,34 @@ export function marked<T extends Record<string, unknown>>(statements: T): T {
 }
 
 /**
- * The pipeline of task $1 as CTEs `up` and `down` (stage, id): up parent_id to the root, then down
- * to every descendant, breadth first, by index lookups in both tables (task_parent_idx,
- * task_archive_parent_idx). Depth is capped at 100; a recursive CTE is only evaluated as far as
- * it is read, so a LIMIT on `down` stops the walk.
+ * The graph of task $1 as CTEs `up`, `roots` and `down` (id, stage): up its parent_id and
+ * depends_on edges to the tasks that have neither (the roots), then down from every root to its
+ * children (parent_id, by task_parent_idx and task_archive_parent_idx) and dependants (the
+ * `dependants` list of each row), breadth first. A task reached along several paths (fan-in)
+ * appears once per path: callers keep its first stage. Depth is capped at 100; a recursive CTE
+ * is only evaluated as far as it is read, so a LIMIT on `down` stops the walk.
  */
 export function pipelineWalk(s: string): string {
+  const edgesUp = (table: string) => `SELECT unnest(parent_id || coalesce(depends_on, '{}')) FROM ${s}.${table} WHERE id = up.id`;
+  const isRoot = (table: string) => `EXISTS (SELECT 1 FROM ${s}.${table} r WHERE r.id = up.id AND r.parent_id IS NULL AND r.depends_on IS NULL)`;
   return `up AS (
   SELECT $1::bigint AS id, 0 AS depth
-  UNION ALL
-  SELECT p.parent_id, up.depth + 1
-  FROM up CROSS JOIN LATERAL (
-    SELECT parent_id FROM ${s}.task WHERE id = up.id
-    UNION ALL SELECT parent_id FROM ${s}.task_archive WHERE id = up.id
-  ) p
-  WHERE p.parent_id IS NOT NULL AND up.depth < 100
+  UNION
+  SELECT p.id, up.depth + 1
+  FROM up CROSS JOIN LATERAL (${edgesUp('task')} UNION ALL ${edgesUp('task_archive')}) p(id)
+  WHERE p.id IS NOT NULL AND up.depth < 100
+), roots AS (
+  SELECT DISTINCT id FROM up WHERE ${isRoot('task')} OR ${isRoot('task_archive')}
 ), down AS (
-  SELECT id, 0 AS stage FROM (SELECT id FROM up ORDER BY depth DESC LIMIT 1) root
+  SELECT id, 0 AS stage FROM roots
   UNION ALL
   SELECT c.id, down.stage + 1
   FROM down CROSS JOIN LATERAL (
     SELECT id FROM ${s}.task WHERE parent_id = down.id
     UNION ALL SELECT id FROM ${s}.task_archive WHERE parent_id = down.id
-  ) c
+    UNION ALL SELECT unnest(dependants) FROM ${s}.task WHERE id = down.id
+    UNION ALL SELECT unnest(dependants) FROM ${s}.task_archive WHERE id = down.id
+  ) c(id)
   WHERE down.stage < 100
 )`;
 }

@@ -15,9 +15,13 @@ export function inspectStatements(schema: string) {
   // once a claim recorded it (the archive stores that already).
   const HOT_MAX_ATTEMPTS = 'coalesce(max_attempts, attempt_limit) AS max_attempts';
   const columnsWith = (maxAttempts: string) => `id::text AS id, queue, state, payload, priority, run_at, attempt, ${maxAttempts}, last_error,
-       parent_id::text AS parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
+       parent_id::text AS parent_id, dedup_key, group_key, created_at, started_at, finished_at,
+       depends_on::text[] AS depends_on, dependants::text[] AS dependants`;
   const storedWith = (maxAttempts: string) => `id, queue, state, payload, priority, run_at, attempt, ${maxAttempts}, last_error,
-       parent_id, dedup_key, group_key, created_at, started_at, finished_at`;
+       parent_id, dedup_key, group_key, created_at, started_at, finished_at, depends_on, dependants`;
+  // Only the hot table counts unfinished dependencies; only the archive keeps results.
+  const HOT_EXTRA = 'locked_by, locked_until, deps_left, NULL::jsonb AS result';
+  const ARCHIVE_EXTRA = 'NULL, NULL, NULL, result';
   const columns = columnsWith('max_attempts');
   /** list's filter for one table, given the states it holds (a clause on parameters alone is
    * checked once, before the scan). */
@@ -25,9 +29,9 @@ export function inspectStatements(schema: string) {
      AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
      AND id <= coalesce($3::bigint - 1, 9223372036854775807)`;
   const both = (where: string) => `
-SELECT ${columnsWith(HOT_MAX_ATTEMPTS)}, locked_by, locked_until FROM ${s}.task WHERE ${where}
+SELECT ${columnsWith(HOT_MAX_ATTEMPTS)}, ${HOT_EXTRA} FROM ${s}.task WHERE ${where}
 UNION ALL
-SELECT ${columns}, NULL, NULL FROM ${s}.task_archive WHERE ${where}`;
+SELECT ${columns}, ${ARCHIVE_EXTRA} FROM ${s}.task_archive WHERE ${where}`;
   return marked({
     /**
      * Exact counts by queue and state over the hot table and the archive; oldest due pending age.
@@ -85,23 +89,22 @@ FROM queues q ORDER BY q.queue`,
      * Parameters: $1 queue or NULL, $2 state or NULL, $3 id cursor (exclusive) or NULL, $4 limit.
      */
     list: `
-SELECT ${columns}, locked_by, locked_until FROM (
-  (SELECT ${storedWith(HOT_MAX_ATTEMPTS)}, locked_by, locked_until FROM ${s}.task
-   WHERE ${pageOf("('pending', 'running', 'dead', 'cancelled')")} ORDER BY id DESC LIMIT $4)
+SELECT ${columns}, locked_by, locked_until, deps_left, result FROM (
+  (SELECT ${storedWith(HOT_MAX_ATTEMPTS)}, ${HOT_EXTRA} FROM ${s}.task
+   WHERE ${pageOf("('pending', 'waiting', 'running', 'dead', 'cancelled')")} ORDER BY id DESC LIMIT $4)
   UNION ALL
-  (SELECT ${storedWith('max_attempts')}, NULL, NULL FROM ${s}.task_archive
+  (SELECT ${storedWith('max_attempts')}, ${ARCHIVE_EXTRA} FROM ${s}.task_archive
    WHERE ${pageOf("('done', 'cancelled')")} ORDER BY id DESC LIMIT $4)
 ) page ORDER BY page.id DESC LIMIT $4`,
 
     /**
-     * A whole pipeline: walk up parent_id to the root, then down to every descendant, by index
-     * lookups in both tables (task_parent_idx, task_archive_parent_idx). Depth is capped at 100.
-     * Parameters: $1 id.
+     * A whole pipeline or dependency graph (see pipelineWalk), each task once, at the first stage
+     * it was reached. Depth is capped at 100. Parameters: $1 id.
      */
     chain: `
 WITH RECURSIVE ${pipelineWalk(s)}
 SELECT d.stage, x.*
-FROM down d CROSS JOIN LATERAL (${both('id = d.id')}) x
+FROM (SELECT id, min(stage) AS stage FROM down GROUP BY id) d CROSS JOIN LATERAL (${both('id = d.id')}) x
 ORDER BY d.stage, d.id`,
 
     /** The seed's `select error_text, count(*) ... group by 1`: failing and dead tasks by error. Parameters: $1 queue, $2 limit. */

@@ -1,3 +1,4 @@
+import { debtsCte } from './dependencies.sql';
 import { quoteIdent } from './identifiers';
 import { ATTEMPT_LIMIT, cancelRequestedOf, notifyCte, marked } from './fragments.sql';
 
@@ -35,13 +36,14 @@ WITH expired AS (
       run_at = now(), finished_at = now()
   -- By primary key (see claim.sql.ts for why not a join).
   WHERE t.id = ANY (ARRAY (SELECT id FROM expired))
-  RETURNING t.id, t.queue, t.state, t.run_at
+  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING rescued r WHERE c.task_id = r.id AND r.state = 'cancelled'
-), ${notifyCte("SELECT queue, run_at FROM rescued WHERE state = 'pending'", '$2')}
+), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM rescued WHERE state IN ('dead', 'cancelled')", '$2')},
+${notifyCte("SELECT queue, run_at FROM rescued WHERE state = 'pending'", '$2')}
 SELECT count(*)::int AS rescued,
        count(*) FILTER (WHERE state = 'dead')::int AS dead,
-       (SELECT count(*) FROM notified)::int AS notified
+       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts
 FROM rescued`,
 
     /**

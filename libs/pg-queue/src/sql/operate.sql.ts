@@ -1,3 +1,4 @@
+import { debtsCte } from './dependencies.sql';
 import { quoteIdent } from './identifiers';
 import { notifyCte, marked } from './fragments.sql';
 
@@ -6,7 +7,8 @@ export function operateStatements(schema: string) {
   const s = quoteIdent(schema);
   return marked({
     /**
-     * Cancel. A pending (or dead) task moves to the archive as cancelled at once. A running task
+     * Cancel. A pending, waiting (or dead) task moves to the archive as cancelled at once; its
+     * dependants get debts (they end cancelled too, see dependencies.sql.ts). A running task
      * gets a cancel request (a row in task_cancel, which a transactional handler's row lock does not
      * block) and a notification `!cancel <id>` so its worker aborts the handler; whatever the
      * attempt's outcome, the task ends cancelled.
@@ -14,14 +16,15 @@ export function operateStatements(schema: string) {
      */
     cancel: `
 WITH now_cancelled AS (
-  DELETE FROM ${s}.task WHERE id = $1::bigint AND state IN ('pending', 'dead', 'cancelled') RETURNING *
+  DELETE FROM ${s}.task WHERE id = $1::bigint AND state IN ('pending', 'waiting', 'dead', 'cancelled') RETURNING *
 ), archived AS (
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
-                                 last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at)
+                                 last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at,
+                                 partition_key, depends_on, dependants)
   SELECT id, queue, 'cancelled', payload, priority, run_at, attempt, coalesce(max_attempts, attempt_limit),
-         last_error, parent_id, dedup_key, group_key, created_at, started_at, now()
+         last_error, parent_id, dedup_key, group_key, created_at, started_at, now(), partition_key, depends_on, dependants
   FROM now_cancelled
-), requested AS (
+), ${debtsCte(s, "SELECT id, dependants, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled", '$2')}, requested AS (
   INSERT INTO ${s}.task_cancel (task_id)
   SELECT id FROM ${s}.task WHERE id = $1::bigint AND state = 'running'
   ON CONFLICT DO NOTHING
@@ -31,7 +34,7 @@ WITH now_cancelled AS (
 )
 SELECT (SELECT count(*) FROM now_cancelled)::int AS cancelled,
        (SELECT count(*) FROM requested)::int AS requested,
-       (SELECT count(*) FROM signalled)::int AS signalled`,
+       (SELECT count(*) FROM signalled)::int AS signalled, (SELECT count(*) FROM debts)::int AS debts`,
 
     /**
      * Retry dead or cancelled tasks still in the hot table: back to pending, attempts reset.

@@ -25,6 +25,10 @@ export interface TaskRow {
   created_at: Date;
   started_at: Date | null;
   finished_at: Date | null;
+  depends_on: string[] | null;
+  dependants: string[] | null;
+  deps_left: number | null;
+  result: unknown;
 }
 
 /** Runs the operator and inspection statements (never on the claim/complete hot path). */

@@ -263,6 +263,39 @@ CREATE UNIQUE INDEX IF NOT EXISTS task_debounce_idx ON ${s}.task (queue, debounc
 `,
       ],
     },
+    {
+      version: 9,
+      name: 'dependencies',
+      sql: [
+        `
+-- Fan-in dependencies (dependencies.sql.ts): a dependant waits in state 'waiting' until deps_left
+-- of its parents (depends_on) are done; a parent lists its dependants. A handler's return value is
+-- archived as result, and handed to dependants in parent_results. Dependency debts: a parent's end
+-- that its dependants have yet to be told of. The new CHECK is NOT VALID here and validated in the
+-- next step, so the catalog change holds its lock only briefly.
+ALTER TABLE ${s}.task
+  ADD COLUMN depends_on bigint[],
+  ADD COLUMN deps_left integer,
+  ADD COLUMN dependants bigint[],
+  ADD COLUMN parent_results jsonb;
+ALTER TABLE ${s}.task_archive
+  ADD COLUMN depends_on bigint[],
+  ADD COLUMN dependants bigint[],
+  ADD COLUMN result jsonb;
+ALTER TABLE ${s}.task DROP CONSTRAINT task_state_check;
+ALTER TABLE ${s}.task ADD CONSTRAINT task_state_check
+  CHECK (state IN ('pending', 'running', 'dead', 'cancelled', 'waiting')) NOT VALID;
+CREATE TABLE IF NOT EXISTS ${s}.task_dependency_debt (
+  id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  dependant  bigint NOT NULL,
+  parent     bigint NOT NULL,
+  outcome    text   NOT NULL CHECK (outcome IN ('done', 'dead', 'cancelled')),
+  result     jsonb
+);
+`,
+        `ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_state_check;`,
+      ],
+    },
   ];
 }
 

@@ -27,7 +27,12 @@ export interface NewTaskRow {
   partitionKey: string | null;
   /** The enqueue option `debounce` (see debounce.sql.ts), or null. */
   debounce: NewTaskDebounce | null;
+  /** The enqueue option `dependsOn` (see dependencies.sql.ts), checked; null without. */
+  dependsOn: DependsOnRef[] | null;
 }
+
+/** A parent: an existing task, or another row of the same enqueue call (its index). */
+export type DependsOnRef = { id: string } | { item: number };
 
 export interface NewTaskDebounce {
   key: string;
@@ -85,6 +90,15 @@ export interface Lease {
 export interface RanLease extends Lease {
   startedAt: number;
   finishedAt: number;
+  /** The handler's return value as JSON text, if any. */
+  result?: string;
+}
+
+/** The handlers' results of a completion, as one JSON object by task id ('{}' for none). */
+export function resultsJson(leases: RanLease[]): string {
+  let json = '';
+  for (const l of leases) if (l.result !== undefined) json += `${json === '' ? '' : ','}"${l.id}":${l.result}`;
+  return `{${json}}`;
 }
 
 export type FailedState = 'pending' | 'dead' | 'cancelled';

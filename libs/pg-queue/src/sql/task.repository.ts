@@ -1,7 +1,9 @@
 import type { PrismaClientLike, SqlExecutor } from '../types';
 import { claimStatements } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
+import { dependantOrder } from '../core/dependency-order';
 import { debounceStatements } from './debounce.sql';
+import { DependencyRepository } from './dependencies.repository';
 import { enqueueStatements, type ConflictMode } from './enqueue.sql';
 import { notifyChannel } from './identifiers';
 import { maintainStatements } from './maintain.sql';
@@ -11,6 +13,7 @@ import {
   msList,
   oneLeasePerTask,
   parseIds,
+  resultsJson,
   taskRowsJson,
   type BatchBackend,
   type Claim,
@@ -23,13 +26,13 @@ import {
   type RanLease,
 } from './statement-values';
 
-type InsertPart = ConflictMode | 'plain' | 'debounce';
+type InsertPart = ConflictMode | 'plain' | 'debounce' | 'dependant';
 
 /** Rows of one enqueue call, split by the statement that inserts them, with their input positions. */
 function splitByConflictMode(rows: NewTaskRow[]): Map<InsertPart, { index: number; row: NewTaskRow }[]> {
   const parts = new Map<InsertPart, { index: number; row: NewTaskRow }[]>();
   rows.forEach((row, index) => {
-    const part = row.debounce !== null ? 'debounce' : row.dedupKey === null ? 'plain' : row.onConflict;
+    const part = row.dependsOn !== null ? 'dependant' : row.debounce !== null ? 'debounce' : row.dedupKey === null ? 'plain' : row.onConflict;
     const list = parts.get(part);
     if (list) list.push({ index, row });
     else parts.set(part, [{ index, row }]);
@@ -47,6 +50,7 @@ const MAX_KEYED_RETRIES = 5;
 export class TaskRepository {
   private readonly enqueueSql;
   private readonly debounceSql;
+  readonly dependencies: DependencyRepository;
   private readonly claimSql;
   private readonly completeSql;
   private readonly maintainSql;
@@ -62,6 +66,7 @@ export class TaskRepository {
     this.completeSql = completeStatements(schema, retention);
     this.maintainSql = maintainStatements(schema);
     this.channel = notifyChannel(schema);
+    this.dependencies = new DependencyRepository(schema, this.channel);
   }
 
   /**
@@ -74,11 +79,12 @@ export class TaskRepository {
     const parts = splitByConflictMode(rows);
     const root = db as Partial<PrismaClientLike>;
     if (parts.size === 1 && parts.has('plain')) return this.insertPlain(db, rows);
-    const statements = parts.size - 1 + (parts.get('debounce')?.length ?? 1);
+    const dependants = parts.has('dependant') ? dependantOrder(rows) : [];
+    const statements = parts.size - 1 + (parts.get('debounce')?.length ?? 1) + 2 * dependants.length;
     if (statements > 1 && typeof root.$transaction === 'function') {
-      return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows.length, parts));
+      return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants));
     }
-    return this.insertParts(db, rows.length, parts);
+    return this.insertParts(db, rows, parts, dependants);
   }
 
   private async insertPlain(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
@@ -86,10 +92,12 @@ export class TaskRepository {
     return parseIds(res.ids);
   }
 
-  private async insertParts(db: SqlExecutor, count: number, parts: ReturnType<typeof splitByConflictMode>): Promise<string[]> {
-    const ids: string[] = new Array(count);
+  private async insertParts(db: SqlExecutor, rows: NewTaskRow[], parts: ReturnType<typeof splitByConflictMode>, dependants: number[]): Promise<string[]> {
+    const ids: string[] = new Array(rows.length);
     for (const [mode, part] of parts) {
-      if (mode === 'plain') {
+      if (mode === 'dependant') {
+        continue; // last: they may name the other rows
+      } else if (mode === 'plain') {
         const got = await this.insertPlain(db, part.map((p) => p.row));
         part.forEach((p, i) => (ids[p.index] = got[i]));
       } else if (mode === 'debounce') {
@@ -99,6 +107,7 @@ export class TaskRepository {
         await this.insertKeyed(db, mode, part, ids);
       }
     }
+    if (dependants.length > 0) await this.dependencies.insertDependants(db, rows, dependants, ids);
     return ids;
   }
 
@@ -191,6 +200,7 @@ export class TaskRepository {
       taskRowsJson(followUps),
       this.channel,
       ...ranAgo,
+      resultsJson(leases),
     );
     return { done: new Set(parseIds(res.done_ids)), cancelled: new Set(parseIds(res.cancelled_ids)), rerun: new Set(parseIds(res.rerun_ids)) };
   }

@@ -1,6 +1,6 @@
 import { PgQueueError } from '../errors';
 import { buildTaskRow, type RowLimits } from '../core/task-input';
-import type { FollowUpOptions, HandlerMode, TaskContextBase } from '../types';
+import type { FollowUpOptions, HandlerMode, SqlExecutor, TaskContextBase } from '../types';
 import type { Attempt } from './attempt';
 import type { TransactionGate } from './transaction.gate';
 
@@ -11,6 +11,8 @@ export interface ContextScope {
   rowLimits: RowLimits;
   /** `ctx.heartbeat()` of an attempt. */
   heartbeat(attempt: Attempt): Promise<void>;
+  /** `ctx.parentResults()`, read through `db` (in transactional mode the handler's transaction). */
+  parentResults(taskId: string, db: SqlExecutor | null): Promise<Record<string, unknown>>;
 }
 
 /**
@@ -53,6 +55,10 @@ export class AttemptContext implements TaskContextBase {
 
   get signal(): AbortSignal {
     return this.#attempt.signal;
+  }
+
+  parentResults(): Promise<Record<string, unknown>> {
+    return this.#scope.parentResults(this.#attempt.task.id, this.#gate?.client<SqlExecutor>() ?? null);
   }
 
   get workerId(): string {

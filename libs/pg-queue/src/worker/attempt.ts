@@ -14,6 +14,8 @@ export class Attempt {
   private controller: AbortController | null = null;
   /** Follow-ups from ctx.enqueue, inserted only with this attempt's successful completion. */
   readonly followUps: NewTaskRow[] = [];
+  /** What the handler returned, as JSON text (see keepResult); undefined for nothing. */
+  result: string | undefined = undefined;
   /** Set once the handler has returned; later ctx.enqueue calls are refused. */
   finished = false;
   startedAt = 0;
@@ -63,6 +65,7 @@ export class Attempt {
   beginRun(): void {
     this.finished = false;
     this.followUps.length = 0;
+    this.result = undefined;
     this.startedAt = Date.now();
     this.ranFrom = performance.now();
   }
@@ -75,7 +78,7 @@ export class Attempt {
 
   /** The lease with when its handler ran, for the completion. */
   get ranLease(): RanLease {
-    return { id: this.lease.id, token: this.lease.token, startedAt: this.ranFrom, finishedAt: this.ranUntil };
+    return { id: this.lease.id, token: this.lease.token, startedAt: this.ranFrom, finishedAt: this.ranUntil, result: this.result };
   }
 
   get isLastAttempt(): boolean {

@@ -1,4 +1,5 @@
 import type { Logger } from '@nestjs/common';
+import type { DependencySettler } from './dependency.settler';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
@@ -15,12 +16,15 @@ export class LeaseRescuer {
     private readonly repo: TaskRepository,
     private readonly intervalMs: number,
     private readonly logger: Logger,
+    /** Settles dependency debts each round (see DependencySettler). */
+    private readonly settler: DependencySettler | null = null,
   ) {}
 
   start(): void {
     const tick = () => {
       this.timer = setTimeout(async () => {
         await this.rescueOnce();
+        await this.settler?.settleOnce();
         if (this.timer) tick();
       }, this.intervalMs * (0.8 + Math.random() * 0.4));
       this.timer.unref();

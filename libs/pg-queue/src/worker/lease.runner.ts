@@ -1,3 +1,4 @@
+import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Attempt } from './attempt';
@@ -26,7 +27,13 @@ export class LeaseRunner {
     private readonly wakeIn: (ms: number) => void,
   ) {
     this.batcher = new CompletionBatcher(deps.prisma, deps.repo, handler.options.batchSize, handler.options.retryBlocksGroup);
-    this.scope = { mode: 'lease', workerId: deps.workerId, rowLimits: deps.rowLimits, heartbeat: (a) => this.heartbeatOne(a) };
+    this.scope = {
+      mode: 'lease',
+      workerId: deps.workerId,
+      rowLimits: deps.rowLimits,
+      heartbeat: (a) => this.heartbeatOne(a),
+      parentResults: (id) => deps.repo.dependencies.parentResults(deps.prisma, id),
+    };
   }
 
   /** Keeps a claimed attempt's lease alive from now on, before its handler starts. */
@@ -72,7 +79,8 @@ export class LeaseRunner {
 
   private async record(a: Attempt, result: InvokeOutcome): Promise<void> {
     try {
-      if (result.kind === 'ok') {
+      const unstorable = result.kind === 'ok' ? keepResult(a, result.value, this.deps.rowLimits) : null;
+      if (result.kind === 'ok' && unstorable === null) {
         publishOutcome(this.deps, a, await this.batcher.complete(a.ranLease, a.followUps));
         return;
       }
@@ -84,7 +92,7 @@ export class LeaseRunner {
         publish(this.deps, a, 'lease-lost');
         return;
       }
-      const error = result.kind === 'error' ? result.error : result.reason;
+      const error = result.kind === 'ok' ? unstorable : result.kind === 'error' ? result.error : result.reason;
       const failure = failureOf(a, error, this.handler, this.deps.maxErrorBytes);
       const state = await this.batcher.fail(failure);
       publishOutcome(this.deps, a, state ?? 'lost', failure.error);

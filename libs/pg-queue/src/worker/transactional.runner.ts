@@ -1,3 +1,4 @@
+import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { BatchBackend, Failure, Lease } from '../sql/statement-values';
@@ -86,6 +87,7 @@ export class TransactionalRunner {
       heartbeat: async (a) => {
         if (a.aborted) throw new LeaseLostError(a.task.id);
       },
+      parentResults: (id, tx) => deps.repo.dependencies.parentResults(tx ?? deps.prisma, id),
     };
   }
 
@@ -164,6 +166,11 @@ export class TransactionalRunner {
     a.endRun();
     gate.close(() => new LeaseLostError(a.task.id));
     if (gate.tookSavepoint) usage.savepoints++;
+    const unstorable = result.kind === 'ok' ? keepResult(a, result.value, this.deps.rowLimits) : null;
+    if (unstorable) {
+      await gate.rollback();
+      return this.failed(a, unstorable);
+    }
     if (result.kind === 'ok') {
       try {
         if (gate.tookSavepoint) await gate.release();

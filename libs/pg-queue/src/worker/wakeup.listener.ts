@@ -1,3 +1,4 @@
+import { SETTLE_NOTICE } from '../sql/dependencies.sql';
 import type { Logger } from '@nestjs/common';
 import createPostgresSubscriber, { type Subscriber } from 'pg-listen';
 
@@ -21,13 +22,16 @@ export class WakeupListener {
       /** Tasks of `queue` are due now (null) or at `dueAt`, epoch ms by the database's clock. */
       wake: (queue: string, dueAt: number | null) => void;
       cancel: (taskId: string) => void;
+      /** A parent task ended: its dependants are to be told (see DependencySettler). */
+      settle: () => void;
       reconnected: () => void;
     },
   ) {}
 
-  /** Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`. */
+  /** Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`, `!settle`. */
   private dispatch(payload: string): void {
     if (payload.startsWith('!cancel ')) return this.on.cancel(payload.slice('!cancel '.length));
+    if (payload === SETTLE_NOTICE) return this.on.settle();
     const at = payload.lastIndexOf('@');
     if (at < 0) return this.on.wake(payload, null);
     this.on.wake(payload.slice(0, at), Number(payload.slice(at + 1)));

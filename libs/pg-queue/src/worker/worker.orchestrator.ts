@@ -14,6 +14,7 @@ import { TaskRepository } from '../sql/task.repository';
 import { connectionBudget, prismaPoolMax } from './connection.budget';
 import { DatabaseClock } from './database.clock';
 import { LeaseRescuer } from './lease.rescuer';
+import { DependencySettler } from './dependency.settler';
 import { RetentionPruner } from './retention.pruner';
 import { QueueWorker, type WorkerStatus } from './queue.worker';
 import { WakeupListener } from './wakeup.listener';
@@ -53,6 +54,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private rescuer: LeaseRescuer | null = null;
   private ticker: ScheduleTicker | null = null;
   private pruner: RetentionPruner | null = null;
+  private readonly settler: DependencySettler;
   private started = false;
   private shutdownPromise: Promise<void> | null = null;
   private readonly deps: WorkerDeps;
@@ -66,6 +68,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     private readonly operator: OperatorRepository,
     events: TaskEvents,
   ) {
+    this.settler = new DependencySettler(options.prisma, repo.dependencies, this.logger);
     this.deps = {
       prisma: options.prisma,
       repo,
@@ -114,7 +117,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       await this.ensureListener();
       const ticker = await this.syncedTicker();
       for (const handler of this.registry.all()) this.worker(handler.queue).start();
-      this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger);
+      this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger, this.settler);
       this.rescuer.start();
       this.pruner = new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger);
       this.pruner.start();
@@ -149,7 +152,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     return this.shutdownPromise;
   }
 
-  /** Runs due tasks of one queue (or every registered queue) inline until none is left. */
+  /** Runs due tasks of one queue (or every registered queue) inline until none is left, dependants included. */
   async drain(queue?: string): Promise<number> {
     await this.ensureListener(); // cancel requests reach drained handlers too
     const queues = queue ? [queue] : this.registry.all().map((h) => h.queue);
@@ -161,6 +164,8 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
         total += ran;
         if (ran > 0) again = true; // follow-ups may have landed in an earlier queue
       }
+      // Tasks that ran may have been what dependants waited for: those are due now.
+      if (again) await this.settler.settleOnce();
     }
     return total;
   }
@@ -168,6 +173,11 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   /** Returns expired leases to the queue now (the rescuer also does it every rescueIntervalMs). */
   rescueExpired(): Promise<{ rescued: number; dead: number }> {
     return (this.rescuer ?? new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger)).rescueOnce();
+  }
+
+  /** Tells dependants now of every parent that ended (also done on notification and by the rescuer). */
+  settleDependencies(): Promise<void> {
+    return this.settler.settleOnce();
   }
 
   /** Deletes expired history now (the pruner also does it every retention.intervalMs). */
@@ -228,6 +238,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     this.listener = new WakeupListener(this.options.databaseUrl, this.repo.channel, this.logger, {
       wake: (queue, dueAt) => this.workers.get(queue)?.wakeIn(dueAt === null ? 0 : this.deps.clock.msUntil(dueAt)),
       cancel: (taskId) => this.cancelRunning(taskId),
+      settle: () => void this.settler.request(),
       reconnected: () => this.wakeAll(),
     });
     await this.listener.start();

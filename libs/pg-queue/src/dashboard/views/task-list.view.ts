@@ -3,7 +3,7 @@ import { relative, timestamp, truncate } from './format';
 import { html, type Html } from './html';
 import { actionForm, page, stateBadge, type PageContext } from './layout.view';
 
-const STATES = ['pending', 'running', 'dead', 'done', 'cancelled'];
+const STATES = ['pending', 'waiting', 'running', 'dead', 'done', 'cancelled'];
 
 /** Tasks, newest first: a filter form, one page, the next-page link, and retry-dead for a queue. */
 export function taskListPage(ctx: PageContext, filter: TaskListFilter, result: TaskListPage, notice: { key?: string; count?: number }): Html {

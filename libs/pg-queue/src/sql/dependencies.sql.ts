@@ -1,0 +1,146 @@
+import { quoteIdent } from './identifiers';
+import { marked, notifyCte, taskInput, TASK_COLUMNS } from './fragments.sql';
+
+/** The notification that asks workers to settle dependency debts (see DependencySettler). */
+export const SETTLE_NOTICE = '!settle';
+
+/**
+ * Fan-in dependencies (the enqueue option `dependsOn`). A dependant waits in state `waiting` with
+ * `deps_left` parents still unfinished; each parent's row lists its dependants (`dependants`).
+ *
+ * Lock decisions:
+ * - The dependant's insert appends its id to every live parent's `dependants` with an UPDATE, so
+ *   the parent's row lock orders it against the parent's end: a completion that ends the parent
+ *   after that update waits for the enqueuing transaction and then reads the row again, list
+ *   included; a parent that ended first is no longer there to update, and the insert learns how it
+ *   ended in a second statement (a fresh snapshot sees the archive row).
+ * - A statement that ends a parent (complete, fail, rescue, release, cancel) cannot update the
+ *   dependants itself: its snapshot predates a dependant whose enqueue it waited for. It records a
+ *   debt per dependant instead (task_dependency_debt, in the same statement, so the debt commits
+ *   exactly with the parent's end) and notifies `!settle`; settling runs after that commit with a
+ *   fresh snapshot. The dependant's counter is decremented by UPDATE, so two parents settling at
+ *   once serialise on its row and the last one makes it pending. The rescuer settles whatever a
+ *   crash or a missed notification left behind.
+ */
+export function dependencyStatements(schema: string) {
+  const s = quoteIdent(schema);
+  return marked({
+    /** Ids among $1 (comma-separated) that are neither live nor archived. */
+    missingParents: `
+SELECT coalesce(string_agg(w.id::text, ','), '') AS ids
+FROM (SELECT DISTINCT unnest(string_to_array($1, ',')::bigint[]) AS id) w
+WHERE NOT EXISTS (SELECT 1 FROM ${s}.task t WHERE t.id = w.id)
+  AND NOT EXISTS (SELECT 1 FROM ${s}.task_archive a WHERE a.id = w.id)`,
+
+    /**
+     * Inserts one dependant. Its state: `cancelled` if a parent is dead or cancelled, `waiting`
+     * while any parent is unfinished (or ended concurrently: `unsettled`, for debtsOfEnded), else
+     * `pending`. Done parents found in the archive give their results at once.
+     * Parameters: $1 the row (JSON, one row as in enqueue.sql.ts), $2 channel, $3 parent ids.
+     */
+    insertDependant: `
+WITH input AS (${taskInput(1)}
+), new AS (
+  SELECT nextval(pg_get_serial_sequence('${s}.task', 'id')) AS id
+), wanted AS (
+  SELECT DISTINCT unnest(string_to_array($3, ',')::bigint[]) AS id
+), linked AS (
+  UPDATE ${s}.task p SET dependants = coalesce(p.dependants, '{}') || (SELECT id FROM new)
+  WHERE p.id = ANY (ARRAY (SELECT id FROM wanted))
+  RETURNING p.id, p.state
+), archived AS (
+  SELECT a.id, a.state, a.result FROM ${s}.task_archive a WHERE a.id = ANY (ARRAY (SELECT id FROM wanted))
+), verdict AS (
+  SELECT (SELECT count(*) FROM linked WHERE state IN ('pending', 'running', 'waiting'))::int AS open,
+         (SELECT min(id) FROM linked WHERE state IN ('dead', 'cancelled')) AS failed_live,
+         (SELECT min(id) FROM archived WHERE state = 'cancelled' AND id NOT IN (SELECT id FROM linked)) AS failed_archived,
+         ARRAY (SELECT id FROM wanted WHERE id NOT IN (SELECT id FROM linked) AND id NOT IN (SELECT id FROM archived)) AS unsettled,
+         (SELECT jsonb_object_agg(id::text, coalesce(result, 'null')) FROM archived
+          WHERE state = 'done' AND id NOT IN (SELECT id FROM linked)) AS results
+), inserted AS (
+  INSERT INTO ${s}.task (id, ${TASK_COLUMNS}, state, depends_on, deps_left, parent_results, last_error, finished_at)
+  OVERRIDING SYSTEM VALUE
+  SELECT (SELECT id FROM new), queue, payload, priority, due_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key,
+         CASE WHEN coalesce(v.failed_live, v.failed_archived) IS NOT NULL THEN 'cancelled'
+              WHEN v.open + cardinality(v.unsettled) > 0 THEN 'waiting' ELSE 'pending' END,
+         (SELECT array_agg(id ORDER BY id) FROM wanted), v.open + cardinality(v.unsettled), v.results,
+         'task ' || coalesce(v.failed_live, v.failed_archived) || ', which it depends on, ended dead or cancelled',
+         CASE WHEN coalesce(v.failed_live, v.failed_archived) IS NOT NULL THEN now() END
+  FROM input CROSS JOIN verdict v
+  RETURNING id, queue, state, run_at
+), ${notifyCte("SELECT queue, run_at FROM inserted WHERE state = 'pending'", '$2')}
+SELECT i.id::text AS id, i.state, array_to_string((SELECT unsettled FROM verdict), ',') AS unsettled,
+       (SELECT count(*) FROM notified)::int AS notified
+FROM inserted i`,
+
+    /**
+     * Debts for parents that ended while a dependant was being inserted (`unsettled` above), read
+     * with a fresh snapshot: cancelled in the archive, or done (archived, or gone without a trace
+     * under `finished: 'delete'`). Parameters: $1 dependant id, $2 parent ids, $3 channel.
+     */
+    debtsOfEnded: `
+WITH debts AS (
+  INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome, result)
+  SELECT $1::bigint, w.id, coalesce(a.state, 'done'), a.result
+  FROM unnest(string_to_array($2, ',')::bigint[]) AS w(id)
+  LEFT JOIN ${s}.task_archive a ON a.id = w.id
+  RETURNING pg_notify($3, '${SETTLE_NOTICE}')
+)
+SELECT count(*)::int AS debts FROM debts`,
+
+    /**
+     * Settles up to $1 debts, oldest first: a done parent decrements its dependant's counter and
+     * adds its result; a dead or cancelled one cancels the dependant, whose own dependants get debts
+     * in turn (`cascaded`: settle again). SKIP LOCKED: two settlers never take the same debt.
+     * Parameters: $1 limit, $2 channel.
+     */
+    settle: `
+WITH due AS (
+  DELETE FROM ${s}.task_dependency_debt
+  WHERE id = ANY (ARRAY (SELECT id FROM ${s}.task_dependency_debt ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
+  RETURNING dependant, parent, outcome, result
+), per AS (
+  SELECT dependant, count(*) FILTER (WHERE outcome = 'done')::int AS done,
+         min(parent) FILTER (WHERE outcome <> 'done') AS failed_parent,
+         min(outcome) FILTER (WHERE outcome <> 'done') AS failed_outcome,
+         jsonb_object_agg(parent::text, coalesce(result, 'null')) FILTER (WHERE outcome = 'done') AS results
+  FROM due GROUP BY dependant
+), settled AS (
+  UPDATE ${s}.task w
+  SET deps_left = w.deps_left - p.done,
+      parent_results = coalesce(w.parent_results, '{}') || coalesce(p.results, '{}'),
+      state = CASE WHEN p.failed_parent IS NOT NULL THEN 'cancelled'
+                   WHEN w.deps_left - p.done <= 0 THEN 'pending' ELSE 'waiting' END,
+      last_error = CASE WHEN p.failed_parent IS NOT NULL
+                        THEN 'task ' || p.failed_parent || ', which it depends on, ended ' || p.failed_outcome
+                        ELSE w.last_error END,
+      finished_at = CASE WHEN p.failed_parent IS NOT NULL THEN now() ELSE w.finished_at END
+  FROM per p
+  WHERE w.id = p.dependant AND w.state = 'waiting'
+  RETURNING w.id, w.queue, w.state, w.run_at, w.dependants
+), cascaded AS (
+  INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome)
+  SELECT unnest(dependants), id, 'cancelled' FROM settled WHERE state = 'cancelled' AND dependants IS NOT NULL
+  RETURNING parent
+), ${notifyCte("SELECT queue, run_at FROM settled WHERE state = 'pending'", '$2')}
+SELECT (SELECT count(*) FROM due)::int AS settled, (SELECT count(*) FROM cascaded)::int AS cascaded,
+       (SELECT count(*) FROM notified)::int AS notified`,
+
+    /** The results of a dependant's parents (done parents only). Parameters: $1 id. */
+    parentResults: `SELECT coalesce(parent_results, '{}') AS results FROM ${s}.task WHERE id = $1::bigint`,
+  });
+}
+
+/**
+ * A CTE `debts` for statements that end tasks: one debt per dependant of each row of `source`
+ * (columns id, dependants, outcome, result), and one `!settle` notification ($channel; Postgres
+ * folds identical ones). Host statements read count(*) from it, which also makes sure it runs
+ * whole. Rows without dependants cost a filter.
+ */
+export function debtsCte(s: string, source: string, channel: string): string {
+  return `debts AS (
+  INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome, result)
+  SELECT unnest(x.dependants), x.id, x.outcome, x.result FROM (${source}) x WHERE x.dependants IS NOT NULL
+  RETURNING pg_notify(${channel}, '${SETTLE_NOTICE}')
+)`;
+}

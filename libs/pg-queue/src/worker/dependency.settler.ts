@@ -1,0 +1,47 @@
+import type { Logger } from '@nestjs/common';
+import type { DependencyRepository } from '../sql/dependencies.repository';
+import type { SqlExecutor } from '../types';
+
+/**
+ * Tells dependants that their parents ended (dependencies.sql.ts): on each `!settle` notification,
+ * which the statement that ended a parent sends at its commit, and on every rescuer round (debts a
+ * crash or a missed notification left). Requests that arrive while a round runs fold into one more.
+ */
+export class DependencySettler {
+  private running: Promise<void> | null = null;
+  private again = false;
+
+  constructor(
+    private readonly db: SqlExecutor,
+    private readonly repo: DependencyRepository,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Settles soon; never rejects. */
+  request(): Promise<void> {
+    if (this.running) {
+      this.again = true;
+      return this.running;
+    }
+    this.running = this.loop().finally(() => (this.running = null));
+    return this.running;
+  }
+
+  /** Settles now and waits for it. */
+  async settleOnce(): Promise<void> {
+    await this.request();
+    if (this.running) await this.running;
+  }
+
+  private async loop(): Promise<void> {
+    do {
+      this.again = false;
+      try {
+        await this.repo.settle(this.db);
+      } catch (err) {
+        this.logger.error(`settling task dependencies failed: ${(err as Error).message}`);
+        return; // the rescuer's next round tries again
+      }
+    } while (this.again);
+  }
+}

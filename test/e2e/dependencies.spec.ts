@@ -1,0 +1,219 @@
+/**
+ * Fan-in dependencies (dependencies.sql.ts): a task enqueued with dependsOn runs only once every
+ * parent is done, reads their results, and is cancelled when a parent ends dead or cancelled.
+ * Three app instances run the parents while the dependants are enqueued, so dependants' inserts
+ * race their parents' completions.
+ */
+import { Injectable } from '@nestjs/common';
+import {
+  DependencyNotFoundError,
+  InvalidEnqueueOptionsError,
+  NonRetryableError,
+  TaskHandler,
+  WorkerOrchestrator,
+  type LeaseTaskContext,
+  type Task,
+  type TaskContext,
+} from '@app/pg-queue';
+import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { waitFor } from '../support/wait-for';
+
+interface Run {
+  id: string;
+  queue: string;
+  start: number;
+  end: number;
+  results?: Record<string, unknown>;
+}
+
+const runs: Run[] = [];
+const now = () => performance.timeOrigin + performance.now();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+@Injectable()
+class GraphHandlers {
+  @TaskHandler('dep.part', { mode: 'lease', concurrency: 4 })
+  async part(task: Task<{ n: number; ms?: number; fail?: boolean }>, _ctx: LeaseTaskContext) {
+    const run: Run = { id: task.id, queue: task.queue, start: now(), end: Number.NaN };
+    runs.push(run);
+    await sleep(task.payload.ms ?? 5);
+    run.end = now();
+    if (task.payload.fail) throw new NonRetryableError('part failed for good');
+    return { n: task.payload.n, square: task.payload.n * task.payload.n };
+  }
+
+  @TaskHandler('dep.part.tx', { concurrency: 2 })
+  async partTx(task: Task<{ n: number }>, ctx: TaskContext) {
+    const run: Run = { id: task.id, queue: task.queue, start: now(), end: Number.NaN };
+    runs.push(run);
+    await ctx.tx.$executeRawUnsafe('SELECT 1');
+    run.end = now();
+    return task.payload.n;
+  }
+
+  @TaskHandler('dep.join', { concurrency: 4 })
+  async join(task: Task<unknown>, ctx: TaskContext) {
+    const run: Run = { id: task.id, queue: task.queue, start: now(), end: Number.NaN, results: await ctx.parentResults() };
+    runs.push(run);
+    run.end = now();
+    return Object.keys(run.results!).length;
+  }
+
+  @TaskHandler('dep.bad.result', { mode: 'lease' })
+  async badResult() {
+    return { big: 1n };
+  }
+}
+
+describe('fan-in dependencies', () => {
+  let db: TestDatabase;
+  const instances: QueueApp[] = [];
+  const queue = () => instances[0].queue;
+  const byId = (id: string) => runs.filter((r) => r.id === id);
+  const stateOf = async (id: string) => (await queue().get(id))?.state;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    for (const name of ['g1', 'g2', 'g3']) {
+      instances.push(await bootQueueApp(db.prisma(6), [GraphHandlers], { databaseUrl: db.url, workerId: name, pollIntervalMs: 5000 }));
+    }
+  });
+  afterAll(async () => {
+    for (const qa of instances) await qa.close();
+    await db.drop();
+  });
+
+  it('40 joins over 5 parents each, enqueued while three instances run the parents: each join runs once, after all its parents, with their results', async () => {
+    const joins: { id: string; parents: string[] }[] = [];
+    for (let j = 0; j < 40; j++) {
+      const parents = await queue().enqueueMany(
+        Array.from({ length: 5 }, (_, i) => (i % 2 === 0
+          ? { queue: 'dep.part', payload: { n: j * 10 + i, ms: (i * 7) % 20 } }
+          : { queue: 'dep.part.tx', payload: { n: j * 10 + i } })),
+      );
+      // Enqueued from every instance while the parents are being claimed and completed.
+      joins.push({ id: await instances[j % 3].queue.enqueue('dep.join', { j }, { dependsOn: parents }), parents });
+    }
+    await waitFor('every join ran', async () => joins.every((j) => byId(j.id).length > 0 && Number.isFinite(byId(j.id)[0].end)), {
+      timeoutMs: 60_000,
+      everyMs: 50,
+    });
+    for (const j of joins) {
+      const [run, ...again] = byId(j.id);
+      const parentEnds = j.parents.map((p) => byId(p)[0]?.end);
+      expect({ join: j.id, again: again.length, afterParents: parentEnds.every((end) => end <= run.start) }).toEqual({ join: j.id, again: 0, afterParents: true });
+      expect(Object.keys(run.results!).sort()).toEqual([...j.parents].sort());
+    }
+    const sample = byId(joins[3].id)[0].results!;
+    expect(sample[joins[3].parents[0]]).toEqual({ n: 30, square: 900 });
+    expect(sample[joins[3].parents[1]]).toBe(31);
+    const info = await queue().get(joins[3].id);
+    expect(info).toMatchObject({ state: 'done', dependsOn: [...joins[3].parents].sort((a, b) => Number(a) - Number(b)), result: 5 });
+  });
+
+  it('enqueueMany references items of the same call: a diamond runs in order, and chain() shows the graph', async () => {
+    const [a, b, c, d] = await queue().enqueueMany([
+      { queue: 'dep.part', payload: { n: 1, ms: 30 } },
+      { queue: 'dep.part', payload: { n: 2 }, options: { dependsOn: [{ item: 0 }] } },
+      { queue: 'dep.part', payload: { n: 3 }, options: { dependsOn: [{ item: 0 }] } },
+      { queue: 'dep.join', payload: {}, options: { dependsOn: [{ item: 1 }, { item: 2 }] } },
+    ]);
+    expect(await stateOf(d)).toBe('waiting');
+    expect(await queue().get(d)).toMatchObject({ dependenciesLeft: 2 });
+    await waitFor('the diamond ran', async () => (await stateOf(d)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
+    expect(byId(b)[0].start).toBeGreaterThanOrEqual(byId(a)[0].end);
+    expect(byId(c)[0].start).toBeGreaterThanOrEqual(byId(a)[0].end);
+    expect(byId(d)[0].start).toBeGreaterThanOrEqual(Math.max(byId(b)[0].end, byId(c)[0].end));
+    const graph = await queue().chain(d);
+    expect(graph.map((s) => [s.stage, s.id])).toEqual([[0, a], [1, b], [1, c], [2, d]]);
+    expect(graph[3].dependsOn).toEqual([b, c]);
+  });
+
+  it('a parent that ends dead cancels its dependants and theirs; so does cancelling a waiting parent', async () => {
+    const [bad, child, grandchild] = await queue().enqueueMany([
+      { queue: 'dep.part', payload: { n: 0, ms: 50, fail: true } },
+      { queue: 'dep.join', payload: {}, options: { dependsOn: [{ item: 0 }] } },
+      { queue: 'dep.join', payload: {}, options: { dependsOn: [{ item: 1 }] } },
+    ]);
+    await waitFor('the dependants were cancelled', async () => (await stateOf(grandchild)) === 'cancelled', { timeoutMs: 20_000, everyMs: 20 });
+    expect(await stateOf(bad)).toBe('dead');
+    expect(await queue().get(child)).toMatchObject({ state: 'cancelled', lastError: `task ${bad}, which it depends on, ended dead` });
+    expect(byId(child).length + byId(grandchild).length).toBe(0);
+
+    // A dependant enqueued after its parent died is cancelled at once.
+    const late = await queue().enqueue('dep.join', {}, { dependsOn: [bad] });
+    expect(await stateOf(late)).toBe('cancelled');
+
+    // Cancelling a waiting task cancels what waits for it.
+    const slow = await queue().enqueue('dep.part', { n: 9 }, { delayMs: 60_000 });
+    const [mid, leaf] = await queue().enqueueMany([
+      { queue: 'dep.join', payload: {}, options: { dependsOn: [slow] } },
+      { queue: 'dep.join', payload: {}, options: { dependsOn: [{ item: 0 }] } },
+    ]);
+    expect(await queue().cancel(mid)).toBe('cancelled');
+    await waitFor('the leaf was cancelled', async () => (await stateOf(leaf)) === 'cancelled', { timeoutMs: 20_000, everyMs: 20 });
+    expect(await stateOf(slow)).toBe('pending');
+    await queue().cancel(slow);
+  });
+
+  it('a parent already done gives its result at once; a dependant of done parents is pending at once', async () => {
+    const parent = await queue().enqueue('dep.part', { n: 7 });
+    await waitFor('the parent is done', async () => (await stateOf(parent)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
+    const join = await queue().enqueue('dep.join', {}, { dependsOn: [parent] });
+    await waitFor('the join ran', async () => byId(join).length === 1 && (await stateOf(join)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
+    expect(byId(join)[0].results).toEqual({ [parent]: { n: 7, square: 49 } });
+  });
+
+  it('a parent whose worker died: its lease is rescued, it runs again, and then its dependant', async () => {
+    const orchestrators = instances.map((qa) => qa.app.get(WorkerOrchestrator));
+    // A worker that claimed the parent and vanished: the lease is taken by hand and never completed.
+    const parent = await queue().enqueue('dep.part.crash', { n: 1 });
+    const join = await queue().enqueue('dep.join', {}, { dependsOn: [parent] });
+    await db.sql(
+      `UPDATE pgqueue.task SET state = 'running', attempt = 1, locked_by = 'gone', lease_token = gen_random_uuid(),
+              locked_until = now() - interval '1 second', queue = 'dep.part' WHERE id = $1`,
+      [parent],
+    );
+    await orchestrators[1].rescueExpired();
+    await waitFor('the join ran after its parent was retried', async () => (await stateOf(join)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
+    expect(await queue().get(parent)).toMatchObject({ state: 'done', attempt: 2 });
+  });
+
+  it('bad dependsOn values are typed errors and write nothing', async () => {
+    const count = async () => (await db.sql('SELECT count(*)::int AS n FROM pgqueue.task'))[0].n as number;
+    const before = await count();
+    await expect(queue().enqueue('dep.join', {}, { dependsOn: ['999999999'] })).rejects.toBeInstanceOf(DependencyNotFoundError);
+    const cases: unknown[] = [[], 'x', [-1], ['abc'], [{ item: 0 }], [{ item: -1 }], [1.5], [null], ['99999999999999999999']];
+    for (const dependsOn of cases) {
+      const err = await queue().enqueue('dep.join', {}, { dependsOn: dependsOn as never }).catch((e: unknown) => e);
+      expect({ dependsOn, typed: err instanceof InvalidEnqueueOptionsError }).toEqual({ dependsOn, typed: true });
+    }
+    const parent = await queue().enqueue('dep.part', { n: 1 }, { delayMs: 60_000 });
+    const withKey = await queue().enqueue('dep.join', {}, { dependsOn: [parent], key: 'k' }).catch((e: unknown) => e);
+    expect(withKey).toBeInstanceOf(InvalidEnqueueOptionsError);
+    const cycle = await queue()
+      .enqueueMany([
+        { queue: 'dep.join', payload: {}, options: { dependsOn: [{ item: 1 }] } },
+        { queue: 'dep.join', payload: {}, options: { dependsOn: [{ item: 0 }] } },
+      ])
+      .catch((e: unknown) => e);
+    expect(cycle).toBeInstanceOf(InvalidEnqueueOptionsError);
+    // One good row and one that names a missing task: neither is written.
+    const mixed = await queue()
+      .enqueueMany([
+        { queue: 'dep.part', payload: { n: 1 } },
+        { queue: 'dep.join', payload: {}, options: { dependsOn: [{ item: 0 }, '888888888'] } },
+      ])
+      .catch((e: unknown) => e);
+    expect(mixed).toBeInstanceOf(DependencyNotFoundError);
+    expect(await count()).toBe(before + 1); // only `parent`
+    await queue().cancel(parent);
+  });
+
+  it('a handler result that cannot be stored fails the task as dead with a clear error', async () => {
+    const id = await queue().enqueue('dep.bad.result', {});
+    await waitFor('the task is dead', async () => (await stateOf(id)) === 'dead', { timeoutMs: 20_000, everyMs: 20 });
+    expect((await queue().get(id))?.lastError).toMatch(/handler returned cannot be stored as its result.*BigInt/);
+  });
+});
