@@ -18,6 +18,8 @@ const IDLE_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + IDLE_GRACE_MS);
 /** And its statement backstop. */
 const STATEMENT_LIMIT_MS = String(DEFAULT_HANDLER_OPTIONS.timeoutMs + STATEMENT_GRACE_MS);
 
+/** No results (the last parameter of `complete`): the bench handlers return nothing. */
+const NO_RESULTS = '{}';
 /** No follow-up rows ($3 of `complete`): no task enqueues a follow-up. */
 const NO_FOLLOW_UPS = '[]';
 
@@ -62,7 +64,7 @@ export async function runBatch(c: Client, mode: 'lease' | 'transactional', worke
     if (onTask) for (const r of rows) onTask(r.payload);
     // Run times as the library sends them (ms before the statement; the archive records them).
     const ranAgo = rows.map(() => '0.0').join(',');
-    const res = await c.query<{ done_ids: string }>({ name: 'complete', text: STATEMENTS.complete, values: [...leases, NO_FOLLOW_UPS, CHANNEL, ranAgo, ranAgo] });
+    const res = await c.query<{ done_ids: string }>({ name: 'complete', text: STATEMENTS.complete, values: [...leases, NO_FOLLOW_UPS, CHANNEL, ranAgo, ranAgo, NO_RESULTS] });
     return { claimed: rows.length, completed: parseIds(res.rows[0].done_ids).length };
   };
   if (mode === 'lease') return handleAndComplete();
