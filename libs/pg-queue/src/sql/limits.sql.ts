@@ -26,8 +26,12 @@ const LIMIT_LOCK_NAMESPACE = 0x70_67_6c; // "pgl"
 export function limitStatements(schema: string) {
   const s = quoteIdent(schema);
   return marked({
-    /** Parameters: $1 the lock's name: `${schema}.${queue}`. */
-    lock: `SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1))`,
+    /**
+     * Also turns JIT off for the claim's transaction: planned from row estimates, the partitioned
+     * claim's cost passes jit_above_cost on a backlog of some thousands, and compiling it took
+     * ~80 ms of a ~4 ms claim (see JIT_OFF). Parameters: $1 the lock's name: `${schema}.${queue}`.
+     */
+    lock: `SELECT set_config('jit', 'off', true), pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1))`,
 
     /**
      * What the queue-wide rules leave room for: its running tasks, and the rate window's starts
