@@ -4,7 +4,7 @@
 //
 //   BENCH_REPS=3            repetitions per variant (default 3; 1 with BENCH_QUICK)
 //   BENCH_ONLY=drain,idle   scenarios by name or number: enqueue(1) bulk(2) drain(3) latency(4)
-//                           idle(5) history(6) limit(7) scale(8, pg-queue only)
+//                           idle(5) history(6) limit(7) scale(8, pg-queue only) flow(9, pg-queue lease only)
 //   BENCH_LIBS=pg-queue,pg-boss   pg-queue (both modes), pg-queue-transactional, pg-queue-lease,
 //                           pg-boss, graphile-worker
 //   BENCH_QUICK=1           small counts, for smoke tests
@@ -31,11 +31,11 @@ const REPS = positiveInt('BENCH_REPS', env.BENCH_REPS ?? (QUICK ? '1' : '3'));
 const WRITE = env.BENCH_WRITE === '1' || env.BENCH_WRITE === 'true';
 
 const SIZES = QUICK
-  ? { enqueue: 500, bulk: 10_000, bulkSize: 1000, drain: 2_000, latency: 50, latencyGapMs: 20, idleMs: 5_000, history: 50_000, historyDrain: 2_000, limit: 2_000, scaleCalls: 50 }
-  : { enqueue: 5_000, bulk: 100_000, bulkSize: 1000, drain: 20_000, latency: 200, latencyGapMs: 20, idleMs: 20_000, history: 1_000_000, historyDrain: 20_000, limit: 20_000, scaleCalls: 200 };
+  ? { enqueue: 500, bulk: 10_000, bulkSize: 1000, drain: 2_000, latency: 50, latencyGapMs: 20, idleMs: 5_000, history: 50_000, historyDrain: 2_000, limit: 2_000, scaleCalls: 50, flow: 2_000 }
+  : { enqueue: 5_000, bulk: 100_000, bulkSize: 1000, drain: 20_000, latency: 200, latencyGapMs: 20, idleMs: 20_000, history: 1_000_000, historyDrain: 20_000, limit: 20_000, scaleCalls: 200, flow: 10_000 };
 
 const LIBS = ['pg-queue-transactional', 'pg-queue-lease', 'pg-boss', 'graphile-worker'];
-const SCENARIO_IDS = ['enqueue', 'bulk', 'drain', 'latency', 'idle', 'history', 'limit', 'scale'];
+const SCENARIO_IDS = ['enqueue', 'bulk', 'drain', 'latency', 'idle', 'history', 'limit', 'scale', 'flow'];
 
 function positiveInt(name, value) {
   const n = Number(value);
@@ -61,7 +61,7 @@ function selected(list, envName, all, aliases) {
 }
 
 const ONLY = selected('scenario', 'BENCH_ONLY', SCENARIO_IDS, {
-  1: ['enqueue'], 2: ['bulk'], 3: ['drain'], 4: ['latency'], 5: ['idle'], 6: ['history'], 7: ['limit'], 8: ['scale'],
+  1: ['enqueue'], 2: ['bulk'], 3: ['drain'], 4: ['latency'], 5: ['idle'], 6: ['history'], 7: ['limit'], 8: ['scale'], 9: ['flow'],
   wakeup: ['latency'], 'physical-limit': ['limit'], physical: ['limit'],
 });
 const LIB_SET = selected('library', 'BENCH_LIBS', LIBS, {
@@ -111,6 +111,20 @@ const SCALE_OPS = [
   ['get', '`get(id)` of an archived task'],
   ['claim', "the worker's claim of 100 due tasks"],
 ];
+
+/** Scenario 9's rows (bench/src/flow.ts): pg-queue in lease mode, concurrency 50, one row per rule. */
+const FLOW_VARIANTS = [
+  ['plain', 'drain, no rule'],
+  ['global20', 'drain, globalConcurrency 20'],
+  ['partitions100', 'drain, 100 partitions, partitionConcurrency 1'],
+  ['rate5000', 'drain, rateLimit 5 000 / s'],
+  ['fifo', "tenant B's wait behind A's backlog, no partitions"],
+  ['fair', "tenant B's wait behind A's backlog, partitions taking turns"],
+];
+function flowVariants() {
+  if (!LIB_SET.includes('pg-queue-lease')) return [];
+  return FLOW_VARIANTS.map(([group, what]) => ({ ...variant('pg-queue-lease', 50, group), label: `pg-queue (lease): ${what}` }));
+}
 
 /** Scenario 4's bare-pg rows: pg-queue's wake-up path for each selected mode, without the library. */
 function bareWakeUpVariants() {
@@ -194,6 +208,18 @@ const SCENARIOS = {
     n: SIZES.limit,
     timeoutMs: 180_000,
     metrics: [{ key: 'tasksPerSec', label: 'tasks/s', better: 'higher' }],
+  },
+  flow: {
+    num: 9,
+    title: `Flow control: drains of ${SIZES.flow.toLocaleString('en-US')} tasks under each rule; fairness: tenant B's 10 tasks enqueued 200 ms after tenant A's ${SIZES.flow.toLocaleString('en-US')} (pg-queue, lease, concurrency 50)`,
+    variants: flowVariants,
+    n: SIZES.flow,
+    timeoutMs: 240_000,
+    metrics: [
+      { key: 'tasksPerSec', label: 'tasks/s (worker start → database shows every task finished)', unit: 'tasks/s', better: 'higher' },
+      { key: 'bWaitP50', label: "tenant B's wait, enqueue → handler start, p50 ms", better: 'lower' },
+      { key: 'bWaitMax', label: "tenant B's wait, enqueue → handler start, max ms", better: 'lower' },
+    ],
   },
   scale: {
     num: 8,
@@ -415,6 +441,7 @@ async function main() {
                 bulkSize: SIZES.bulkSize,
                 latencyGapMs: SIZES.latencyGapMs,
                 idleMs: SIZES.idleMs,
+                group: v.group,
                 timeoutMs: sc.timeoutMs - 30_000,
               },
               sc.timeoutMs + 30_000,

@@ -7,11 +7,12 @@ import { performance } from 'node:perf_hooks';
 import type { Client } from 'pg';
 import { chunks, connect, payloads, sleep, waitFor, type BenchTarget, type Payload, type TargetOptions } from './common';
 import { openLimitClients, prepareLimit, runLimit } from './physical-limit';
+import type { FlowGroup } from './flow';
 import type { ScaleProbe, ServerTotals } from './scale';
 import type { PgQueueTarget } from './targets/pg-queue';
 
 export interface RunSpec {
-  scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'scale' | 'make-history' | 'make-scale';
+  scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'scale' | 'flow' | 'make-history' | 'make-scale';
   lib: 'pg-queue' | 'pg-boss' | 'graphile-worker' | 'bare-pg';
   mode?: 'transactional' | 'lease';
   concurrency: number;
@@ -26,6 +27,8 @@ export interface RunSpec {
   idleMs?: number;
   /** Bound for the timed part of the run. */
   timeoutMs: number;
+  /** The variant's group: scenario 9's rule (see flow.ts). */
+  group?: string;
 }
 
 export interface RunResult {
@@ -205,6 +208,13 @@ async function runScenario(spec: RunSpec): Promise<RunResult> {
       const archived = Number((await db.query(`SELECT count(*) AS n FROM pgqueue.task_archive`)).rows[0].n);
       if (done !== spec.n || left !== 0 || archived !== spec.n) throw new Error(`limit: completed ${done}, left ${left}, archived ${archived}`);
       return { ok: true, metrics: { tasksPerSec: (spec.n / (t1 - t0)) * 1000 }, notes: [] };
+    }
+
+    if (spec.scenario === 'flow') {
+      const { runFlow } = await import('./flow.js');
+      await checkpoint(db);
+      const res = await runFlow(spec.url, spec.group as FlowGroup, spec.n, spec.timeoutMs, db);
+      return { ok: true, metrics: res.metrics, notes: [], settings: res.settings };
     }
 
     const target = await makeTarget(spec);

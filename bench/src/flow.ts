@@ -1,0 +1,98 @@
+import 'reflect-metadata';
+import { performance } from 'node:perf_hooks';
+import { Injectable, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { PrismaPg } from '@prisma/adapter-pg';
+import type { Client } from 'pg';
+import { PgQueueModule, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type HandlerOptions, type Task } from '@app/pg-queue';
+import { PrismaClient } from '../../src/generated/prisma/client';
+import { QUEUE, chunks, poolSize, waitFor } from './common';
+
+/**
+ * Scenario 9: flow control (lease mode, concurrency 50, one process). Drains of the same backlog
+ * with no rule, a global limit of 20, 100 partitions one at a time each, and a rate limit of 5 000
+ * per second; then fairness: tenant A enqueues 10 000 tasks, then tenant B 10, and B's tasks wait
+ * from their enqueue to their handler's start, with the queue plain (first in, first out) or
+ * partitioned (partitionConcurrency, partitions taking turns).
+ */
+export const FLOW_GROUPS = ['plain', 'global20', 'partitions100', 'rate5000', 'fifo', 'fair'] as const;
+export type FlowGroup = (typeof FLOW_GROUPS)[number];
+
+const CONCURRENCY = 50;
+const RULES: Record<FlowGroup, Partial<HandlerOptions>> = {
+  plain: {},
+  global20: { globalConcurrency: 20 },
+  partitions100: { partitionConcurrency: 1 },
+  rate5000: { rateLimit: { max: 5000, perMs: 1000 } },
+  fifo: {},
+  fair: { partitionConcurrency: CONCURRENCY }, // no cap below the process's: only the turns differ from fifo
+};
+
+let onTask: ((payload: { seq: number; tenant?: string }) => void) | null = null;
+
+@Injectable()
+class FlowHandlers {
+  @TaskHandler(QUEUE)
+  async noop(task: Task<{ seq: number; tenant?: string }>): Promise<void> {
+    onTask?.(task.payload);
+  }
+}
+
+export async function runFlow(url: string, group: FlowGroup, n: number, timeoutMs: number, db: Client): Promise<{ metrics: Record<string, number | null>; settings: string }> {
+  const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: poolSize(CONCURRENCY) }, { statementNameGenerator: queueStatementName }) });
+  const options = { mode: 'lease' as const, concurrency: CONCURRENCY, ...RULES[group] };
+  @Module({
+    imports: [PgQueueModule.forRoot({ prisma, databaseUrl: url, autoStart: false, queues: { [QUEUE]: options } })],
+    providers: [FlowHandlers],
+  })
+  class FlowModule {}
+  const app = await NestFactory.createApplicationContext(FlowModule, { logger: ['error', 'warn'] });
+  const settings = `queues: { ${QUEUE}: ${JSON.stringify(options)} }`;
+  try {
+    const queue = app.get(TaskQueue);
+    const deadline = Date.now() + timeoutMs;
+    if (group === 'fifo' || group === 'fair') return { metrics: await fairness(app.get(WorkerOrchestrator), queue, group, n, deadline, db), settings };
+
+    const partitioned = group === 'partitions100';
+    for (const part of chunks(Array.from({ length: n }, (_, seq) => seq), 1000)) {
+      await queue.enqueueMany(part.map((seq) => ({ queue: QUEUE, payload: { seq }, options: partitioned ? { partition: `p${seq % 100}` } : undefined })));
+    }
+    await db.query('ANALYZE');
+    let handled = 0;
+    onTask = () => void handled++;
+    const t0 = performance.now();
+    await app.get(WorkerOrchestrator).start();
+    await waitFor(`${n} handler calls (got ${handled})`, () => handled >= n, deadline - Date.now(), 2);
+    await waitFor('every task finished', async () => (await unfinished(db)) === 0, Math.max(1000, deadline - Date.now()), 5);
+    return { metrics: { tasksPerSec: (n / (performance.now() - t0)) * 1000, bWaitP50: null, bWaitMax: null }, settings };
+  } finally {
+    onTask = null;
+    await app.close();
+    await prisma.$disconnect();
+  }
+}
+
+/** Tenant A's `n` tasks go in first; the worker starts; 200 ms later tenant B enqueues 10. */
+async function fairness(orchestrator: WorkerOrchestrator, queue: TaskQueue, group: FlowGroup, n: number, deadline: number, db: Client) {
+  const fair = group === 'fair';
+  for (const part of chunks(Array.from({ length: n }, (_, seq) => seq), 1000)) {
+    await queue.enqueueMany(part.map((seq) => ({ queue: QUEUE, payload: { seq, tenant: 'A' }, options: fair ? { partition: 'A' } : undefined })));
+  }
+  await db.query('ANALYZE');
+  const started = new Map<number, number>();
+  onTask = (p) => {
+    if (p.tenant === 'B') started.set(p.seq, performance.now());
+  };
+  await orchestrator.start();
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const sent = performance.now();
+  await queue.enqueueMany(Array.from({ length: 10 }, (_, seq) => ({ queue: QUEUE, payload: { seq, tenant: 'B' }, options: fair ? { partition: 'B' } : undefined })));
+  await waitFor(`tenant B's 10 tasks (got ${started.size})`, () => started.size >= 10, deadline - Date.now(), 2);
+  await waitFor('every task finished', async () => (await unfinished(db)) === 0, Math.max(1000, deadline - Date.now()), 5);
+  const waits = [...started.values()].map((t) => t - sent).sort((a, b) => a - b);
+  return { tasksPerSec: null, bWaitP50: waits[Math.ceil(waits.length / 2) - 1], bWaitMax: waits[waits.length - 1] };
+}
+
+async function unfinished(db: Client): Promise<number> {
+  return (await db.query(`SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = $1`, [QUEUE])).rows[0].n;
+}
