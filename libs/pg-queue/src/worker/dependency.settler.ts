@@ -33,6 +33,11 @@ export class DependencySettler {
     if (this.running) await this.running;
   }
 
+  /** Resolves once no round runs (shutdown waits for it: a round uses the Prisma client). */
+  async idle(): Promise<void> {
+    while (this.running) await this.running;
+  }
+
   private async loop(): Promise<void> {
     do {
       this.again = false;

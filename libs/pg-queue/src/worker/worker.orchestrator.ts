@@ -148,6 +148,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       await this.ticker?.stop();
       await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
       await this.listener?.stop();
+      await this.settler.idle();
     })();
     return this.shutdownPromise;
   }
