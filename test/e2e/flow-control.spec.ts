@@ -67,6 +67,11 @@ class LimitedHandlers {
   async rate(task: Task<{ p?: string }>, _ctx: LeaseTaskContext) {
     await recorded(task, async () => undefined);
   }
+
+  @TaskHandler('fc.prate', { mode: 'lease' })
+  async partitionRate(task: Task<{ p?: string }>, _ctx: LeaseTaskContext) {
+    await recorded(task, async () => undefined);
+  }
 }
 
 const QUEUES: PgQueueModuleOptions['queues'] = {
@@ -74,6 +79,7 @@ const QUEUES: PgQueueModuleOptions['queues'] = {
   'fc.global.tx': { concurrency: 3, batchSize: 1, globalConcurrency: 2 },
   'fc.part': { concurrency: 4, partitionConcurrency: 1 },
   'fc.rate': { concurrency: 4, rateLimit: { max: 5, perMs: 500 } },
+  'fc.prate': { concurrency: 4, rateLimit: { max: 3, perMs: 500, perPartition: true } },
 };
 
 /** The most intervals open at once (an end at the same instant as a start closes first). */
@@ -146,6 +152,25 @@ describe('flow control across three instances', () => {
     expect(starts[19] - t0).toBeGreaterThanOrEqual(1500 - 50);
   });
 
+  it('rateLimit per partition, 3 per 500 ms: no partition over it in any window, partitions side by side', async () => {
+    const t0 = now();
+    await instances[2].queue.enqueueMany(
+      ['acme', 'globex', null].flatMap((p) => Array.from({ length: 9 }, () => ({ queue: 'fc.prate', payload: { p: p ?? undefined }, options: p ? { partition: p } : {} }))),
+    );
+    await finished('fc.prate', 27);
+    const busiest = (list: Run[]) => {
+      const starts = list.map((r) => r.start).sort((a, b) => a - b);
+      return Math.max(...starts.map((s) => starts.filter((t) => t >= s && t < s + 475).length));
+    };
+    const per = Object.fromEntries(['acme', 'globex', null].map((p) => [String(p), busiest(of('fc.prate').filter((r) => r.partition === p))]));
+    expect({ per, attempts: [...new Set(of('fc.prate').map((r) => r.attempt))] }).toEqual({ per: { acme: 3, globex: 3, null: 3 }, attempts: [1] });
+    expect(busiest(of('fc.prate'))).toBeGreaterThan(3); // the partitions do not share one window
+    // 9 starts at 3 per 500 ms need two full windows after the first.
+    expect(Math.max(...of('fc.prate').map((r) => r.start)) - t0).toBeGreaterThanOrEqual(1000 - 50);
+    const [{ n }] = await db.sql("SELECT count(*)::int AS n FROM pgqueue.partition_rate WHERE queue = 'fc.prate'");
+    expect(n).toBe(3);
+  });
+
   it('bad limits are typed errors naming the option, a bad partition writes nothing', async () => {
     const prisma = db.prisma(2);
     for (const [queues, path] of [
@@ -154,6 +179,7 @@ describe('flow control across three instances', () => {
       [{ 'x.q': { rateLimit: { max: 0, perMs: 1000 } } }, 'queues["x.q"].rateLimit.max'],
       [{ 'x.q': { rateLimit: { max: 5, perMs: -1 } } }, 'queues["x.q"].rateLimit.perMs'],
       [{ 'x.q': { rateLimit: 5 } }, 'queues["x.q"].rateLimit'],
+      [{ 'x.q': { rateLimit: { max: 5, perMs: 100, perPartition: 'yes' } } }, 'queues["x.q"].rateLimit.perPartition'],
     ] as const) {
       const err = await bootQueueApp(prisma, [], { queues: queues as never, autoStart: false }).then(
         (qa) => qa.close().then(() => null),

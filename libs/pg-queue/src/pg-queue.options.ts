@@ -45,7 +45,8 @@ export interface HandlerOptions {
   partitionConcurrency: number | null;
   /**
    * At most `max` tasks of the queue started in any `perMs` window across every instance (null: no
-   * limit). Tasks beyond it stay pending, no attempt counted, and start when the window allows.
+   * limit); with `perPartition: true`, at most `max` per partition (the enqueue option `partition`)
+   * instead. Tasks beyond it stay pending, no attempt counted, and start when the window allows.
    */
   rateLimit: RateLimit | null;
 }
@@ -54,6 +55,8 @@ export interface HandlerOptions {
 export interface RateLimit {
   max: number;
   perMs: number;
+  /** The limit holds for each partition on its own (default false: for the queue as a whole). */
+  perPartition?: boolean;
 }
 
 /** Whether a queue's claims go through the flow-control rules (serialised per queue, see limits.sql.ts). */
@@ -223,6 +226,9 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
     if (!Number.isInteger(rate.max) || rate.max < 1 || rate.max > 100_000) fail('rateLimit.max', `expected an integer in [1, 100000], got ${JSON.stringify(rate.max)}`);
     if (!Number.isInteger(rate.perMs) || rate.perMs < 1 || rate.perMs > 31_622_400_000) {
       fail('rateLimit.perMs', `expected an integer of ms in [1, 31622400000] (366 days), got ${JSON.stringify(rate.perMs)}`);
+    }
+    if (rate.perPartition !== undefined && typeof rate.perPartition !== 'boolean') {
+      fail('rateLimit.perPartition', `expected a boolean, got ${JSON.stringify(rate.perPartition)}`);
     }
   }
   const b = merged.backoff;

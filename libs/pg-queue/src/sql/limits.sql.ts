@@ -39,13 +39,20 @@ export function limitStatements(schema: string) {
      * the round's cursor and the database's clock. The window is read and written by
      * clock_timestamp(), not now(): the claim's transaction may have waited for the queue's lock,
      * and its start would date these claims too early and let the next window open too soon.
-     * Parameters: $1 queue, $2 rate window in ms (0: no rate limit).
+     * With a rate limit per partition, also when the first full partition's window frees a slot.
+     * Parameters: $1 queue, $2 rate window in ms (0: no queue-wide rate limit), $3 per-partition
+     * rate limit (NULL: none), $4 its window in ms.
      */
     room: `
 SELECT (SELECT count(*) FROM ${s}.task WHERE queue = $1 AND state = 'running')::int AS running,
        count(w.st)::int AS window_starts,
        (extract(epoch FROM min(w.st) + $2 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8 AS window_frees_in_ms,
        (SELECT partition_cursor FROM ${s}.queue_state WHERE queue = $1) AS cursor,
+       (SELECT (extract(epoch FROM min(f.frees_at) - clock_timestamp()) * 1000)::float8
+        FROM (SELECT min(st) + $4 * interval '1 millisecond' AS frees_at
+              FROM ${s}.partition_rate r CROSS JOIN LATERAL unnest(r.starts) AS st
+              WHERE r.queue = $1 AND $3::int IS NOT NULL AND st > clock_timestamp() - $4 * interval '1 millisecond'
+              GROUP BY r.partition_key HAVING count(*) >= $3::int) f) AS partition_frees_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms
 FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
       WHERE q.queue = $1 AND $2 > 0 AND st > clock_timestamp() - $2 * interval '1 millisecond') w`,
@@ -61,7 +68,8 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
      * The partitions come from a skip scan of task_partition_idx (one probe per partition, however
      * many tasks each has). No FOR UPDATE: the queue's lock keeps other claimers out, and the
      * UPDATE re-checks `state = 'pending'` on rows an operator changed meanwhile.
-     * Parameters as claimFrom, and $6 per-partition limit, $7 cursor, $8 partitions per round.
+     * Parameters as claimFrom, and $6 per-partition limit, $7 cursor, $8 partitions per round,
+     * $9 per-partition rate limit (NULL: none) and $10 its window in ms (partition_rate).
      */
     claimPartitioned: claimFrom(
       s,
@@ -90,6 +98,12 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
     UNION ALL SELECT p, pos + $8 FROM before_cursor WHERE p IS NOT NULL
   ), running AS (
     SELECT partition_key AS p, count(*)::int AS n FROM ${s}.task WHERE queue = $1 AND state = 'running' GROUP BY 1
+  ), rated AS (
+    -- Per-partition rate windows ('' stands for no partition): starts still inside the window.
+    SELECT r.partition_key AS p, count(*)::int AS n
+    FROM ${s}.partition_rate r CROSS JOIN LATERAL unnest(r.starts) AS st
+    WHERE r.queue = $1 AND $9::int IS NOT NULL AND st > clock_timestamp() - $10 * interval '1 millisecond'
+    GROUP BY 1
   ), offered AS (
     SELECT c.id, c.rank, r.pos
     FROM round r
@@ -97,7 +111,8 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
       SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM ${s}.task t
       WHERE t.queue = $1 AND t.partition_key = r.p AND t.state = 'pending' AND t.run_at <= now() AND ${groupFirst(s)}
       ORDER BY t.priority, t.run_at, t.id
-      LIMIT greatest($6 - coalesce((SELECT n FROM running WHERE running.p = r.p), 0), 0)
+      LIMIT greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = r.p), 0),
+                           coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = r.p), 0), $6)), 0)
     ) c
     UNION ALL
     SELECT c.id, c.rank, 3 * $8
@@ -105,7 +120,8 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
       SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM ${s}.task t
       WHERE t.queue = $1 AND t.partition_key IS NULL AND t.state = 'pending' AND t.run_at <= now() AND ${groupFirst(s)}
       ORDER BY t.priority, t.run_at, t.id
-      LIMIT greatest($6 - coalesce((SELECT n FROM running WHERE running.p IS NULL), 0), 0)
+      LIMIT greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p IS NULL), 0),
+                           coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = ''), 0), $6)), 0)
     ) c
   )
   SELECT id FROM offered ORDER BY rank, pos LIMIT $2`,
@@ -117,6 +133,19 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
      * nothing else). Parameters: $1 channel, $2 queue.
      */
     announce: `SELECT pg_notify($1, $2)`,
+
+    /**
+     * After a claim of a queue limited per partition: each partition's window keeps its starts still
+     * inside it plus these. Parameters: $1 queue, $2 window ms, $3 JSON [{ p, n }] (p '' for no
+     * partition; JSON because a key may hold any character).
+     */
+    recordPartitions: `
+INSERT INTO ${s}.partition_rate AS r (queue, partition_key, window_ms, starts)
+SELECT $1, x.p, $2, array_fill(clock_timestamp(), ARRAY[x.n]) FROM json_to_recordset($3::json) AS x(p text, n int)
+ON CONFLICT (queue, partition_key) DO UPDATE
+SET window_ms = EXCLUDED.window_ms,
+    starts = ARRAY(SELECT st FROM unnest(r.starts) AS st WHERE st > clock_timestamp() - $2 * interval '1 millisecond' ORDER BY st)
+             || EXCLUDED.starts`,
 
     /**
      * After a limited claim that took `$4` tasks: the rate window keeps the starts still inside it

@@ -61,8 +61,9 @@ WHERE pid = $1::int AND backend_xid = $2::xid`,
     /**
      * Retention, one instance at a time (a transaction-scoped advisory lock; the others skip the
      * round): delete archived tasks older than $1 ms and dead or cancelled tasks in the hot table
-     * older than $2 ms, at most $3 rows each, oldest first, and debounce keys whose burst went
-     * quiet (a missing row means just that). Run repeatedly until nothing is left.
+     * older than $2 ms, at most $3 rows each, oldest first, and what flow control keeps once it
+     * went quiet (a missing row means just that): debounce keys whose burst ended, per-partition
+     * rate windows whose starts have all left them. Run repeatedly until nothing is left.
      * Parameters: $1 archive age ms, $2 dead age ms, $3 batch limit, $4 schema name (lock key).
      */
     prune: `
@@ -86,11 +87,20 @@ WITH lock AS (
     FOR UPDATE SKIP LOCKED
   ))
   RETURNING 1
-), quiet AS (
+), quiet_keys AS (
   DELETE FROM ${s}.task_debounce
   WHERE (queue, key) IN (SELECT queue, key FROM ${s}.task_debounce
                          WHERE quiet_until < now() AND (SELECT mine FROM lock) LIMIT $3 FOR UPDATE SKIP LOCKED)
   RETURNING 1
+), quiet_windows AS (
+  DELETE FROM ${s}.partition_rate
+  WHERE (queue, partition_key) IN (
+    SELECT queue, partition_key FROM ${s}.partition_rate
+    WHERE starts[cardinality(starts)] < now() - window_ms * interval '1 millisecond' AND (SELECT mine FROM lock)
+    LIMIT $3 FOR UPDATE SKIP LOCKED)
+  RETURNING 1
+), quiet AS (
+  SELECT 1 FROM quiet_keys UNION ALL SELECT 1 FROM quiet_windows
 )
 SELECT (SELECT mine FROM lock) AS ran, (SELECT count(*) FROM archived)::int AS archived,
        (SELECT count(*) FROM dead)::int AS dead, (SELECT count(*) FROM quiet)::int AS quiet`,

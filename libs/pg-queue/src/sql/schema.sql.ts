@@ -296,6 +296,22 @@ CREATE TABLE IF NOT EXISTS ${s}.task_dependency_debt (
         `ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_state_check;`,
       ],
     },
+    {
+      version: 10,
+      name: 'partition_rate',
+      sql: `
+-- Rate limits per partition (rateLimit.perPartition, limits.sql.ts): per queue and partition ('' for
+-- tasks without one), the start times inside the window, and the window, so the pruner can drop a
+-- row whose starts have all left it.
+CREATE TABLE IF NOT EXISTS ${s}.partition_rate (
+  queue          text          NOT NULL,
+  partition_key  text          NOT NULL,
+  window_ms      bigint        NOT NULL,
+  starts         timestamptz[] NOT NULL,
+  PRIMARY KEY (queue, partition_key)
+);
+`,
+    },
   ];
 }
 
