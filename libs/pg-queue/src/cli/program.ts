@@ -9,6 +9,7 @@ import { installSchema } from '../sql/schema.installer';
 import { printSchemaSql } from '../sql/schema.sql';
 import { validateSchemaName } from '../sql/identifiers';
 import { TaskRepository } from '../sql/task.repository';
+import { TASK_STATES } from '../core/task-states';
 import type { TaskState } from '../types';
 import { CliFailure, EXIT, databaseUrl, failureOf } from './cli.errors';
 import { print, record, table, type Output } from './output';
@@ -20,7 +21,6 @@ interface Global {
   json: boolean;
 }
 
-const STATES: TaskState[] = ['pending', 'waiting', 'running', 'dead', 'done', 'cancelled'];
 const DURATION = /^(\d+)(ms|s|m|h|d)$/;
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -98,7 +98,7 @@ export function program(out: (text: string) => void, err: (text: string) => void
     .command('list')
     .description('tasks, newest first')
     .option('--queue <queue>', 'only this queue')
-    .addOption(new Option('--state <state>', 'only this state').choices(STATES))
+    .addOption(new Option('--state <state>', 'only this state').choices(TASK_STATES))
     .option('--limit <n>', 'at most n tasks', positiveInt, 50)
     .option('--cursor <id>', 'the page after this task id (the last id of the previous page)')
     .action((o: { queue?: string; state?: TaskState; limit: number; cursor?: string }) =>

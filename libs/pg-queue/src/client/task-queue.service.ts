@@ -9,8 +9,8 @@ import { toTaskInfo } from './task-info';
 import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItem, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
 import { buildTaskRow, validateQueueName } from '../core/task-input';
+import { TASK_STATES } from '../core/task-states';
 
-const STATES: TaskState[] = ['pending', 'waiting', 'running', 'dead', 'done', 'cancelled'];
 
 /** What `cancel()` did: cancelled at once (it was not running), requested (the running attempt
  * is being aborted and the task will end cancelled), or nothing (already finished, or unknown). */
@@ -72,8 +72,8 @@ export class TaskQueue {
    */
   async list(filter: { queue?: string; state?: TaskState; cursor?: string; limit?: number } = {}): Promise<TaskInfo[]> {
     filterObject(filter);
-    if (filter.state !== undefined && !STATES.includes(filter.state)) {
-      throw new InvalidArgumentError('state', `expected one of ${STATES.join(', ')}`);
+    if (filter.state !== undefined && !TASK_STATES.includes(filter.state)) {
+      throw new InvalidArgumentError('state', `expected one of ${TASK_STATES.join(', ')}`);
     }
     const rows = await this.operator.list(this.options.prisma, {
       queue: filter.queue === undefined ? null : validateQueueName(filter.queue),

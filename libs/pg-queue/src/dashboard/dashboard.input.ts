@@ -1,3 +1,4 @@
+import { TASK_STATES } from '../core/task-states';
 import type { DashboardTaskState, TaskListFilter } from '../sql/dashboard.repository';
 import { BadDashboardInput } from './dashboard.filter';
 
@@ -6,7 +7,6 @@ import { BadDashboardInput } from './dashboard.filter';
  * query parser may hand over arrays or objects for `a[]=` or `a[b]=`); anything unusable is a 400
  * whose message names the field, never the value.
  */
-const STATES: readonly DashboardTaskState[] = ['pending', 'waiting', 'running', 'dead', 'done', 'cancelled'];
 const QUEUE = /^[A-Za-z0-9_.:-]{1,128}$/;
 const ID = /^[1-9][0-9]{0,18}$/;
 const MAX_TEXT = 500;
@@ -24,7 +24,7 @@ export function taskIdParam(value: unknown, field = 'id'): string {
 /** The task list's filters and cursor; empty fields mean "any". */
 export function listFilter(query: Fields): TaskListFilter {
   const state = text(query, 'state');
-  if (state !== null && !STATES.includes(state as DashboardTaskState)) throw new BadDashboardInput('state', STATES.join(', '));
+  if (state !== null && !TASK_STATES.includes(state as DashboardTaskState)) throw new BadDashboardInput('state', TASK_STATES.join(', '));
   const cursor = text(query, 'cursor');
   return {
     queue: queueName(query, 'queue', false),

@@ -1,9 +1,9 @@
-import type { SqlExecutor, TaskInfo } from '../types';
+import type { SqlExecutor, TaskInfo, TaskState } from '../types';
 import { dashboardStatements } from './dashboard.sql';
 import { JIT_OFF } from './fragments.sql';
 
 /** Hot-table states and archive states, as the dashboard's filters name them. */
-export type DashboardTaskState = 'pending' | 'waiting' | 'running' | 'dead' | 'done' | 'cancelled';
+export type DashboardTaskState = TaskState;
 
 /** Where a task row lives: the hot table (pending, running, dead, cancelled) or the archive. */
 export type TaskSource = 'task' | 'archive';

@@ -80,8 +80,9 @@ export class TaskRepository {
     const root = db as Partial<PrismaClientLike>;
     if (parts.size === 1 && parts.has('plain')) return this.insertPlain(db, rows);
     const dependants = parts.has('dependant') ? dependantOrder(rows) : [];
-    const statements = parts.size - 1 + (parts.get('debounce')?.length ?? 1) + 2 * dependants.length;
-    if (statements > 1 && typeof root.$transaction === 'function') {
+    // Debounced rows and dependants take a statement each (dependants two or three).
+    const oneStatement = parts.size === 1 && dependants.length === 0 && (parts.get('debounce')?.length ?? 1) === 1;
+    if (!oneStatement && typeof root.$transaction === 'function') {
       return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants));
     }
     return this.insertParts(db, rows, parts, dependants);

@@ -17,7 +17,7 @@ export class DependencySettler {
     private readonly logger: Logger,
   ) {}
 
-  /** Settles soon; never rejects. */
+  /** Settles now (or once more after the round under way) and resolves when done; never rejects. */
   request(): Promise<void> {
     if (this.running) {
       this.again = true;
@@ -25,12 +25,6 @@ export class DependencySettler {
     }
     this.running = this.loop().finally(() => (this.running = null));
     return this.running;
-  }
-
-  /** Settles now and waits for it. */
-  async settleOnce(): Promise<void> {
-    await this.request();
-    if (this.running) await this.running;
   }
 
   /** Resolves once no round runs (shutdown waits for it: a round uses the Prisma client). */

@@ -24,7 +24,7 @@ export class LeaseRescuer {
     const tick = () => {
       this.timer = setTimeout(async () => {
         await this.rescueOnce();
-        await this.settler?.settleOnce();
+        await this.settler?.request();
         if (this.timer) tick();
       }, this.intervalMs * (0.8 + Math.random() * 0.4));
       this.timer.unref();

@@ -7,31 +7,8 @@ import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced } from './handler.invoker';
 import { TransactionGate } from './transaction.gate';
+import { IDLE_GRACE_MS, MAX_SAVEPOINTS, SETTLE_GRACE_MS, STATEMENT_GRACE_MS, TX_BUDGET_MS, TX_START_WAIT_MS } from './transaction.limits';
 import { failureOf, publish, publishOutcome, releaseAttempts, type Outcome, type WorkerDeps } from './worker.deps';
-
-/** Past this, a batch transaction stops starting tasks and commits; the rest get a new transaction. */
-const TX_BUDGET_MS = 200;
-/**
- * Past this many savepoints (handlers that used ctx.tx), likewise. A backend caches the ids of 64
- * subtransactions; beyond that every snapshot in the cluster must consult pg_subtrans, which slows
- * the whole database ("subtransaction overflow"). Handlers that never touch ctx.tx take none.
- */
-const MAX_SAVEPOINTS = 48;
-/**
- * How long a batch waits for a pool connection to start its transaction. Past it the batch's
- * tasks are released uncounted (a small pool slows the queue, never kills tasks) and claimed
- * again; a long wait would only keep them from workers that have a connection.
- */
-const TX_START_WAIT_MS = 2000;
-/** Server-side idle-in-transaction limit beyond the handler timeout (see lockLeases). */
-export const IDLE_GRACE_MS = 1000;
-/** How long a timed-out handler may take to settle before its whole transaction is rolled back. */
-const SETTLE_GRACE_MS = 250;
-/**
- * Server-side limit on any one statement of a batch, beyond the handler timeout: only a backstop
- * for when the cancel of a stuck handler's statement cannot be sent.
- */
-export const STATEMENT_GRACE_MS = 2000;
 
 type Result = { ok: true } | { ok: false; failure: Failure };
 const SUCCEEDED: Result = Object.freeze({ ok: true });
@@ -54,7 +31,7 @@ class RollbackAll extends Error {
  * Transactional mode: a claimed batch runs inside one Prisma interactive transaction.
  *
  *   BEGIN
- *   lock leases (FOR UPDATE, fenced by token)      -- lost leases are skipped
+ *   lock leases (FOR KEY SHARE, fenced by token)   -- lost leases are skipped
  *   for each task: [SAVEPOINT] handler [RELEASE | ROLLBACK TO]
  *   complete successes + insert their follow-ups    -- one statement
  *   record failures (retry / dead)                  -- one statement

@@ -166,7 +166,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
         if (ran > 0) again = true; // follow-ups may have landed in an earlier queue
       }
       // Tasks that ran may have been what dependants waited for: those are due now.
-      if (again) await this.settler.settleOnce();
+      if (again) await this.settler.request();
     }
     return total;
   }
@@ -174,11 +174,6 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   /** Returns expired leases to the queue now (the rescuer also does it every rescueIntervalMs). */
   rescueExpired(): Promise<{ rescued: number; dead: number }> {
     return (this.rescuer ?? new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger)).rescueOnce();
-  }
-
-  /** Tells dependants now of every parent that ended (also done on notification and by the rescuer). */
-  settleDependencies(): Promise<void> {
-    return this.settler.settleOnce();
   }
 
   /** Deletes expired history now (the pruner also does it every retention.intervalMs). */

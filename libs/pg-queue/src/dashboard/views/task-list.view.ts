@@ -1,9 +1,9 @@
+import { TASK_STATES } from '../../core/task-states';
 import { DASHBOARD_LIMITS, type TaskListFilter, type TaskListPage } from '../../sql/dashboard.repository';
 import { relative, timestamp, truncate } from './format';
 import { html, type Html } from './html';
 import { actionForm, page, stateBadge, type PageContext } from './layout.view';
 
-const STATES = ['pending', 'waiting', 'running', 'dead', 'done', 'cancelled'];
 
 /** Tasks, newest first: a filter form, one page, the next-page link, and retry-dead for a queue. */
 export function taskListPage(ctx: PageContext, filter: TaskListFilter, result: TaskListPage, notice: { key?: string; count?: number }): Html {
@@ -13,7 +13,7 @@ export function taskListPage(ctx: PageContext, filter: TaskListFilter, result: T
     html`<label>${label}<input type="text" name="${name}" value="${value ?? ''}" placeholder="${placeholder}" maxlength="500"></label>`;
   const form = html`<form method="get" action="${l.tasks()}" class="filters">
 ${field('queue', 'queue', filter.queue, 'any')}
-<label>state<select name="state"><option value="">any</option>${STATES.map((s) => html`<option value="${s}"${s === filter.state ? html` selected` : ''}>${s}</option>`)}</select></label>
+<label>state<select name="state"><option value="">any</option>${TASK_STATES.map((s) => html`<option value="${s}"${s === filter.state ? html` selected` : ''}>${s}</option>`)}</select></label>
 ${field('key', 'key', filter.key)}
 ${field('group', 'group', filter.group)}
 ${field('error', 'error contains', filter.error)}
