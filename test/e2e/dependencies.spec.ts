@@ -31,6 +31,21 @@ const runs: Run[] = [];
 const now = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+interface SplitPayload {
+  parts: number;
+  also?: string;
+  failFirst?: boolean;
+}
+
+const splitErrors: string[] = [];
+
+async function fanOut(task: Task<SplitPayload>, ctx: LeaseTaskContext | TaskContext) {
+  const parts = [];
+  for (let i = 0; i < task.payload.parts; i++) parts.push(await ctx.enqueue('dep.part', { n: i, ms: (i * 7) % 20 }));
+  await ctx.enqueue('dep.join', { from: task.id }, { dependsOn: task.payload.also ? [...parts, task.payload.also] : parts });
+  if (task.payload.failFirst && task.attempt === 1) throw new Error('fails after enqueuing: none of this attempt\'s follow-ups may stay');
+}
+
 @Injectable()
 class GraphHandlers {
   @TaskHandler('dep.part', { mode: 'lease', concurrency: 4 })
@@ -58,6 +73,28 @@ class GraphHandlers {
     runs.push(run);
     run.end = now();
     return Object.keys(run.results!).length;
+  }
+
+  /** Fans out into parts and a join of them, from the handler (ctx.enqueue), then maybe fails. */
+  @TaskHandler('dep.split', { mode: 'lease', backoff: { type: 'fixed', delayMs: 10 } })
+  split(task: Task<SplitPayload>, ctx: LeaseTaskContext) {
+    return fanOut(task, ctx);
+  }
+
+  @TaskHandler('dep.split.tx', { backoff: { type: 'fixed', delayMs: 10 } })
+  splitTx(task: Task<SplitPayload>, ctx: TaskContext) {
+    return fanOut(task, ctx);
+  }
+
+  @TaskHandler('dep.split.bad', { mode: 'lease' })
+  async splitBad(task: Task<unknown>, ctx: LeaseTaskContext) {
+    const first = await ctx.enqueue('dep.part', { n: 1 });
+    const attempts: unknown[] = [[{ item: 1 }], [{ item: -1 }], ['999999999'], [task.id], []];
+    for (const dependsOn of attempts) {
+      const err = await ctx.enqueue('dep.join', {}, { dependsOn: dependsOn as never }).catch((e: unknown) => e);
+      splitErrors.push(err instanceof DependencyNotFoundError ? 'not-found' : err instanceof InvalidEnqueueOptionsError ? 'invalid' : String(err));
+    }
+    return first.item;
   }
 
   @TaskHandler('dep.bad.result', { mode: 'lease' })
@@ -178,6 +215,46 @@ describe('fan-in dependencies', () => {
     await orchestrators[1].rescueExpired();
     await waitFor('the join ran after its parent was retried', async () => (await stateOf(join)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
     expect(await queue().get(parent)).toMatchObject({ state: 'done', attempt: 2 });
+  });
+
+  it.each(['dep.split', 'dep.split.tx'])('a %s handler fans out with ctx.enqueue and joins the parts; a failed attempt leaves none of its follow-ups', async (splitQueue) => {
+    const other = await queue().enqueue('dep.part', { n: 100 });
+    const splits = await Promise.all(
+      Array.from({ length: 6 }, (_, k) => instances[k % 3].queue.enqueue(splitQueue, { parts: 3 + k, also: k === 0 ? other : undefined, failFirst: k % 2 === 1 })),
+    );
+    const children = async (id: string) =>
+      db.sql<{ id: string; queue: string; state: string }>(
+        `SELECT id::text, queue, state FROM pgqueue.task WHERE parent_id = $1 UNION ALL SELECT id::text, queue, state FROM pgqueue.task_archive WHERE parent_id = $1`,
+        [id],
+      );
+    await waitFor('every join ran', async () => {
+      for (const id of splits) if (!(await children(id)).some((c) => c.queue === 'dep.join' && c.state === 'done')) return false;
+      return true;
+    }, { timeoutMs: 60_000, everyMs: 50 });
+    for (const [k, id] of splits.entries()) {
+      const kids = await children(id);
+      const parts = kids.filter((c) => c.queue === 'dep.part').map((c) => c.id);
+      const [join, ...moreJoins] = kids.filter((c) => c.queue === 'dep.join');
+      expect({ k, parts: parts.length, joins: 1 + moreJoins.length }).toEqual({ k, parts: 3 + k, joins: 1 });
+      const [run, ...again] = byId(join.id);
+      const dependsOn = k === 0 ? [...parts, other] : parts;
+      expect(again).toHaveLength(0);
+      expect(Object.keys(run.results!).sort()).toEqual([...dependsOn].sort());
+      expect(dependsOn.every((p) => byId(p)[0].end <= run.start)).toBe(true);
+      expect(await queue().get(id)).toMatchObject({ state: 'done', attempt: k % 2 === 1 ? 2 : 1 });
+    }
+    const graph = await queue().chain(splits[0]);
+    expect(graph.filter((s) => s.queue === 'dep.join').map((s) => s.dependsOn!.length)).toEqual([4]);
+  });
+
+  it('ctx.enqueue refuses a dependsOn that names a later follow-up, a missing task or the enqueuing task, and writes none of them', async () => {
+    splitErrors.length = 0;
+    const id = await queue().enqueue('dep.split.bad', {});
+    await waitFor('the handler is done', async () => (await stateOf(id)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
+    expect(splitErrors).toEqual(['invalid', 'invalid', 'not-found', 'invalid', 'invalid']);
+    const kids = await db.sql<{ queue: string }>(`SELECT queue FROM pgqueue.task WHERE parent_id = $1 UNION ALL SELECT queue FROM pgqueue.task_archive WHERE parent_id = $1`, [id]);
+    expect(kids.map((k) => k.queue)).toEqual(['dep.part']);
+    expect(await queue().get(id)).toMatchObject({ result: 0 });
   });
 
   it('bad dependsOn values are typed errors and write nothing', async () => {

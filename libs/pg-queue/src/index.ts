@@ -20,6 +20,7 @@ export type {
   EnqueueOptions,
   DebounceOptions,
   DependsOn,
+  FollowUpRef,
   FollowUpOptions,
   HandlerMode,
   PrismaClientLike,

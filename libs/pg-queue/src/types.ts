@@ -147,14 +147,26 @@ export interface EnqueueOptions<TTx = unknown> {
   /**
    * Fan-in: the task waits (state `waiting`) until every task named here is done, then runs; it
    * reads their results with `ctx.parentResults()`. A parent that ends dead or cancelled cancels
-   * it. Task ids, or in `enqueueMany`, `{ item: i }` for the i-th item of the same call. Does not
-   * combine with `key` or `debounce`.
+   * it. Task ids; in `enqueueMany`, `{ item: i }` for the i-th item of the same call; in
+   * `ctx.enqueue`, what an earlier `ctx.enqueue` of the same attempt returned. Does not combine
+   * with `key` or `debounce`.
    */
   dependsOn?: DependsOn[];
 }
 
-/** A task id, or (in `enqueueMany`) the position of another item of the same call. */
+/**
+ * A task id, or the position of another item of the same `enqueueMany` call, or a follow-up of the
+ * same attempt as `ctx.enqueue` returned it.
+ */
 export type DependsOn = string | { item: number };
+
+/**
+ * What `ctx.enqueue` returns: the follow-up's place among this attempt's follow-ups. It has no id
+ * yet (follow-ups are inserted with the completion); later follow-ups name it in `dependsOn`.
+ */
+export interface FollowUpRef {
+  readonly item: number;
+}
 
 /**
  * Debounce: requests with the same (queue, key) that come within `delayMs` of each other form a
@@ -177,7 +189,7 @@ export interface DebounceOptions {
  * A follow-up enqueued from a handler: committed together with the parent's completion. A `key`
  * here always behaves as onConflict 'ignore'.
  */
-export type FollowUpOptions = Omit<EnqueueOptions, 'tx' | 'onConflict' | 'debounce' | 'dependsOn'>;
+export type FollowUpOptions = Omit<EnqueueOptions, 'tx' | 'onConflict' | 'debounce'>;
 
 export interface EnqueueItem<P = unknown> {
   queue: string;
@@ -189,9 +201,10 @@ export interface EnqueueItem<P = unknown> {
 export interface TaskContextBase {
   /**
    * Enqueue a follow-up task; it is committed exactly when this task's completion is. The payload's
-   * type follows the queue name when the app declares it in QueuePayloads.
+   * type follows the queue name when the app declares it in QueuePayloads. The returned reference
+   * can go in a later follow-up's `dependsOn` (fan-out, then a join that waits for the parts).
    */
-  enqueue<Q extends string>(queue: Q, payload: PayloadOf<Q>, options?: FollowUpOptions): Promise<void>;
+  enqueue<Q extends string>(queue: Q, payload: PayloadOf<Q>, options?: FollowUpOptions): Promise<FollowUpRef>;
   /** Extend the lease now (lease mode; also done automatically). Throws LeaseLostError if lost. */
   heartbeat(): Promise<void>;
   /** Fires on timeout, shutdown past the deadline, or a lost lease. */

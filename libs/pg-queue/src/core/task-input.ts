@@ -130,11 +130,13 @@ export function buildTaskRow(
 const TASK_ID = /^[1-9][0-9]{0,18}$/;
 const MAX_PARENTS = 1000;
 
-/** The dependsOn option, checked: ids or `{ item: i }` references (resolved by enqueueMany). */
+/**
+ * The dependsOn option, checked: ids or `{ item: i }` references to other rows of the same call
+ * (enqueueMany) or to earlier follow-ups of the same attempt (ctx.enqueue), resolved at insert.
+ */
 function dependsOnOf(o: Omit<EnqueueOptions, 'tx'>, parentId: string | null): DependsOnRef[] | null {
   const list = o.dependsOn;
   if (list === undefined) return null;
-  if (parentId !== null) throw new InvalidEnqueueOptionsError('dependsOn', 'is not available to ctx.enqueue: enqueue the dependant with TaskQueue');
   if (!Array.isArray(list) || list.length === 0 || list.length > MAX_PARENTS) {
     throw new InvalidEnqueueOptionsError('dependsOn', `expected an array of 1 to ${MAX_PARENTS} task ids`);
   }
@@ -142,6 +144,10 @@ function dependsOnOf(o: Omit<EnqueueOptions, 'tx'>, parentId: string | null): De
     if (o[other] !== undefined) throw new InvalidEnqueueOptionsError('dependsOn', `does not combine with '${other}'`);
   }
   return list.map((ref, i): DependsOnRef => {
+    if (typeof ref === 'string' && ref === parentId) {
+      // The enqueuing task: its follow-ups are only inserted once it completes, so this adds nothing.
+      throw new InvalidEnqueueOptionsError(`dependsOn[${i}]`, `names the task that enqueues it (${ref}): a follow-up already waits for its parent's completion`);
+    }
     if (typeof ref === 'string' && TASK_ID.test(ref) && BigInt(ref) <= 9_223_372_036_854_775_807n) return { id: ref };
     if (ref !== null && typeof ref === 'object' && Number.isInteger((ref as { item: unknown }).item) && (ref as { item: number }).item >= 0) {
       return { item: (ref as { item: number }).item };

@@ -24,10 +24,7 @@ export class DependencyRepository {
    */
   async insertDependants(db: SqlExecutor, rows: readonly NewTaskRow[], order: number[], ids: string[]): Promise<void> {
     const named = [...new Set(order.flatMap((i) => rows[i].dependsOn!.flatMap((ref) => ('id' in ref ? [ref.id] : []))))];
-    if (named.length > 0) {
-      const [missing] = await db.$queryRawUnsafe<{ ids: string }[]>(this.sql.missingParents, named.join(','));
-      if (missing.ids !== '') throw new DependencyNotFoundError(parseIds(missing.ids));
-    }
+    await this.assertExist(db, named);
     for (const index of order) {
       const parents = rows[index].dependsOn!.map((ref) => ('id' in ref ? ref.id : ids[ref.item]));
       const [res] = await db.$queryRawUnsafe<{ id: string; unsettled: string }[]>(
@@ -37,6 +34,13 @@ export class DependencyRepository {
       // A parent that ended while this row went in: how it ended is read with a fresh snapshot.
       if (res.unsettled !== '') await db.$queryRawUnsafe(this.sql.debtsOfEnded, res.id, res.unsettled, this.channel);
     }
+  }
+
+  /** Throws DependencyNotFoundError unless every task in `ids` exists, live or archived. */
+  async assertExist(db: SqlExecutor, ids: readonly string[]): Promise<void> {
+    if (ids.length === 0) return;
+    const [missing] = await db.$queryRawUnsafe<{ ids: string }[]>(this.sql.missingParents, ids.join(','));
+    if (missing.ids !== '') throw new DependencyNotFoundError(parseIds(missing.ids));
   }
 
   /** Settles every dependency debt (cascades included); returns how many were settled. */

@@ -191,6 +191,18 @@ export class TaskRepository {
     return result;
   }
 
+  /**
+   * Completes one lease whose follow-ups depend on one another or on other tasks (ctx.enqueue with
+   * dependsOn): they need the insert path of enqueue (ids, then dependants with their links), which
+   * takes several statements, so they go in after the completion, in the same transaction (`tx`),
+   * and only if its fence held.
+   */
+  async completeWithDependants(tx: SqlExecutor, lease: RanLease, followUps: NewTaskRow[]): Promise<CompleteResult> {
+    const res = await this.complete(tx, [lease], []);
+    if (res.done.has(lease.id) || res.rerun.has(lease.id)) await this.insert(tx, followUps);
+    return res;
+  }
+
   private async completeOnce(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     assertOneLeasePerTask(leases);
     const now = performance.now();

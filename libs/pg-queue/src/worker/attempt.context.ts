@@ -1,6 +1,6 @@
-import { PgQueueError } from '../errors';
+import { InvalidEnqueueOptionsError, PgQueueError } from '../errors';
 import { buildTaskRow, type RowLimits } from '../core/task-input';
-import type { FollowUpOptions, HandlerMode, SqlExecutor, TaskContextBase } from '../types';
+import type { FollowUpOptions, FollowUpRef, HandlerMode, SqlExecutor, TaskContextBase } from '../types';
 import type { Attempt } from './attempt';
 import type { TransactionGate } from './transaction.gate';
 
@@ -13,6 +13,8 @@ export interface ContextScope {
   heartbeat(attempt: Attempt): Promise<void>;
   /** `ctx.parentResults()`, read through `db` (in transactional mode the handler's transaction). */
   parentResults(taskId: string, db: SqlExecutor | null): Promise<Record<string, unknown>>;
+  /** Throws DependencyNotFoundError unless every id exists (through `db`, as parentResults). */
+  assertTasksExist(ids: string[], db: SqlExecutor | null): Promise<void>;
 }
 
 /**
@@ -38,7 +40,7 @@ export class AttemptContext implements TaskContextBase {
 
   /** Bound on first use (most handlers never enqueue), so it also works detached from `ctx`. */
   get enqueue(): TaskContextBase['enqueue'] {
-    return (this.#enqueue ??= enqueueFollowUp.bind(null, this.#attempt, this.#scope) as TaskContextBase['enqueue']);
+    return (this.#enqueue ??= enqueueFollowUp.bind(null, this.#attempt, this.#scope, this.#gate) as TaskContextBase['enqueue']);
   }
 
   get heartbeat(): TaskContextBase['heartbeat'] {
@@ -70,9 +72,29 @@ export class AttemptContext implements TaskContextBase {
   }
 }
 
-async function enqueueFollowUp(attempt: Attempt, scope: ContextScope, queue: string, payload: unknown, options?: FollowUpOptions): Promise<void> {
-  if (attempt.finished) {
-    throw new PgQueueError(`pg-queue: ctx.enqueue called after task ${attempt.task.id}'s handler returned`);
+async function enqueueFollowUp(
+  attempt: Attempt,
+  scope: ContextScope,
+  gate: TransactionGate | null,
+  queue: string,
+  payload: unknown,
+  options?: FollowUpOptions,
+): Promise<FollowUpRef> {
+  const refuseIfFinished = () => {
+    if (attempt.finished) throw new PgQueueError(`pg-queue: ctx.enqueue called after task ${attempt.task.id}'s handler returned`);
+  };
+  refuseIfFinished();
+  const row = buildTaskRow(queue, payload, options, scope.rowLimits, attempt.task.id);
+  if (row.dependsOn !== null) {
+    for (const [i, ref] of row.dependsOn.entries()) {
+      // Only earlier follow-ups can be named, so follow-ups never form a cycle.
+      if ('item' in ref && ref.item >= attempt.followUps.length) {
+        throw new InvalidEnqueueOptionsError(`dependsOn[${i}]`, `names follow-up ${ref.item}, but this attempt has enqueued ${attempt.followUps.length} so far`);
+      }
+    }
+    // Checked now, so the handler gets the error (the insert, at completion, checks again).
+    await scope.assertTasksExist(row.dependsOn.flatMap((ref) => ('id' in ref ? [ref.id] : [])), gate?.client<SqlExecutor>() ?? null);
+    refuseIfFinished();
   }
-  attempt.followUps.push(buildTaskRow(queue, payload, options, scope.rowLimits, attempt.task.id));
+  return { item: attempt.followUps.push(row) - 1 };
 }

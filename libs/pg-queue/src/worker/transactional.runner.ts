@@ -65,6 +65,7 @@ export class TransactionalRunner {
         if (a.aborted) throw new LeaseLostError(a.task.id);
       },
       parentResults: (id, tx) => deps.repo.dependencies.parentResults(tx ?? deps.prisma, id),
+      assertTasksExist: (ids, tx) => deps.repo.dependencies.assertExist(tx ?? deps.prisma, ids),
     };
   }
 
@@ -191,7 +192,10 @@ export class TransactionalRunner {
       else failures.push(r.failure);
     }
     if (done.length > 0) {
-      const res = await this.deps.repo.complete(tx, done.map((a) => a.ranLease), done.flatMap((a) => a.followUps));
+      // Follow-ups with dependsOn go in after the completion (TaskRepository.completeWithDependants).
+      const graphs = done.filter((a) => a.followUpsHaveDependants);
+      const res = await this.deps.repo.complete(tx, done.map((a) => a.ranLease), done.flatMap((a) => (a.followUpsHaveDependants ? [] : a.followUps)));
+      for (const a of graphs) if (res.done.has(a.task.id) || res.rerun.has(a.task.id)) await this.deps.repo.insert(tx, a.followUps);
       // Cancelled while running (the notification did not reach us in time): keep none of its writes.
       const cancelled = done.filter((a) => res.cancelled.has(a.task.id));
       if (cancelled.length > 0) throw new RollbackAll('cancelled', cancelled);
