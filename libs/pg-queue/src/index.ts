@@ -1,4 +1,5 @@
 export { PgQueueModule } from './pg-queue.module';
+export { DEFAULT_CONNECTION, InjectTaskQueue, getTaskQueueToken } from './pg-queue.connections';
 export { PG_QUEUE_OPTIONS } from './pg-queue.module-definition';
 export { DEFAULT_HANDLER_OPTIONS, type HandlerOptions, type PgQueueModuleOptions, type RateLimit } from './pg-queue.options';
 export { TaskHandler, TASK_HANDLER_METADATA, type HandlerMethodDecorator, type TaskHandlerOptions } from './decorators/task-handler.decorator';

@@ -29,7 +29,8 @@ import { WorkerOrchestrator } from './worker/worker.orchestrator';
  * })
  * export class AppModule {}
  * ```
- * Global by default (`isGlobal: true`): TaskQueue can be injected anywhere.
+ * Global by default (`isGlobal: true`): TaskQueue can be injected anywhere. Queues in another
+ * database: a second registration with `connection: 'name'` (see pg-queue.connections.ts).
  */
 @Module({
   imports: [DiscoveryModule],
@@ -60,7 +61,6 @@ import { WorkerOrchestrator } from './worker/worker.orchestrator';
     TaskQueue,
     WorkerOrchestrator,
   ],
-  // OperatorRepository and the resolved options: for the metrics and dashboard entry points' modules.
-  exports: [TaskQueue, TaskHandlerRegistry, TaskEvents, WorkerOrchestrator, OperatorRepository, RESOLVED_OPTIONS],
+  // Exports depend on the registration's name: see pg-queue.module-definition.ts.
 })
 export class PgQueueModule extends ConfigurableModuleClass {}

@@ -2,7 +2,7 @@ import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { PgQueueError } from '../errors';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
-import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
+import { DEFAULT_CONNECTION, registrationToken } from '../pg-queue.connections';
 import {
   DashboardRepository,
   type PipelineStage,
@@ -40,7 +40,8 @@ export class DashboardData implements OnModuleInit {
   onModuleInit(): void {
     let options: ResolvedModuleOptions | undefined;
     try {
-      options = this.moduleRef.get<ResolvedModuleOptions>(RESOLVED_OPTIONS, { strict: false });
+      // The default registration's (one app may have several, see pg-queue.connections.ts).
+      options = this.moduleRef.get<ResolvedModuleOptions>(registrationToken(DEFAULT_CONNECTION, 'options'), { strict: false });
     } catch {
       options = undefined;
     }

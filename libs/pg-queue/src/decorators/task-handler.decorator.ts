@@ -3,8 +3,12 @@ import type { HandlerOptions } from '../pg-queue.options';
 import type { ScheduleOptions } from '../schedules/schedule.definition';
 import type { HandlerPayloadOf, LeaseTaskContext, Task, TaskContext } from '../types';
 
-/** Handler settings, plus an optional schedule that enqueues this queue's tasks periodically. */
-export type TaskHandlerOptions = Partial<HandlerOptions> & { schedule?: ScheduleOptions };
+/**
+ * Handler settings, plus an optional schedule that enqueues this queue's tasks periodically, and
+ * the PgQueueModule registration that runs it (`connection`, default 'default'; see
+ * pg-queue.connections.ts).
+ */
+export type TaskHandlerOptions = Partial<HandlerOptions> & { schedule?: ScheduleOptions; connection?: string };
 
 /** Metadata key under which @TaskHandler stores its arguments on the method. */
 export const TASK_HANDLER_METADATA = 'pg-queue:task-handler';

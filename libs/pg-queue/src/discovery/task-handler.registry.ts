@@ -35,7 +35,7 @@ export class TaskHandlerRegistry {
     const path = decoratorPath(queue);
     const existing = this.handlers.get(queue);
     if (existing) throw new HandlerConfigurationError(path, `queue "${queue}" has two handlers: ${existing.name} and ${name}`, name);
-    const { schedule, ...handlerOptions } = decoratorOptions;
+    const { schedule, connection: _connection, ...handlerOptions } = decoratorOptions;
     const options = resolveHandlerOptions(path, this.baseOptions(queue), handlerOptions, name);
     const registered = { queue, name, options, handle, schedule: schedule ? validateSchedule({ ...schedule, queue }, `${path}.schedule`, name) : null };
     this.handlers.set(queue, registered);

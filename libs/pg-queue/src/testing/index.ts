@@ -1,10 +1,17 @@
 import type { INestApplicationContext } from '@nestjs/common';
-import { WorkerOrchestrator } from '../worker/worker.orchestrator';
+import { DEFAULT_CONNECTION, registrationToken } from '../pg-queue.connections';
+import type { WorkerOrchestrator } from '../worker/worker.orchestrator';
+
+/** The orchestrator of the PgQueueModule registration named `connection`. */
+function orchestrator(app: INestApplicationContext, connection: string): WorkerOrchestrator {
+  return app.get(registrationToken(connection, 'orchestrator'), { strict: false });
+}
 
 /**
  * Runs every due task of `queue` (or of every queue handled in this app) inline, including the
  * follow-ups they enqueue, until none is left; returns how many attempts ran. Tests await it
- * instead of sleeping. Tasks delayed into the future are left alone.
+ * instead of sleeping. Tasks delayed into the future are left alone. Like every helper here it
+ * acts on the default PgQueueModule registration, or on the one named `connection`.
  *
  * @example
  * ```ts
@@ -15,21 +22,21 @@ import { WorkerOrchestrator } from '../worker/worker.orchestrator';
  * expect(await prisma.order.findFirst()).toMatchObject({ status: 'emailed' });
  * ```
  */
-export function drainQueue(app: INestApplicationContext, queue?: string): Promise<number> {
-  return app.get(WorkerOrchestrator, { strict: false }).drain(queue);
+export function drainQueue(app: INestApplicationContext, queue?: string, connection = DEFAULT_CONNECTION): Promise<number> {
+  return orchestrator(app, connection).drain(queue);
 }
 
 /** Returns tasks whose lease expired to the queue now, instead of waiting for the rescuer. */
-export function rescueExpiredLeases(app: INestApplicationContext): Promise<{ rescued: number; dead: number }> {
-  return app.get(WorkerOrchestrator, { strict: false }).rescueExpired();
+export function rescueExpiredLeases(app: INestApplicationContext, connection = DEFAULT_CONNECTION): Promise<{ rescued: number; dead: number }> {
+  return orchestrator(app, connection).rescueExpired();
 }
 
 /** Enqueues the due ticks of every schedule now, as the ticker would on time. */
-export function tickSchedules(app: INestApplicationContext): Promise<number> {
-  return app.get(WorkerOrchestrator, { strict: false }).tickSchedules();
+export function tickSchedules(app: INestApplicationContext, connection = DEFAULT_CONNECTION): Promise<number> {
+  return orchestrator(app, connection).tickSchedules();
 }
 
 /** Deletes expired history now (archived tasks past retention.archiveMs, dead past retention.deadMs). */
-export function pruneHistory(app: INestApplicationContext): Promise<{ archived: number; dead: number }> {
-  return app.get(WorkerOrchestrator, { strict: false }).pruneHistory();
+export function pruneHistory(app: INestApplicationContext, connection = DEFAULT_CONNECTION): Promise<{ archived: number; dead: number }> {
+  return orchestrator(app, connection).pruneHistory();
 }
