@@ -5,6 +5,7 @@
 //   BENCH_REPS=3            repetitions per variant (default 3; 1 with BENCH_QUICK)
 //   BENCH_ONLY=drain,idle   scenarios by name or number: enqueue(1) bulk(2) drain(3) latency(4)
 //                           idle(5) history(6) limit(7) scale(8, pg-queue only) flow(9, pg-queue lease only)
+//                           processes(10, pg-queue only)
 //   BENCH_LIBS=pg-queue,pg-boss   pg-queue (both modes), pg-queue-transactional, pg-queue-lease,
 //                           pg-boss, graphile-worker
 //   BENCH_QUICK=1           small counts, for smoke tests
@@ -23,6 +24,7 @@ const path = require('node:path');
 const { Client } = require('pg');
 const { startLocalPostgres } = require('../scripts/local-postgres');
 const report = require('./report');
+const { processesScenario } = require('./scenario-processes');
 
 const ROOT = path.resolve(__dirname, '..');
 const env = process.env;
@@ -31,11 +33,11 @@ const REPS = positiveInt('BENCH_REPS', env.BENCH_REPS ?? (QUICK ? '1' : '3'));
 const WRITE = env.BENCH_WRITE === '1' || env.BENCH_WRITE === 'true';
 
 const SIZES = QUICK
-  ? { enqueue: 500, bulk: 10_000, bulkSize: 1000, drain: 2_000, latency: 50, latencyGapMs: 20, idleMs: 5_000, history: 50_000, historyDrain: 2_000, limit: 2_000, scaleCalls: 50, flow: 2_000 }
-  : { enqueue: 5_000, bulk: 100_000, bulkSize: 1000, drain: 20_000, latency: 200, latencyGapMs: 20, idleMs: 20_000, history: 1_000_000, historyDrain: 20_000, limit: 20_000, scaleCalls: 200, flow: 10_000 };
+  ? { enqueue: 500, bulk: 10_000, bulkSize: 1000, drain: 2_000, latency: 50, latencyGapMs: 20, idleMs: 5_000, history: 50_000, historyDrain: 2_000, limit: 2_000, scaleCalls: 50, flow: 2_000, processes: 5_000 }
+  : { enqueue: 5_000, bulk: 100_000, bulkSize: 1000, drain: 20_000, latency: 200, latencyGapMs: 20, idleMs: 20_000, history: 1_000_000, historyDrain: 20_000, limit: 20_000, scaleCalls: 200, flow: 10_000, processes: 100_000 };
 
 const LIBS = ['pg-queue-transactional', 'pg-queue-lease', 'pg-boss', 'graphile-worker'];
-const SCENARIO_IDS = ['enqueue', 'bulk', 'drain', 'latency', 'idle', 'history', 'limit', 'scale', 'flow'];
+const SCENARIO_IDS = ['enqueue', 'bulk', 'drain', 'latency', 'idle', 'history', 'limit', 'scale', 'flow', 'processes'];
 
 function positiveInt(name, value) {
   const n = Number(value);
@@ -61,7 +63,7 @@ function selected(list, envName, all, aliases) {
 }
 
 const ONLY = selected('scenario', 'BENCH_ONLY', SCENARIO_IDS, {
-  1: ['enqueue'], 2: ['bulk'], 3: ['drain'], 4: ['latency'], 5: ['idle'], 6: ['history'], 7: ['limit'], 8: ['scale'], 9: ['flow'],
+  1: ['enqueue'], 2: ['bulk'], 3: ['drain'], 4: ['latency'], 5: ['idle'], 6: ['history'], 7: ['limit'], 8: ['scale'], 9: ['flow'], 10: ['processes'],
   wakeup: ['latency'], 'physical-limit': ['limit'], physical: ['limit'],
 });
 const LIB_SET = selected('library', 'BENCH_LIBS', LIBS, {
@@ -234,6 +236,7 @@ const SCENARIOS = {
       Object.entries({ Ms: 'ms per call', ServerMs: 'server ms per call', Blocks: 'buffers per call', Statements: 'statements per call' }).map(([m, unit]) => ({ key: `${op}${m}`, label: `${op}: ${unit}`, better: 'lower' })),
     ),
   },
+  processes: processesScenario({ n: SIZES.processes, libs: LIB_SET, variant, cores: os.cpus().length }),
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -442,6 +445,7 @@ async function main() {
                 latencyGapMs: SIZES.latencyGapMs,
                 idleMs: SIZES.idleMs,
                 group: v.group,
+                processes: v.processes,
                 timeoutMs: sc.timeoutMs - 30_000,
               },
               sc.timeoutMs + 30_000,

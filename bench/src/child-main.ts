@@ -5,14 +5,14 @@
  */
 import { performance } from 'node:perf_hooks';
 import type { Client } from 'pg';
-import { chunks, connect, payloads, sleep, waitFor, type BenchTarget, type Payload, type TargetOptions } from './common';
+import { checkpoint, chunks, connect, payloads, prefill, sleep, waitFor, type BenchTarget, type Payload, type TargetOptions } from './common';
 import { openLimitClients, prepareLimit, runLimit } from './physical-limit';
 import type { FlowGroup } from './flow';
 import type { ScaleProbe, ServerTotals } from './scale';
 import type { PgQueueTarget } from './targets/pg-queue';
 
 export interface RunSpec {
-  scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'scale' | 'flow' | 'make-history' | 'make-scale';
+  scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'scale' | 'flow' | 'processes' | 'process-worker' | 'make-history' | 'make-scale';
   lib: 'pg-queue' | 'pg-boss' | 'graphile-worker' | 'bare-pg';
   mode?: 'transactional' | 'lease';
   concurrency: number;
@@ -29,6 +29,8 @@ export interface RunSpec {
   timeoutMs: number;
   /** The variant's group: scenario 9's rule (see flow.ts). */
   group?: string;
+  /** Scenario 10: worker processes (see processes.ts). */
+  processes?: number;
 }
 
 export interface RunResult {
@@ -130,22 +132,6 @@ function pgQueueOnly(target: BenchTarget): PgQueueTarget {
 
 const percentile = (sorted: number[], p: number) => sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)];
 
-async function checkpoint(db: Client): Promise<void> {
-  // Start every timed part with no dirty buffers left over from setup. Needs superuser or
-  // pg_checkpoint; skipped otherwise.
-  await db.query('CHECKPOINT').catch(() => undefined);
-}
-
-async function prefill(target: BenchTarget, db: Client, n: number, bulkSize: number): Promise<void> {
-  for (const part of chunks(payloads(n), bulkSize)) await target.enqueueMany(part);
-  const pending = await target.unfinished(db);
-  if (pending !== n) throw new Error(`prefill: expected ${n} unfinished tasks, found ${pending}`);
-  // Steady state: autovacuum would have analyzed a table that just grew by a backlog like this one
-  // (within autovacuum_naptime); a never-analyzed table makes some claim plans several times slower.
-  // BENCH_ANALYZE=0 measures that cold state instead.
-  if (process.env.BENCH_ANALYZE !== '0') await db.query('ANALYZE');
-}
-
 /** Starts the worker on a prefilled queue and times it until the database shows every task finished. */
 async function timedDrain(spec: RunSpec, target: BenchTarget, db: Client, stats: StatementStats | null): Promise<RunResult> {
   const n = spec.n;
@@ -183,6 +169,11 @@ async function timedDrain(spec: RunSpec, target: BenchTarget, db: Client, stats:
 }
 
 async function runScenario(spec: RunSpec): Promise<RunResult> {
+  if (spec.scenario === 'process-worker') {
+    // One of scenario 10's worker processes: no connection of its own beyond the app's.
+    const { serveWorker } = await import('./processes.js');
+    return serveWorker(spec);
+  }
   const db = await connect(spec.url);
   try {
     if (spec.scenario === 'limit') {
@@ -215,6 +206,11 @@ async function runScenario(spec: RunSpec): Promise<RunResult> {
       await checkpoint(db);
       const res = await runFlow(spec.url, spec.group as FlowGroup, spec.n, spec.timeoutMs, db);
       return { ok: true, metrics: res.metrics, notes: [], settings: res.settings };
+    }
+
+    if (spec.scenario === 'processes') {
+      const { runProcesses } = await import('./processes.js');
+      return await runProcesses(spec, db);
     }
 
     const target = await makeTarget(spec);

@@ -73,3 +73,19 @@ export function chunks<T>(items: T[], size: number): T[][] {
 export function payloads(n: number, from = 0): Payload[] {
   return Array.from({ length: n }, (_, i) => ({ seq: from + i }));
 }
+
+/** Starts a timed part with no dirty buffers left over from setup. Needs superuser or pg_checkpoint; skipped otherwise. */
+export async function checkpoint(db: Client): Promise<void> {
+  await db.query('CHECKPOINT').catch(() => undefined);
+}
+
+/** The drains' backlog: `n` tasks through the library's bulk API (not timed), checked, then ANALYZE. */
+export async function prefill(target: BenchTarget, db: Client, n: number, bulkSize: number): Promise<void> {
+  for (const part of chunks(payloads(n), bulkSize)) await target.enqueueMany(part);
+  const pending = await target.unfinished(db);
+  if (pending !== n) throw new Error(`prefill: expected ${n} unfinished tasks, found ${pending}`);
+  // Steady state: autovacuum would have analyzed a table that just grew by a backlog like this one
+  // (within autovacuum_naptime); a never-analyzed table makes some claim plans several times slower.
+  // BENCH_ANALYZE=0 measures that cold state instead.
+  if (process.env.BENCH_ANALYZE !== '0') await db.query('ANALYZE');
+}
