@@ -209,7 +209,8 @@ describe('observability: scrapes and operator pages do not grow with history', (
 
     for (const { sql, params } of statements) {
       const scans = nodes(await explain(sql, params)).filter((n) => n['Relation Name'] !== undefined);
-      expect(scans.filter((n) => n['Node Type'] === 'Seq Scan')).toEqual([]);
+      // An empty table (the archive's default partition, as a rule) costs less to scan than to probe.
+      expect(scans.filter((n) => n['Node Type'] === 'Seq Scan' && n['Shared Hit Blocks'] + n['Shared Read Blocks'] > 0)).toEqual([]);
       const rowsRead = scans.reduce((sum, n) => sum + (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0)) * n['Actual Loops'], 0);
       expect(rowsRead).toBeLessThanOrEqual(201); // a page of 100 from each table at most
     }

@@ -14,7 +14,19 @@ describe('schema installation', () => {
     expect(await installSchema(db.prisma(), 'jobs_a')).toEqual(schemaMigrations('jobs_a').map((m) => m.version));
     expect(await installSchema(db.prisma(), 'jobs_a')).toEqual([]);
     const tables = await db.sql("SELECT table_name FROM information_schema.tables WHERE table_schema = 'jobs_a' ORDER BY 1");
-    expect(tables.map((t) => t.table_name)).toEqual(['partition_rate', 'queue_state', 'schedule', 'schema_version', 'task', 'task_archive', 'task_cancel', 'task_debounce', 'task_dependency_debt']);
+    expect(tables.map((t) => t.table_name)).toEqual([
+      'partition_rate',
+      'queue_state',
+      'schedule',
+      'schema_version',
+      'task',
+      'task_archive',
+      'task_archive_default',
+      'task_archive_legacy',
+      'task_cancel',
+      'task_debounce',
+      'task_dependency_debt',
+    ]);
   });
 
   it('the claim index is partial on pending rows', async () => {

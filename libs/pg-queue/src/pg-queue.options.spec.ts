@@ -52,6 +52,13 @@ describe('resolveModuleOptions', () => {
     expect(o.workerId).toMatch(/^.+:\d+:[0-9a-f]{6}$/);
   });
 
+  it("sizes the archive's partitions from its retention: a quarter of it, from a minute to a day", () => {
+    expect(resolve({}).retention).toEqual({ archiveMs: 7 * 86_400_000, deadMs: 30 * 86_400_000, intervalMs: 60_000, archivePartitionMs: 86_400_000 });
+    expect(resolve({ retention: { archiveMs: 3_600_000 } }).retention.archivePartitionMs).toBe(900_000);
+    expect(resolve({ retention: { archiveMs: 0 } }).retention.archivePartitionMs).toBe(60_000);
+    expect(resolve({ retention: { archiveMs: 3_600_000, archivePartitionMs: 120_000 } }).retention.archivePartitionMs).toBe(120_000);
+  });
+
   it('gives each resolution its own worker id', () => {
     expect(resolve({}).workerId).not.toBe(resolve({}).workerId);
   });
@@ -178,6 +185,8 @@ describe('resolveModuleOptions', () => {
     ['handlerDefaults', { backoff: { type: 'x' } }, 'handlerDefaults.backoff.type', HandlerConfigurationError],
     ['queues', { 'a.q': { batchSize: 1.5 } }, 'queues["a.q"].batchSize', HandlerConfigurationError],
     ['retention', { archiveMs: -1 }, 'retention.archiveMs', InvalidOptionsError],
+    ['retention', { archivePartitionMs: 59_999 }, 'retention.archivePartitionMs', InvalidOptionsError],
+    ['retention', { archivePartitionMs: 367 * 86_400_000 }, 'retention.archivePartitionMs', InvalidOptionsError],
   ] as const)('rejects %s = %p, naming %s', (option, value, path, errorClass) => {
     const err = thrown(() => resolve({ [option]: value }));
     expect(err).toBeInstanceOf(errorClass);

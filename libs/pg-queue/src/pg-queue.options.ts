@@ -112,15 +112,18 @@ export interface PgQueueModuleOptions {
   /**
    * How long finished history is kept: archived tasks (`archiveMs`, default 7 days) and dead or
    * cancelled tasks (`deadMs`, default 30 days). One instance at a time prunes every `intervalMs`
-   * (default 60 s), in batches.
+   * (default 60 s). The archive is partitioned by finish time, `archivePartitionMs` per partition
+   * (default: a quarter of archiveMs, at least 1 minute and at most 1 day), and a partition is
+   * dropped whole once its newest possible row is older than archiveMs: archived tasks are kept
+   * between archiveMs and archiveMs + archivePartitionMs. Dead or cancelled tasks are deleted in batches.
    */
-  retention?: { archiveMs?: number; deadMs?: number; intervalMs?: number };
+  retention?: { archiveMs?: number; deadMs?: number; intervalMs?: number; archivePartitionMs?: number };
   /** Periodic tasks declared here rather than on a handler (e.g. for a queue another process runs). */
   schedules?: ScheduleDefinition[];
 }
 
 export interface ResolvedModuleOptions extends Required<Omit<PgQueueModuleOptions, 'databaseUrl' | 'handlerDefaults' | 'queues' | 'schedules' | 'retention'>> {
-  retention: { archiveMs: number; deadMs: number; intervalMs: number };
+  retention: { archiveMs: number; deadMs: number; intervalMs: number; archivePartitionMs: number };
   schedules: ScheduleDefinition[];
   databaseUrl?: string;
   handlerDefaults: HandlerOptions;
@@ -157,6 +160,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
   const handlerDefaults = resolveHandlerOptions('handlerDefaults', DEFAULT_HANDLER_OPTIONS, options.handlerDefaults);
   const queues = options.queues ?? {};
   for (const [queue, q] of Object.entries(queues)) resolveHandlerOptions(queueOptionsPath(queue), handlerDefaults, q);
+  const archiveMs = positiveInt('retention.archiveMs', options.retention?.archiveMs ?? 7 * 86_400_000, { min: 0 });
   return {
     prisma: options.prisma,
     databaseUrl: options.databaseUrl,
@@ -175,11 +179,24 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
     queues,
     schedules: options.schedules ?? [],
     retention: {
-      archiveMs: positiveInt('retention.archiveMs', options.retention?.archiveMs ?? 7 * 86_400_000, { min: 0 }),
+      archiveMs,
       deadMs: positiveInt('retention.deadMs', options.retention?.deadMs ?? 30 * 86_400_000, { min: 0 }),
       intervalMs: positiveInt('retention.intervalMs', options.retention?.intervalMs ?? 60_000, { min: 100 }),
+      archivePartitionMs: positiveInt('retention.archivePartitionMs', options.retention?.archivePartitionMs ?? defaultArchivePartitionMs(archiveMs), {
+        min: 60_000,
+        max: 366 * 86_400_000,
+      }),
     },
   };
+}
+
+/**
+ * A quarter of the archive's retention, in whole minutes, between 1 minute and 1 day: four
+ * partitions hold the kept history up to 4 days of retention, one per day beyond (an id lookup
+ * probes each), and a task outlives archiveMs by at most a quarter of it, or a day.
+ */
+function defaultArchivePartitionMs(archiveMs: number): number {
+  return Math.min(86_400_000, Math.max(60_000, Math.floor(archiveMs / 4 / 60_000) * 60_000));
 }
 
 /** Where a queue's settings live in the module options, as error paths name it: `queues["mail.send"]`. */

@@ -1,4 +1,4 @@
-import type { SqlExecutor, TaskInfo, TaskState } from '../types';
+import type { PrismaClientLike, SqlExecutor, TaskInfo, TaskState } from '../types';
 import { dashboardStatements } from './dashboard.sql';
 import { JIT_OFF } from './fragments.sql';
 
@@ -157,8 +157,12 @@ export class DashboardRepository {
     return rows[0] ?? null;
   }
 
-  chain(db: SqlExecutor, id: string): PromiseLike<PipelineStage[]> {
-    return db.$queryRawUnsafe<PipelineStage[]>(this.sql.chain, id, DASHBOARD_LIMITS.pipelineCap);
+  /** With JIT off, as OperatorRepository.chain (the same walk). */
+  chain(db: PrismaClientLike, id: string): Promise<PipelineStage[]> {
+    return db.$transaction(async (tx: SqlExecutor) => {
+      await tx.$executeRawUnsafe(JIT_OFF);
+      return tx.$queryRawUnsafe<PipelineStage[]>(this.sql.chain, id, DASHBOARD_LIMITS.pipelineCap);
+    });
   }
 
   schedules(db: SqlExecutor): PromiseLike<ScheduleListRow[]> {

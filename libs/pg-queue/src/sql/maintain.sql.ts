@@ -6,6 +6,17 @@ import { ATTEMPT_LIMIT, cancelRequestedOf, notifyCte, marked } from './fragments
 const PRUNE_LOCK_NAMESPACE = 0x70_67_72; // "pgr"
 
 /**
+ * How long the archive's partition DDL waits for its locks. DROP TABLE of a partition needs ACCESS
+ * EXCLUSIVE on task_archive, and while it waits, every statement that touches the archive (the
+ * completions' inserts among them) queues behind it; attaching a new partition only holds back
+ * reads of the default partition. 100 ms bounds that stall, and is far longer than the archive's
+ * ordinary lock holders (a completion commits within milliseconds of its insert). Behind a longer
+ * holder (stats() reading every row) the step gives up and a later round retries: drops can wait,
+ * and partitions are created several periods ahead.
+ */
+const PARTITION_DDL_LOCK_TIMEOUT_MS = 100;
+
+/**
  * Housekeeping that any instance may run at any time; SKIP LOCKED keeps instances (and live
  * transactional handlers, which hold their rows locked) out of each other's way.
  */
@@ -59,8 +70,25 @@ SELECT pg_cancel_backend(pid) AS cancelled FROM pg_stat_activity
 WHERE pid = $1::int AND backend_xid = $2::xid`,
 
     /**
+     * Retention of the archive's partitions (archive_partition_step, migration 11): one change per
+     * call, dropping a partition wholly older than $3 ms or creating the next of width $1 ms while
+     * fewer than $2 widths lie ahead; `action` is NULL when nothing is left to do, `busy` when the
+     * DDL gave up waiting for its locks. One instance at a time: the function takes the pruner's
+     * advisory lock first (`ran` false: another instance holds it). Each call is its own
+     * transaction, so a DDL's ACCESS EXCLUSIVE lock lasts a catalog change, not a round. Not DETACH
+     * PARTITION CONCURRENTLY: it cannot run in a transaction, so neither under this
+     * transaction-scoped lock nor through a transaction-pooling PgBouncer (a session lock would be
+     * held by whichever client got the connection), and a detach it left half done would need
+     * FINALIZE. Parameters: $1 width ms, $2 periods ahead, $3 archive age ms, $4 schema name (lock key).
+     */
+    archivePartitionStep: `
+SELECT ran, action, partition_name AS "partition", tasks::float8 AS tasks
+FROM ${s}.archive_partition_step(${PRUNE_LOCK_NAMESPACE}, $4, $1::bigint, $2::int, $3::bigint, ${PARTITION_DDL_LOCK_TIMEOUT_MS})`,
+
+    /**
      * Retention, one instance at a time (a transaction-scoped advisory lock; the others skip the
-     * round): delete archived tasks older than $1 ms and dead or cancelled tasks in the hot table
+     * round): delete rows of the archive's default partition older than $1 ms (the range
+     * partitions go whole, see archivePartitionStep) and dead or cancelled tasks in the hot table
      * older than $2 ms, at most $3 rows each, oldest first, and what flow control keeps once it
      * went quiet (a missing row means just that): debounce keys whose burst ended, per-partition
      * rate windows whose starts have all left them. Run repeatedly until nothing is left.
@@ -70,9 +98,9 @@ WHERE pid = $1::int AND backend_xid = $2::xid`,
 WITH lock AS (
   SELECT pg_try_advisory_xact_lock(${PRUNE_LOCK_NAMESPACE}, hashtext($4)) AS mine
 ), archived AS (
-  DELETE FROM ${s}.task_archive
+  DELETE FROM ${s}.task_archive_default
   WHERE id = ANY (ARRAY (
-    SELECT id FROM ${s}.task_archive
+    SELECT id FROM ${s}.task_archive_default
     WHERE finished_at < now() - $1 * interval '1 millisecond' AND (SELECT mine FROM lock)
     ORDER BY finished_at LIMIT $3
   ))

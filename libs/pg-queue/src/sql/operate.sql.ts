@@ -61,13 +61,15 @@ SELECT coalesce((SELECT array_agg(id::text) FROM retried), '{}') AS ids, (SELECT
      * the hot table, finished more than $3 ms ago, at most $4 rows of each table per call, oldest
      * first (by task_archive_finished_idx and task_dead_idx; run again until it deletes nothing).
      * Pending and running tasks are never touched. SKIP LOCKED: an operator's retry of the same
-     * dead task wins. Parameters: $1 queue (NULL: every queue), $2 states (text[] of done,
+     * dead task wins. The archive's rows go one by one here, whatever partition holds them (the
+     * pruner drops whole partitions); the age bound on the DELETE too spares the newer partitions
+     * the id probes. Parameters: $1 queue (NULL: every queue), $2 states (text[] of done,
      * cancelled, dead), $3 age ms, $4 batch limit.
      */
     purge: `
 WITH archived AS (
   DELETE FROM ${s}.task_archive
-  WHERE id = ANY (ARRAY (
+  WHERE finished_at < now() - $3 * interval '1 millisecond' AND id = ANY (ARRAY (
     SELECT id FROM ${s}.task_archive
     WHERE state = ANY ($2::text[]) AND finished_at < now() - $3 * interval '1 millisecond'
       AND ($1::text IS NULL OR queue = $1::text)

@@ -80,8 +80,17 @@ export class OperatorRepository {
     return db.$queryRawUnsafe<TaskRow[]>(this.inspectSql.list, filter.queue, filter.state, filter.cursor, filter.limit);
   }
 
-  chain(db: SqlExecutor, id: string) {
-    return db.$queryRawUnsafe<(TaskRow & { stage: number })[]>(this.inspectSql.chain, id);
+  /**
+   * With JIT off: the walk's estimated cost (a recursive CTE, guessed large) passes the JIT
+   * thresholds, and its plan holds an index probe per archive partition, several times over:
+   * compiling it took 50 ms with one archive table and 9 s with 31 partitions, for a walk that runs
+   * in about 2 ms.
+   */
+  chain(db: PrismaClientLike, id: string) {
+    return db.$transaction(async (tx: SqlExecutor) => {
+      await tx.$executeRawUnsafe(JIT_OFF);
+      return tx.$queryRawUnsafe<(TaskRow & { stage: number })[]>(this.inspectSql.chain, id);
+    });
   }
 
   topErrors(db: SqlExecutor, queue: string, limit: number) {

@@ -1,4 +1,5 @@
 import { quoteIdent } from './identifiers';
+import { archiveMigrations } from './migrations/archive.migrations';
 import { flowMigrations } from './migrations/flow.migrations';
 import { taskMigrations } from './migrations/tasks.migrations';
 
@@ -10,6 +11,7 @@ import { taskMigrations } from './migrations/tasks.migrations';
  * Layout decisions:
  * - `task` is the hot table: only pending, running and dead rows. Finished rows move to
  *   `task_archive` (or are deleted), so the claim index never grows with history.
+ * - `task_archive` is partitioned by finished_at (migration 11): retention drops whole partitions.
  * - The claim index is partial on `state = 'pending'`: claim order (priority, run_at, id) is the
  *   index order, and running/dead rows are not in it at all.
  * - Error text is truncated by the library before it is written, so rows stay under the TOAST limit.
@@ -31,7 +33,7 @@ export function migrationSteps(m: SchemaMigration): readonly string[] {
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
   const s = quoteIdent(schema);
-  return [...taskMigrations(s), ...flowMigrations(s)];
+  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s)];
 }
 
 /** Everything needed to create the schema from nothing, including the version bookkeeping. */

@@ -269,4 +269,20 @@ export class TaskRepository {
     const [res] = await db.$queryRawUnsafe<{ ran: boolean; archived: number; dead: number; quiet: number }[]>(this.maintainSql.prune, archiveMs, deadMs, limit, this.schema);
     return res;
   }
+
+  /**
+   * One change to the archive's partitions (see archivePartitionStep): `action` null when none is
+   * due, `busy` when its DDL gave up waiting for locks; `tasks` the rows of a dropped partition.
+   */
+  async archivePartitionStep(db: SqlExecutor, widthMs: number, ahead: number, archiveMs: number): Promise<ArchivePartitionStep> {
+    const [res] = await db.$queryRawUnsafe<ArchivePartitionStep[]>(this.maintainSql.archivePartitionStep, widthMs, ahead, archiveMs, this.schema);
+    return res;
+  }
+}
+
+export interface ArchivePartitionStep {
+  ran: boolean;
+  action: 'created' | 'dropped' | 'busy' | null;
+  partition: string | null;
+  tasks: number | null;
 }

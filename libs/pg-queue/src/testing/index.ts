@@ -36,7 +36,10 @@ export function tickSchedules(app: INestApplicationContext, connection = DEFAULT
   return orchestrator(app, connection).tickSchedules();
 }
 
-/** Deletes expired history now (archived tasks past retention.archiveMs, dead past retention.deadMs). */
-export function pruneHistory(app: INestApplicationContext, connection = DEFAULT_CONNECTION): Promise<{ archived: number; dead: number }> {
+/**
+ * Runs a retention round now: drops archive partitions past retention.archiveMs (creating the
+ * coming ones), deletes dead and cancelled tasks past retention.deadMs.
+ */
+export function pruneHistory(app: INestApplicationContext, connection = DEFAULT_CONNECTION): Promise<{ archived: number; dead: number; partitionsDropped: number }> {
   return orchestrator(app, connection).pruneHistory();
 }

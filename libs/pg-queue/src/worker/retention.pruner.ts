@@ -2,10 +2,26 @@ import type { Logger } from '@nestjs/common';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
+/** The most partition changes one round makes (normally none or one: a period begins or ends). */
+const MAX_PARTITION_STEPS = 100;
+
+export interface RetentionSettings {
+  archiveMs: number;
+  deadMs: number;
+  intervalMs: number;
+  archivePartitionMs: number;
+}
+
 /**
- * Deletes old history (archived tasks, dead and cancelled tasks) every `intervalMs`, in batches,
- * one instance at a time: the statement takes an advisory lock and the others skip the round. The
- * hot table only ever holds live and dead work, so claims do not slow down as history grows.
+ * Keeps history bounded, every `intervalMs`, one instance at a time (each statement takes the
+ * pruner's advisory lock and the others skip the round). The hot table only ever holds live and
+ * dead work, so claims do not slow down as history grows. A round:
+ * 1. changes the archive's partitions one statement at a time: drops those wholly past
+ *    `archiveMs` (no row is deleted, nothing is left to vacuum) and creates the coming periods'
+ *    ahead of time, so completions never insert into the default partition. A step that gave up
+ *    waiting for its locks ends this part of the round; the next round retries.
+ * 2. deletes, in batches, rows of the default partition past `archiveMs`, dead and cancelled tasks
+ *    past `deadMs`, and flow control's quiet keys and windows.
  */
 export class RetentionPruner {
   private timer: NodeJS.Timeout | null = null;
@@ -14,7 +30,7 @@ export class RetentionPruner {
   constructor(
     private readonly db: SqlExecutor,
     private readonly repo: TaskRepository,
-    private readonly retention: { archiveMs: number; deadMs: number; intervalMs: number },
+    private readonly retention: RetentionSettings,
     private readonly logger: Logger,
   ) {}
 
@@ -31,9 +47,17 @@ export class RetentionPruner {
     if (this.timer) clearTimeout(this.timer);
   }
 
-  /** Prunes batch after batch until a round deletes nothing (or another instance holds the lock). */
-  async pruneAll(): Promise<{ archived: number; dead: number }> {
-    const total = { archived: 0, dead: 0 };
+  /**
+   * One round: the archive's partitions, then batch after batch of rows until one deletes nothing
+   * (or another instance holds the lock). `archived` counts the rows of dropped partitions too.
+   */
+  async pruneAll(): Promise<{ archived: number; dead: number; partitionsDropped: number }> {
+    const total = { archived: 0, dead: 0, partitionsDropped: 0 };
+    try {
+      await this.maintainPartitions(total);
+    } catch (err) {
+      this.logger.error(`archive partition maintenance failed: ${(err as Error).message}`);
+    }
     try {
       for (;;) {
         const r = await this.repo.prune(this.db, this.retention.archiveMs, this.retention.deadMs);
@@ -45,5 +69,24 @@ export class RetentionPruner {
       this.logger.error(`retention pruning failed: ${(err as Error).message}`);
     }
     return total;
+  }
+
+  private async maintainPartitions(total: { archived: number; partitionsDropped: number }): Promise<void> {
+    const { archivePartitionMs: width, intervalMs, archiveMs } = this.retention;
+    // Enough periods ahead that two missed rounds still find theirs created.
+    const ahead = Math.min(30, Math.max(3, Math.ceil((2 * intervalMs) / width)));
+    for (let i = 0; i < MAX_PARTITION_STEPS && !this.stopped; i++) {
+      const step = await this.repo.archivePartitionStep(this.db, width, ahead, archiveMs);
+      if (!step.ran || step.action === null) return;
+      if (step.action === 'busy') {
+        this.logger.debug(`archive partition ${step.partition}: locks busy, retrying next round`);
+        return;
+      }
+      if (step.action === 'dropped') {
+        total.archived += step.tasks ?? 0;
+        total.partitionsDropped++;
+      }
+      this.logger.debug(`archive partition ${step.partition} ${step.action}`);
+    }
   }
 }

@@ -177,7 +177,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   }
 
   /** Deletes expired history now (the pruner also does it every retention.intervalMs). */
-  pruneHistory(): Promise<{ archived: number; dead: number }> {
+  pruneHistory(): Promise<{ archived: number; dead: number; partitionsDropped: number }> {
     return new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger).pruneAll();
   }
 
