@@ -96,10 +96,16 @@ function enqueueVariants() {
 
 /**
  * Scenario 8 measures pg-queue's own statements (the handler mode does not matter), one row per
- * template: no tasks, and N/10 or N archived plus as many delayed tasks. Against the empty table
- * some operations do less work (no queue to probe, no row to return); N ÷ N/10 isolates growth.
+ * template: no tasks, and N/10 or N archived plus as many delayed tasks, and 10 N archived (the
+ * time-partitioned archive at scale, issue 15) with N delayed. Against the empty table some
+ * operations do less work (no queue to probe, no row to return); N ÷ N/10 isolates growth.
  */
-const SCALE_ROWS = { empty: 0, tenth: SIZES.history / 10, full: SIZES.history };
+const SCALE_ROWS = {
+  empty: { archived: 0, delayed: 0 },
+  tenth: { archived: SIZES.history / 10, delayed: SIZES.history / 10 },
+  full: { archived: SIZES.history, delayed: SIZES.history },
+  archive10x: { archived: SIZES.history * 10, delayed: SIZES.history },
+};
 function scaleVariants() {
   const libKey = LIB_SET.find((l) => l.startsWith('pg-queue'));
   return libKey ? Object.keys(SCALE_ROWS).map((g) => ({ ...variant(libKey, 10, g), label: 'pg-queue' })) : [];
@@ -225,9 +231,14 @@ const SCENARIOS = {
   },
   scale: {
     num: 8,
-    title: `Costs that must not grow with history: ${SIZES.history.toLocaleString('en-US')} archived + ${SIZES.history.toLocaleString('en-US')} delayed tasks against none (pg-queue)`,
+    title: `Costs that must not grow with history: up to ${(SIZES.history * 10).toLocaleString('en-US')} archived (10 daily partitions) and ${SIZES.history.toLocaleString('en-US')} delayed tasks against none (pg-queue)`,
     variants: scaleVariants,
-    template: { scenario: 'make-scale', rows: (group) => SCALE_ROWS[group], what: 'archived + as many delayed tasks' },
+    template: {
+      scenario: 'make-scale',
+      rows: (group) => SCALE_ROWS[group].archived,
+      delayed: (group) => SCALE_ROWS[group].delayed,
+      what: (group) => `archived + ${SCALE_ROWS[group].delayed.toLocaleString('en-US')} delayed tasks`,
+    },
     n: SIZES.scaleCalls,
     timeoutMs: 240_000,
     // Rendered as one table (scaleComparison); the first metric is the progress line's.
@@ -407,8 +418,8 @@ async function main() {
         await createDatabase(name);
         const t0 = Date.now();
         const res = await runChild(
-          { scenario: sc.template.scenario, lib: v.lib, mode: 'transactional', concurrency: 10, url: dbUrl(name), adminUrl, dbName: name, n: rows, timeoutMs: 900_000 },
-          900_000,
+          { scenario: sc.template.scenario, lib: v.lib, mode: 'transactional', concurrency: 10, url: dbUrl(name), adminUrl, dbName: name, n: rows, delayed: sc.template.delayed?.(v.group), timeoutMs: 1_800_000 },
+          1_800_000,
         );
         if (!res.ok) {
           log(`   template ${tkey} FAILED: ${res.error}`);
@@ -416,7 +427,8 @@ async function main() {
           continue;
         }
         templates[tkey] = name;
-        log(`   template ${tkey}: ${rows.toLocaleString('en-US')} ${sc.template.what}, built in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+        const what = typeof sc.template.what === 'function' ? sc.template.what(v.group) : sc.template.what;
+        log(`   template ${tkey}: ${rows.toLocaleString('en-US')} ${what}, built in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       }
     }
     for (let rep = 1; rep <= REPS; rep++) {
@@ -553,22 +565,23 @@ function historyComparison(plan, results) {
 /** Scenario 8: per measure, each operation on the three templates and the growth ratios (medians). */
 function scaleComparison(plan, results) {
   const all = plan.find((s) => s.id === 'scale').all;
-  const [empty, tenth, full] = Object.keys(SCALE_ROWS).map((g) => all.find((v) => v.group === g));
+  const groups = Object.keys(SCALE_ROWS).map((g) => all.find((v) => v.group === g));
   const median = (v, key) => report.summary(results, v, key).median;
   const div = (a, b) => (a !== null && b ? report.ratio(a / b) : 'n/a');
-  const runs = [empty, tenth, full].map((v) => `${report.summary(results, v, 'scrapeMs').n}/${results.filter((r) => r.variantKey === v.key).length}`);
+  const runs = groups.map((v) => `${report.summary(results, v, 'scrapeMs').n}/${results.filter((r) => r.variantKey === v.key).length}`);
   const k = (n) => n.toLocaleString('en-US');
-  const head = ['operation', 'no tasks', `${k(SCALE_ROWS.tenth)} + ${k(SCALE_ROWS.tenth)}`, `${k(SCALE_ROWS.full)} + ${k(SCALE_ROWS.full)}`, `÷ ${k(SCALE_ROWS.tenth)}`, '÷ no tasks'];
+  const { tenth, full, archive10x: huge } = SCALE_ROWS;
+  const head = ['operation', 'no tasks', `${k(tenth.archived)} + ${k(tenth.delayed)}`, `${k(full.archived)} + ${k(full.delayed)}`, `${k(huge.archived)} + ${k(huge.delayed)}`, `${k(full.archived)} ÷ ${k(tenth.archived)}`, `${k(huge.archived)} ÷ ${k(full.archived)}`, `${k(huge.archived)} ÷ no tasks`];
   const table = (m) =>
     report.compareTable(
       head,
       SCALE_OPS.map(([op, label]) => {
-        const [e, t, f] = [empty, tenth, full].map((v) => median(v, `${op}${m}`));
-        return [label, report.fmt(e), report.fmt(t), report.fmt(f), div(f, t), div(f, e)];
+        const [e, t, f, h] = groups.map((v) => median(v, `${op}${m}`));
+        return [label, ...[e, t, f, h].map(report.fmt), div(f, t), div(h, f), div(h, e)];
       }),
     );
   return [
-    `Columns: the template (archived + delayed tasks of the queue); each cell the median over the repetitions (runs: ${runs.join(', ')}) of a run's figure over its ${SIZES.scaleCalls} calls. The ratios divide the largest template's figure by the others': flat ≈ 1.0×; a cost that grows with the tasks shows about 10× against the tenth.`,
+    `Columns: the template (archived + delayed tasks of the queue); each cell the median over the repetitions (runs: ${runs.join(', ')}) of a run's figure over its ${SIZES.scaleCalls} calls. The ratios divide a larger template's figure by a smaller one's: flat ≈ 1.0×; a cost that grows with the tasks shows about 10×.`,
     `Wall time per call through the library, ms (median of the run's calls; Prisma and the round trip included):\n\n${table('Ms')}`,
     `Server execution time per call, ms (pg_stat_statements, all statements of the call):\n\n${table('ServerMs')}`,
     `Shared buffers hit or read per call (pg_stat_statements):\n\n${table('Blocks')}`,

@@ -29,6 +29,8 @@ export interface RunSpec {
   timeoutMs: number;
   /** The variant's group: scenario 9's rule (see flow.ts). */
   group?: string;
+  /** make-scale: delayed rows, when not as many as the archived ones (`n`). */
+  delayed?: number;
   /** Scenario 10: worker processes (see processes.ts). */
   processes?: number;
 }
@@ -225,8 +227,8 @@ async function runScenario(spec: RunSpec): Promise<RunResult> {
         }
         case 'make-scale': {
           const scaled = pgQueueOnly(target);
-          await scaled.insertHistory(db, spec.n);
-          await scaled.insertDelayed(db, spec.n);
+          await scaled.insertArchived(db, spec.n);
+          await scaled.insertDelayed(db, spec.delayed ?? spec.n);
           return { ok: true, metrics: {}, notes: [], settings };
         }
         case 'scale': {

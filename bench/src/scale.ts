@@ -10,7 +10,7 @@ import { QUEUE } from './common';
  * Scenario 8: what must stay flat as history grows. pg-queue only. The same operations, each
  * called `calls` times through the library (after a few untimed calls, so caches and prepared
  * statements are warm), in a database cloned from a template with no tasks, or with N archived and
- * N delayed tasks of the queue (PgQueueTarget.insertHistory + insertDelayed):
+ * N delayed tasks of the queue (PgQueueTarget.insertArchived + insertDelayed):
  * - scrape: QueueMetrics.metrics(), what every Prometheus scrape of every instance runs;
  * - idleClaim: the worker's claim (TaskRepository.claim, with the arguments the worker passes)
  *   while nothing is due;

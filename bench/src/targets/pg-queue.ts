@@ -140,7 +140,38 @@ export class PgQueueTarget implements BenchTarget {
   }
 
   /**
-   * The delayed half of scenario 8's template (insertHistory is the archived half): `n` pending
+   * The archived half of scenario 8's template: `n` done tasks finished over the last 5 days,
+   * written straight into the archive (ids from the task sequence, as completions keep them), in
+   * statements of at most 1 M rows. Then VACUUM ANALYZE.
+   * The archive is laid out as it is a week into an install with the default retention: daily
+   * partitions (named and built as the pruner builds them) from 6 days ago to 3 days ahead, where a
+   * fresh install has the migration's legacy partition (empty here, so it is dropped) covering the
+   * past. An id lookup then probes 10 partitions, as it would in production.
+   */
+  async insertArchived(db: Client, n: number): Promise<void> {
+    await db.query(`DROP TABLE pgqueue.task_archive_legacy`);
+    await db.query(`
+DO $$ DECLARE lo timestamptz; BEGIN
+  FOR d IN -6..3 LOOP
+    lo := date_trunc('day', now(), 'UTC') + d * interval '1 day';
+    EXECUTE format('CREATE TABLE pgqueue.%I PARTITION OF pgqueue.task_archive (PRIMARY KEY (id)) FOR VALUES FROM (%L) TO (%L)',
+                   'task_archive_p' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD_HH24MISS'), lo, lo + interval '1 day');
+  END LOOP;
+END $$`);
+    const chunk = 1_000_000;
+    for (let from = 1; from <= n; from += chunk) {
+      await db.query(
+        `INSERT INTO pgqueue.task_archive (id, queue, state, payload, priority, run_at, attempt, created_at, started_at, finished_at)
+         SELECT nextval(pg_get_serial_sequence('pgqueue.task', 'id')), $1, 'done', jsonb_build_object('seq', g), 0, t, 1, t, t + interval '3 ms', t + interval '5 ms'
+         FROM generate_series($2::int, $3::int) g, LATERAL (SELECT now() - interval '5 days' + g * (interval '5 days' / $4)) AS x(t)`,
+        [QUEUE, from, Math.min(n, from + chunk - 1), n],
+      );
+    }
+    await db.query('VACUUM ANALYZE pgqueue.task_archive');
+  }
+
+  /**
+   * The delayed half of scenario 8's template (insertArchived is the archived half): `n` pending
    * tasks due in 1 to 12 days, as enqueue with delayMs writes them. Then VACUUM ANALYZE.
    */
   async insertDelayed(db: Client, n: number): Promise<void> {
