@@ -115,7 +115,7 @@ describe('retention', () => {
     ]);
   });
 
-  it("gives up a drop after its lock timeout, so the archive's writers wait for it at most that long", async () => {
+  it("gives up a drop after its lock timeout, so the archive's writers are not held behind it until the reader ends", async () => {
     await db.sql('DROP TABLE IF EXISTS pgqueue.task_archive_legacy'); // when run alone
     await dailyPartitions(-6, -5);
     await archiveRows(6001, 10, `${day(-6)} + interval '1 hour'`);
@@ -130,15 +130,15 @@ describe('retention', () => {
       const started = Date.now();
       const pruning = pruneHistory(qa.app);
       await new Promise((resolve) => setTimeout(resolve, 30));
-      // An archive insert queued behind the waiting DROP goes through once the DROP gives up.
+      // An archive insert queued behind the waiting DROP goes through once the DROP gives up, while
+      // the reader still holds the archive: without the lock timeout it would wait for the reader,
+      // which commits only after it (the test would hang, not merely run slow).
       const inserted = Date.now();
       await writer.query(`INSERT INTO pgqueue.task_archive (id, queue, state, payload, priority, run_at, attempt, created_at, finished_at)
                           VALUES (7001, 'old.q', 'done', '{}', 0, now(), 1, now(), ${day(1)} + interval '1 hour')`);
       const insertMs = Date.now() - inserted;
       if (process.env.SHOW_TIMES) console.log({ insertMs, pruneMs: Date.now() - started });
       expect(await pruning).toEqual({ archived: 0, dead: 0, partitionsDropped: 0 });
-      expect(Date.now() - started).toBeLessThan(2000);
-      expect(insertMs).toBeLessThan(1000);
       expect(await layout()).toHaveProperty(expired, 10);
       await reader.query('COMMIT');
       expect(await pruneHistory(qa.app)).toEqual({ archived: 10, dead: 0, partitionsDropped: 1 });
