@@ -176,12 +176,34 @@ export class TaskRepository {
 
   /**
    * Completes the leases still held and inserts their follow-ups; a lease in none of the result
-   * sets was lost. A rerun request that commits while the statement runs is seen by the DELETE's
-   * recheck of the row but not by the rerun UPDATE's snapshot, so the lease lands in no set: a
-   * second statement, with a fresh snapshot, settles those (rare: most batches never need it).
+   * sets was lost. Follow-ups that depend on one another or on other tasks (ctx.enqueue with
+   * dependsOn) need enqueue's insert path (ids, then dependants with their links): an attempt that
+   * has any goes in after the completion, all its follow-ups through `insert`, and only if its
+   * fence held; those several statements share one transaction, the caller's when `db` is a
+   * transaction client, else a new one.
    */
   async complete(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set() };
+    const graphs = new Set(followUps.flatMap((f) => (f.dependsOn !== null ? [f.parentId!] : [])));
+    if (graphs.size === 0) return this.completeFenced(db, leases, followUps);
+    const run = async (tx: SqlExecutor) => {
+      const res = await this.completeFenced(tx, leases, followUps.filter((f) => !graphs.has(f.parentId!)));
+      for (const parent of graphs) {
+        if (res.done.has(parent) || res.rerun.has(parent)) await this.insert(tx, followUps.filter((f) => f.parentId === parent));
+      }
+      return res;
+    };
+    const root = db as Partial<PrismaClientLike>;
+    return typeof root.$transaction === 'function' ? root.$transaction(run) : run(db);
+  }
+
+  /**
+   * The completion statement, fenced. A rerun request that commits while the statement runs is
+   * seen by the DELETE's recheck of the row but not by the rerun UPDATE's snapshot, so the lease
+   * lands in no set: a second statement, with a fresh snapshot, settles those (rare: most batches
+   * never need it).
+   */
+  private async completeFenced(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     const result = await this.completeOnce(db, leases, followUps);
     if (result.done.size + result.rerun.size + result.cancelled.size === leases.length) return result;
     const unsettled = leases.filter((l) => !result.done.has(l.id) && !result.rerun.has(l.id) && !result.cancelled.has(l.id));
@@ -189,18 +211,6 @@ export class TaskRepository {
     const again = await this.completeOnce(db, unsettled, followUps.filter((f) => f.parentId !== null && ids.has(f.parentId)));
     for (const key of ['done', 'cancelled', 'rerun'] as const) for (const id of again[key]) result[key].add(id);
     return result;
-  }
-
-  /**
-   * Completes one lease whose follow-ups depend on one another or on other tasks (ctx.enqueue with
-   * dependsOn): they need the insert path of enqueue (ids, then dependants with their links), which
-   * takes several statements, so they go in after the completion, in the same transaction (`tx`),
-   * and only if its fence held.
-   */
-  async completeWithDependants(tx: SqlExecutor, lease: RanLease, followUps: NewTaskRow[]): Promise<CompleteResult> {
-    const res = await this.complete(tx, [lease], []);
-    if (res.done.has(lease.id) || res.rerun.has(lease.id)) await this.insert(tx, followUps);
-    return res;
   }
 
   private async completeOnce(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {

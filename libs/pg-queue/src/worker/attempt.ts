@@ -81,11 +81,6 @@ export class Attempt {
     return { id: this.lease.id, token: this.lease.token, startedAt: this.ranFrom, finishedAt: this.ranUntil, result: this.result };
   }
 
-  /** Some follow-up has dependsOn: they are inserted as enqueue does (TaskRepository.completeWithDependants). */
-  get followUpsHaveDependants(): boolean {
-    return this.followUps.some((f) => f.dependsOn !== null);
-  }
-
   get isLastAttempt(): boolean {
     return this.task.attempt >= this.task.maxAttempts;
   }

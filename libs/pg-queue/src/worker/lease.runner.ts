@@ -2,11 +2,10 @@ import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Attempt } from './attempt';
-import { CompletionBatcher, type CompletionOutcome } from './completion.batcher';
+import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced, type InvokeOutcome } from './handler.invoker';
 import { failureOf, publish, publishOutcome, releaseAttempts, type WorkerDeps } from './worker.deps';
-import type { SqlExecutor } from '../types';
 
 /**
  * Lease mode: the handler runs outside any transaction while the worker keeps its lease alive
@@ -83,7 +82,7 @@ export class LeaseRunner {
     try {
       const unstorable = result.kind === 'ok' ? keepResult(a, result.value, this.deps.rowLimits) : null;
       if (result.kind === 'ok' && unstorable === null) {
-        publishOutcome(this.deps, a, a.followUpsHaveDependants ? await this.completeWithDependants(a) : await this.batcher.complete(a.ranLease, a.followUps));
+        publishOutcome(this.deps, a, await this.batcher.complete(a.ranLease, a.followUps));
         return;
       }
       if (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError) {
@@ -103,13 +102,6 @@ export class LeaseRunner {
       // Could not record the outcome: the lease will expire and the task be retried (at-least-once).
       this.deps.logger.error(`could not record task ${a.task.id} of "${a.task.queue}": ${(err as Error).message}`);
     }
-  }
-
-  /** Several statements, so a transaction of its own instead of the batcher's shared statement. */
-  private async completeWithDependants(a: Attempt): Promise<CompletionOutcome> {
-    const res = await this.deps.prisma.$transaction((tx: SqlExecutor) => this.deps.repo.completeWithDependants(tx, a.ranLease, a.followUps));
-    const id = a.task.id;
-    return res.done.has(id) ? 'done' : res.rerun.has(id) ? 'rerun' : res.cancelled.has(id) ? 'cancelled' : 'lost';
   }
 
   private async heartbeatOne(a: Attempt): Promise<void> {

@@ -192,10 +192,7 @@ export class TransactionalRunner {
       else failures.push(r.failure);
     }
     if (done.length > 0) {
-      // Follow-ups with dependsOn go in after the completion (TaskRepository.completeWithDependants).
-      const graphs = done.filter((a) => a.followUpsHaveDependants);
-      const res = await this.deps.repo.complete(tx, done.map((a) => a.ranLease), done.flatMap((a) => (a.followUpsHaveDependants ? [] : a.followUps)));
-      for (const a of graphs) if (res.done.has(a.task.id) || res.rerun.has(a.task.id)) await this.deps.repo.insert(tx, a.followUps);
+      const res = await this.deps.repo.complete(tx, done.map((a) => a.ranLease), done.flatMap((a) => a.followUps));
       // Cancelled while running (the notification did not reach us in time): keep none of its writes.
       const cancelled = done.filter((a) => res.cancelled.has(a.task.id));
       if (cancelled.length > 0) throw new RollbackAll('cancelled', cancelled);
