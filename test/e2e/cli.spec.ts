@@ -52,6 +52,8 @@ describe('pg-queue CLI', () => {
     ids.dead2 = await qa.queue.enqueue('cli.work', { fail: 'gateway timeout' });
     await drainQueue(qa.app);
     ids.pending = await qa.queue.enqueue('cli.work', {}, { delayMs: 3_600_000 });
+    // A join whose parent is dead: cancelled at once, and it stays in the task table.
+    ids.join = await qa.queue.enqueue('cli.join', {}, { dependsOn: [ids.dead] });
   });
   afterAll(async () => {
     await qa.close();
@@ -61,7 +63,7 @@ describe('pg-queue CLI', () => {
   it('stats and list, as text and as JSON', () => {
     const stats = cli(['stats']);
     expect(stats).toMatchObject({ code: 0, err: '' });
-    expect(stats.out).toMatch(/^queue\s+pending\s+waiting\s+running\s+dead\s+done\s+cancelled\s+oldestPendingMs\ncli\.work\s+1\s+0\s+0\s+2\s+1\s+0\s+-\n$/);
+    expect(stats.out).toMatch(/^queue\s+pending\s+waiting\s+running\s+dead\s+done\s+cancelled\s+oldestPendingMs\ncli\.join\s+0\s+0\s+0\s+0\s+0\s+1\s+-\ncli\.work\s+1\s+0\s+0\s+2\s+1\s+0\s+-\n$/);
     const json = cli(['--json', 'list', '--queue', 'cli.work', '--state', 'dead']);
     expect(json.code).toBe(0);
     const dead = JSON.parse(json.out) as { id: string; state: string; lastError: string }[];
@@ -87,6 +89,10 @@ describe('pg-queue CLI', () => {
     const revived = cli(['--json', 'retry-dead', '--queue', 'cli.work', '--error-like', '%timeout%']);
     expect({ code: revived.code, body: JSON.parse(revived.out) }).toEqual({ code: 0, body: { queue: 'cli.work', retried: [ids.dead2] } });
     expect(cli(['retry-dead', '--queue', 'cli.work']).code).toBe(1);
+    // retry-dead leaves cancelled tasks alone; a join cancelled by its dead parent cannot be retried.
+    expect(cli(['retry-dead', '--queue', 'cli.join']).code).toBe(1);
+    expect(cli(['retry', ids.join])).toMatchObject({ code: 1, out: '', err: expect.stringMatching(new RegExp(`^pg-queue: task ${ids.join} cannot be retried: .*\\b${ids.dead}\\b`)) });
+    expect((await qa.queue.get(ids.join))?.state).toBe('cancelled');
     expect(cli(['cancel', ids.pending])).toMatchObject({ code: 0, out: `task ${ids.pending} cancelled\n` });
     expect(cli(['cancel', ids.pending]).code).toBe(1);
   });

@@ -225,6 +225,20 @@ describe('dashboard (headless Chromium)', () => {
     expect(await state(ids.cancelMe)).toBe('cancelled');
   });
 
+  it('retry never revives a join its dead parent cancelled: "Retry dead tasks" skips it, its own Retry says why', async () => {
+    const join = await queue.enqueue('dash.join', {}, { dependsOn: [ids.xss] }); // xss is dead: cancelled at once
+    expect(await state(join)).toBe('cancelled');
+    await page.goto(`${base}/queues/tasks?queue=dash.join`);
+    await page.locator('section.bulk button').click();
+    await page.waitForURL(/notice=retried-dead/);
+    expect(await page.locator('.notice').textContent()).toMatch(/Dead tasks retried:\s*0/);
+    await page.goto(`${base}/queues/tasks/${join}`);
+    await page.locator('form[action$="/retry"] button').click();
+    await page.waitForURL(/notice=not-retried-dependencies/);
+    expect(await page.locator('.notice').textContent()).toContain('Enqueue a new task with the same dependencies instead.');
+    expect(await state(join)).toBe('cancelled');
+  });
+
   it('renders hostile payloads, keys, groups and errors as text: no dialog, no injected element', async () => {
     await page.goto(`${base}/queues/tasks/${ids.xss}`);
     expect(await page.locator('pre.payload').textContent()).toContain(XSS_PAYLOAD);

@@ -6,6 +6,7 @@
  */
 import { Injectable } from '@nestjs/common';
 import {
+  DependenciesNotDoneError,
   DependencyNotFoundError,
   InvalidEnqueueOptionsError,
   NonRetryableError,
@@ -39,6 +40,9 @@ interface SplitPayload {
 
 const splitErrors: string[] = [];
 
+/** While true, `dep.flaky` dies (NonRetryableError); a retry after it is set false ends done. */
+let flakyDies = true;
+
 async function fanOut(task: Task<SplitPayload>, ctx: LeaseTaskContext | TaskContext) {
   const parts = [];
   for (let i = 0; i < task.payload.parts; i++) parts.push(await ctx.enqueue('dep.part', { n: i, ms: (i * 7) % 20 }));
@@ -65,6 +69,13 @@ class GraphHandlers {
     await ctx.tx.$executeRawUnsafe('SELECT 1');
     run.end = now();
     return task.payload.n;
+  }
+
+  @TaskHandler('dep.flaky', { mode: 'lease' })
+  async flaky(task: Task<unknown>) {
+    runs.push({ id: task.id, queue: task.queue, start: now(), end: now() });
+    if (flakyDies) throw new NonRetryableError('flaky parent died');
+    return 'flaky done';
   }
 
   @TaskHandler('dep.join', { concurrency: 4 })
@@ -194,6 +205,41 @@ describe('fan-in dependencies', () => {
     await queue().cancel(slow);
   });
 
+  it('retryDead revives the dead parent, never the join it cancelled; retry(join) is refused: the join lacks that parent\'s result', async () => {
+    const [parent, sibling, join] = await queue().enqueueMany([
+      { queue: 'dep.flaky', payload: {} },
+      { queue: 'dep.part', payload: { n: 5 } },
+      { queue: 'dep.join', payload: {}, options: { dependsOn: [{ item: 0 }, { item: 1 }] } },
+    ]);
+    await waitFor('the parent died and the join was cancelled', async () => (await stateOf(join)) === 'cancelled' && (await stateOf(sibling)) === 'done', {
+      timeoutMs: 20_000,
+      everyMs: 20,
+    });
+    expect(await stateOf(parent)).toBe('dead');
+
+    // retryDead retries dead tasks only: no join of this file ever dies, so none comes back.
+    expect(await queue().retryDead({ queue: 'dep.join' })).toEqual([]);
+    expect(await stateOf(join)).toBe('cancelled');
+    flakyDies = false;
+    expect(await queue().retryDead({ queue: 'dep.flaky' })).toEqual([parent]);
+    await waitFor('the retried parent is done', async () => (await stateOf(parent)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
+
+    // Its parents are all done now, but the join never received the retried parent's result.
+    const refused = await queue().retry(join).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(DependenciesNotDoneError);
+    expect(refused).toMatchObject({ taskId: join, parents: expect.arrayContaining([parent]) });
+    // The sibling too, when it finished after the join was cancelled.
+    expect([[parent], [parent, sibling].sort((a, b) => Number(a) - Number(b))]).toContainEqual((refused as DependenciesNotDoneError).parents);
+    await sleep(300); // settling and a worker's claim, had the join become pending
+    expect(await queue().get(join)).toMatchObject({ state: 'cancelled', lastError: `task ${parent}, which it depends on, ended dead` });
+    expect(byId(join)).toHaveLength(0);
+
+    // The way back: a new join over the same parents, which reads both results from the archive.
+    const again = await queue().enqueue('dep.join', {}, { dependsOn: [parent, sibling] });
+    await waitFor('the new join ran', async () => (await stateOf(again)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
+    expect(byId(again)[0].results).toEqual({ [parent]: 'flaky done', [sibling]: { n: 5, square: 25 } });
+  });
+
   it('a parent already done gives its result at once; a dependant of done parents is pending at once', async () => {
     const parent = await queue().enqueue('dep.part', { n: 7 });
     await waitFor('the parent is done', async () => (await stateOf(parent)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
@@ -255,6 +301,11 @@ describe('fan-in dependencies', () => {
     const kids = await db.sql<{ queue: string }>(`SELECT queue FROM pgqueue.task WHERE parent_id = $1 UNION ALL SELECT queue FROM pgqueue.task_archive WHERE parent_id = $1`, [id]);
     expect(kids.map((k) => k.queue)).toEqual(['dep.part']);
     expect(await queue().get(id)).toMatchObject({ result: 0 });
+    // The follow-up runs on: the next test counts live tasks.
+    await waitFor('its follow-up is done', async () => (await db.sql('SELECT 1 FROM pgqueue.task WHERE parent_id = $1', [id])).length === 0, {
+      timeoutMs: 20_000,
+      everyMs: 20,
+    });
   });
 
   it('bad dependsOn values are typed errors and write nothing', async () => {

@@ -104,6 +104,16 @@ describe('operator API', () => {
     expect(await db.sql('SELECT count(*)::int AS n FROM pgqueue.task_cancel')).toEqual([{ n: 0 }]);
   });
 
+  it('retryDead retries dead tasks only; a cancelled task comes back only by its own retry(id)', async () => {
+    // The running tasks cancelled above stay in the task table as cancelled.
+    const [cancelled] = await db.sql<{ id: string }>("SELECT id::text FROM pgqueue.task WHERE queue = 'slow.lease' AND state = 'cancelled'");
+    expect(await qa.queue.retryDead({ queue: 'slow.lease' })).toEqual([]);
+    expect((await qa.queue.get(cancelled.id))?.state).toBe('cancelled');
+    expect(await qa.queue.retry(cancelled.id)).toBe(true);
+    expect(await qa.queue.get(cancelled.id)).toMatchObject({ state: 'pending', attempt: 0 });
+    expect(await qa.queue.cancel(cancelled.id)).toBe('cancelled');
+  });
+
   it('topErrors groups failures; retry and retryDead bring dead tasks back with attempts reset', async () => {
     const ids = await qa.queue.enqueueMany([
       { queue: 'fails.q', payload: { why: 'smtp down' } },

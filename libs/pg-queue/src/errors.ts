@@ -73,6 +73,24 @@ export class DependencyNotFoundError extends InvalidEnqueueOptionsError {
   }
 }
 
+/**
+ * `retry(id)` of a cancelled dependant (`dependsOn`) that lacks the results of `parents`: they had
+ * not ended done when it was cancelled (a parent died or was cancelled), so its
+ * `ctx.parentResults()` would miss them. Nothing changed; retry the parents if need be, then
+ * enqueue a new task with the same `dependsOn` (it reads done parents' results from the archive).
+ */
+export class DependenciesNotDoneError extends PgQueueError {
+  constructor(
+    readonly taskId: string,
+    readonly parents: string[],
+  ) {
+    super(
+      `pg-queue: task ${taskId} cannot be retried: task ${parents.join(', ')}, which it depends on, had not ended done when it was cancelled, ` +
+        'so it lacks their results; enqueue a new task with the same dependsOn instead',
+    );
+  }
+}
+
 /** An argument of an operator call (id, filter, limit) that cannot be right. */
 export class InvalidArgumentError extends PgQueueError {
   constructor(

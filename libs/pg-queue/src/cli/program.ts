@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError as BadFlag, Option } from 'commander';
 import { TaskQueue } from '../client/task-queue.service';
+import { DependenciesNotDoneError } from '../errors';
 import { TaskEvents } from '../observability/task-events';
 import { resolveModuleOptions } from '../pg-queue.options';
 import { OperatorRepository } from '../sql/operator.repository';
@@ -124,10 +125,16 @@ export function program(out: (text: string) => void, err: (text: string) => void
 
   command
     .command('retry <id>')
-    .description('a dead or cancelled task back to pending, attempts reset')
+    .description('a dead or cancelled task back to pending, attempts reset (not a dependant cancelled by its parent)')
     .action((id: string) =>
       withQueue(global(), async (queue) => {
-        const retried = await queue.retry(id);
+        let retried: boolean;
+        try {
+          retried = await queue.retry(id);
+        } catch (e) {
+          if (e instanceof DependenciesNotDoneError) return notFound(e.message);
+          throw e;
+        }
         if (!retried) return notFound(`pg-queue: task ${id} is not dead or cancelled (or does not exist)`);
         print(output(), { id, retried }, () => `task ${id} is pending again`);
       }),
@@ -135,7 +142,7 @@ export function program(out: (text: string) => void, err: (text: string) => void
 
   command
     .command('retry-dead')
-    .description('every dead or cancelled task of a queue back to pending')
+    .description('every dead task of a queue back to pending (cancelled ones stay: retry <id> each)')
     .requiredOption('--queue <queue>', 'the queue')
     .option('--error-like <pattern>', 'only tasks whose last error matches this ILIKE pattern (e.g. %timeout%)')
     .action((o: { queue: string; errorLike?: string }) =>

@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { Observable } from 'rxjs';
-import { InvalidArgumentError, InvalidEnqueueOptionsError } from '../errors';
+import { DependenciesNotDoneError, InvalidArgumentError, InvalidEnqueueOptionsError } from '../errors';
 import { TaskEvents } from '../observability/task-events';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
@@ -114,12 +114,22 @@ export class TaskQueue {
     return res.cancelled > 0 ? 'cancelled' : res.requested > 0 ? 'requested' : 'not-cancellable';
   }
 
-  /** Puts a dead or cancelled task back to pending with its attempts reset. */
+  /**
+   * Puts a dead or cancelled task back to pending with its attempts reset; false when it is in
+   * neither state (or a newer task holds its key). A dependant cancelled because a parent ended
+   * dead or cancelled lacks that parent's result: it is refused with `DependenciesNotDoneError`.
+   */
   async retry(id: string): Promise<boolean> {
-    return (await this.operator.retry(this.options.prisma, { ids: [taskId(id)], queue: null, errorLike: null })).length === 1;
+    const res = await this.operator.retry(this.options.prisma, { ids: [taskId(id)], queue: null, errorLike: null, states: ['dead', 'cancelled'] });
+    const [refused] = res.refused;
+    if (refused) throw new DependenciesNotDoneError(refused.id, refused.parents);
+    return res.retried.length === 1;
   }
 
-  /** Retries every dead or cancelled task of a queue, optionally only those whose error matches (ILIKE). */
+  /**
+   * Retries every dead task of a queue, optionally only those whose error matches (ILIKE).
+   * Cancelled tasks stay as they are: each comes back only by its own `retry(id)`.
+   */
   async retryDead(filter: { queue: string; errorLike?: string }): Promise<string[]> {
     filterObject(filter);
     const queue = validateQueueName(filter.queue);
@@ -128,7 +138,7 @@ export class TaskQueue {
     if (errorLike !== null && (typeof errorLike !== 'string' || errorLike.includes('\u0000'))) {
       throw new InvalidArgumentError('errorLike', `expected an ILIKE pattern string without U+0000, got ${shown(errorLike)}`);
     }
-    return this.operator.retry(this.options.prisma, { ids: null, queue, errorLike });
+    return (await this.operator.retry(this.options.prisma, { ids: null, queue, errorLike, states: ['dead'] })).retried;
   }
 
   /**

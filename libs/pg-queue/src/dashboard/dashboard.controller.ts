@@ -1,5 +1,6 @@
 import { Body, Controller, Get, Inject, NotFoundException, Param, Post, Query, Redirect, Req, UseFilters, UseGuards, type Type } from '@nestjs/common';
 import { TaskQueue } from '../client/task-queue.service';
+import { DependenciesNotDoneError } from '../errors';
 import { DASHBOARD_CSS } from './assets/dashboard.css';
 import { DashboardActionGuard } from './dashboard.csrf';
 import { DashboardData } from './dashboard.data';
@@ -77,13 +78,19 @@ export abstract class DashboardController {
     return DASHBOARD_CSS;
   }
 
-  /** A dead or cancelled task back to pending, attempts reset. */
+  /** A dead or cancelled task back to pending, attempts reset (not a dependant cancelled by its parent). */
   @Post('tasks/:id/retry')
   @UseGuards(DashboardActionGuard)
   @Redirect()
   async retry(@Req() req: DashboardRequest, @Param('id') id: string): Promise<Redirection> {
-    const retried = await this.queue.retry(taskIdParam(id));
-    return this.backTo(req, 3, (l) => l.task(id, { notice: retried ? 'retried' : 'not-retried' }));
+    const notice = await this.queue.retry(taskIdParam(id)).then(
+      (retried) => (retried ? 'retried' : 'not-retried'),
+      (err: unknown) => {
+        if (err instanceof DependenciesNotDoneError) return 'not-retried-dependencies';
+        throw err;
+      },
+    );
+    return this.backTo(req, 3, (l) => l.task(id, { notice }));
   }
 
   /** Cancels a pending or dead task, or asks a running one to stop. */
@@ -105,7 +112,7 @@ export abstract class DashboardController {
     return this.backTo(req, 3, (l) => l.task(id, { notice: moved ? 'priority-set' : 'priority-not-set' }));
   }
 
-  /** Every dead (or cancelled) task of a queue whose last error contains the text, back to pending. */
+  /** Every dead task of a queue whose last error contains the text, back to pending (cancelled ones stay). */
   @Post('retry-dead')
   @UseGuards(DashboardActionGuard)
   @Redirect()

@@ -37,24 +37,40 @@ SELECT (SELECT count(*) FROM now_cancelled)::int AS cancelled,
        (SELECT count(*) FROM signalled)::int AS signalled, (SELECT count(*) FROM debts)::int AS debts`,
 
     /**
-     * Retry dead or cancelled tasks still in the hot table: back to pending, attempts reset.
-     * Parameters: $1 id[] or NULL, $2 queue or NULL, $3 ILIKE pattern on last_error or NULL, $4 channel.
+     * Retry tasks still in the hot table in one of the states $5 (dead, cancelled): back to pending,
+     * attempts reset. A dependant (depends_on) comes back only with every parent's result in
+     * parent_results, i.e. every parent ended done and told it so; one cancelled because a parent
+     * ended dead or cancelled lacks that result (the parent's later end, after a retry, finds it
+     * cancelled and is dropped), so it stays as it is and is listed in `refused` with the parents
+     * whose results it lacks. Every retry path (retry, retryDead, the CLI, the dashboard) runs this
+     * statement, so this is where a join is kept from running without its parents' results.
+     * Parameters: $1 id[] or NULL, $2 queue or NULL, $3 ILIKE pattern on last_error or NULL, $4
+     * channel, $5 states (text[]).
      */
     retry: `
-WITH retried AS (
-  UPDATE ${s}.task t
-  SET state = 'pending', attempt = 0, run_at = now(), finished_at = NULL
-  WHERE t.state IN ('dead', 'cancelled')
+WITH candidate AS (
+  SELECT t.id,
+         ARRAY (SELECT p.id FROM unnest(t.depends_on) AS p(id)
+                WHERE coalesce(t.parent_results, '{}'::jsonb) -> p.id::text IS NULL ORDER BY p.id) AS lacking
+  FROM ${s}.task t
+  WHERE t.state = ANY ($5::text[])
     AND ($1::bigint[] IS NULL OR t.id = ANY ($1::bigint[]))
     AND ($2::text IS NULL OR t.queue = $2::text)
     AND ($3::text IS NULL OR t.last_error ILIKE $3::text)
+), retried AS (
+  UPDATE ${s}.task t
+  SET state = 'pending', attempt = 0, run_at = now(), finished_at = NULL
+  FROM candidate c
+  WHERE t.id = c.id AND cardinality(c.lacking) = 0 AND t.state = ANY ($5::text[])
     -- a task of the same key enqueued since keeps its key: leave this one dead
     AND (t.dedup_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM ${s}.task k
       WHERE k.queue = t.queue AND k.dedup_key = t.dedup_key AND k.state IN ('pending', 'running')))
   RETURNING t.id, t.queue, t.run_at
 ), ${notifyCte('SELECT queue, run_at FROM retried', '$4')}
-SELECT coalesce((SELECT array_agg(id::text) FROM retried), '{}') AS ids, (SELECT count(*) FROM notified)::int AS notified`,
+SELECT coalesce((SELECT array_agg(id::text) FROM retried), '{}') AS ids, (SELECT count(*) FROM notified)::int AS notified,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('id', id::text, 'parents', to_jsonb(lacking::text[]))) FROM candidate
+                 WHERE cardinality(lacking) > 0), '[]') AS refused`,
 
     /**
      * Purge finished history: archived tasks (done, cancelled) and dead or cancelled tasks still in

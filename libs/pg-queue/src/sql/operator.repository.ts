@@ -6,6 +6,9 @@ import { operateStatements } from './operate.sql';
 
 export type { TaskState } from '../types';
 
+/** The states a retry takes tasks from: `retryDead` dead only, `retry(id)` dead or cancelled. */
+export type RetryableState = 'dead' | 'cancelled';
+
 export interface TaskRow {
   id: string;
   queue: string;
@@ -102,9 +105,23 @@ export class OperatorRepository {
     return { cancelled: res.cancelled, requested: res.requested };
   }
 
-  async retry(db: SqlExecutor, filter: { ids: string[] | null; queue: string | null; errorLike: string | null }): Promise<string[]> {
-    const [res] = await db.$queryRawUnsafe<{ ids: string[] }[]>(this.operateSql.retry, filter.ids, filter.queue, filter.errorLike, this.channel);
-    return res.ids;
+  /**
+   * Tasks in one of `states` matching the filter back to pending (see `retry` in operate.sql.ts):
+   * the ids retried, and the dependants refused because they lack some parents' results.
+   */
+  async retry(
+    db: SqlExecutor,
+    filter: { ids: string[] | null; queue: string | null; errorLike: string | null; states: RetryableState[] },
+  ): Promise<{ retried: string[]; refused: { id: string; parents: string[] }[] }> {
+    const [res] = await db.$queryRawUnsafe<{ ids: string[]; refused: { id: string; parents: string[] }[] }[]>(
+      this.operateSql.retry,
+      filter.ids,
+      filter.queue,
+      filter.errorLike,
+      this.channel,
+      filter.states,
+    );
+    return { retried: res.ids, refused: res.refused };
   }
 
   async setPriority(db: SqlExecutor, id: string, priority: number): Promise<boolean> {

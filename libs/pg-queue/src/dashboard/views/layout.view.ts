@@ -19,6 +19,10 @@ export type Section = 'queues' | 'tasks' | 'schedules';
 const NOTICES: Record<string, { text: string; ok: boolean }> = {
   retried: { text: 'The task is pending again, with its attempts reset.', ok: true },
   'not-retried': { text: 'Nothing retried: only a dead or cancelled task still in the task table can be retried (or a newer task holds its key).', ok: false },
+  'not-retried-dependencies': {
+    text: 'Nothing retried: a task it depends on had not ended done when it was cancelled, so it lacks that result. Enqueue a new task with the same dependencies instead.',
+    ok: false,
+  },
   cancelled: { text: 'The task was cancelled.', ok: true },
   'cancel-requested': { text: 'Cancel requested: the running attempt is being aborted and the task will end cancelled.', ok: true },
   'not-cancellable': { text: 'Nothing cancelled: the task had already finished.', ok: false },
