@@ -132,7 +132,7 @@ describe('PgQueueHealthIndicator (terminus) on /health', () => {
       proxy.stall();
       try {
         const res = await get();
-        expect({ status: res.status, problems: res.body.error?.queue.problems }).toEqual({ status: 503, problems: ['no answer within 500 ms'] });
+        expect({ status: res.status, problems: res.body.error?.queue.problems }).toEqual({ status: 503, problems: ['database: no answer within 500 ms'] });
       } finally {
         proxy.resume();
       }

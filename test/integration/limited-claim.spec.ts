@@ -30,7 +30,7 @@ describe('limited claims', () => {
       const claim = await repo.claim(prisma, 'lc.q', 5, 'w', 60_000, 5, { globalConcurrency: 10, partitionConcurrency: 2, rateLimit: { max: 100, perMs: 1000 } });
       await prisma.$queryRawUnsafe("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'lc.q'");
       const rows = await db.sql<{ query: string; jit_functions: number }>(
-        "SELECT query, jit_functions::int FROM pg_stat_statements WHERE query LIKE '%after_cursor%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%' OR query LIKE '%rate_starts%'",
+        "SELECT query, jit_functions::int FROM pg_stat_statements WHERE query LIKE '%walk AS (%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%' OR query LIKE '%rate_starts%'",
       );
       const control = rows.filter((r) => r.query.includes('count(*)::int AS n FROM pgqueue.task WHERE queue'));
       const limited = rows.filter((r) => !control.includes(r));

@@ -10,6 +10,8 @@ export interface SqlExecutor {
 export interface TransactionOptionsLike {
   maxWait?: number;
   timeout?: number;
+  /** Prisma's name of the level; the queue only ever asks for READ COMMITTED. */
+  isolationLevel?: 'ReadCommitted';
 }
 
 export interface PrismaClientLike extends SqlExecutor {

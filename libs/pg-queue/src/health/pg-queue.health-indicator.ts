@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import { within } from '../core/within';
 import { InvalidArgumentError } from '../errors';
 import { WorkerOrchestrator, type QueueHealth } from '../worker/worker.orchestrator';
 
@@ -39,7 +40,9 @@ export class PgQueueHealthIndicator {
     const timeoutMs = options.timeoutMs ?? 5000;
     if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError('timeoutMs', `expected a positive integer, got ${String(timeoutMs)}`);
     const check = this.indicators.check(key);
-    const health = await withTimeout(this.orchestrator.health(), timeoutMs);
+    // The orchestrator bounds its database check by timeoutMs and still reports the workers; the
+    // outer bound is a backstop.
+    const health = await within(this.orchestrator.health(timeoutMs), timeoutMs + 1000, null);
     if (!health) return check.down({ problems: [`no answer within ${timeoutMs} ms`] });
     const problems = findProblems(health, limits);
     const details = {
@@ -81,12 +84,4 @@ function oldestDueLimits(option: PgQueueHealthOptions['maxOldestDueMs']): (queue
   if (typeof option !== 'object' || option === null) throw new InvalidArgumentError('maxOldestDueMs', 'expected a number or an object of numbers by queue');
   const byQueue = new Map(Object.entries(option).map(([q, ms]) => [q, valid(ms, `maxOldestDueMs[${JSON.stringify(q)}]`)]));
   return (queue) => byQueue.get(queue);
-}
-
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | null> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<null>((resolve) => {
-    timer = setTimeout(resolve, ms, null);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

@@ -47,17 +47,19 @@ export const groupFirst = (s: string) => `(t.group_key IS NULL OR (
                       WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))`;
 
 /**
- * A claim: take the rows `next` chooses (ids, at most $2), as leases. `next` differs between the
- * plain claim (the scan below) and the partitioned one (limits.sql.ts, which runs it under the
- * queue's lock); the lease taking and the result are the same.
+ * A claim: take the rows `next` chooses (ids, at most $2, locked FOR UPDATE SKIP LOCKED), as
+ * leases. `next` differs between the plain claim (the scan below) and the partitioned one
+ * (limits.sql.ts, which runs it under the queue's lock); the lease taking and the result are the
+ * same. `ctes` go before `next` (which may read them), `extra` adds result columns (which may read
+ * them and `claimed`).
  * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 the claiming handler's
  * maxAttempts (the limit in force unless the enqueuer set one); `next` may use more.
- * `partitioned`: `next` locked nothing (see claimPartitioned), so the UPDATE re-checks that each
- * row is still pending, and the rows carry their partition back (for the round's cursor).
+ * `partitioned`: the rows carry their partition back.
  */
-export function claimFrom(s: string, next: string, { partitioned = false } = {}): string {
+export function claimFrom(s: string, next: string, { partitioned = false, ctes = '', extra = '' } = {}): string {
   return `
-WITH next AS (${next}
+WITH ${ctes ? `RECURSIVE ${ctes},
+` : ''}next AS (${next}
 ), claimed AS (
   UPDATE ${s}.task t
   SET state = 'running',
@@ -68,7 +70,7 @@ WITH next AS (${next}
       locked_until = now() + $4 * interval '1 millisecond',
       started_at = now(),
       finished_at = NULL
-  WHERE t.id = ANY (ARRAY (SELECT id FROM next))${partitioned ? " AND t.state = 'pending'" : ''}
+  WHERE t.id = ANY (ARRAY (SELECT id FROM next))
   RETURNING t.id::text AS id, t.queue, t.payload, t.priority, ${EPOCH_MS('t.run_at')} AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
             ${EPOCH_MS('t.created_at')} AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
             t.group_key, t.dedup_key, t.trace_context${partitioned ? ', t.partition_key' : ''}
@@ -78,7 +80,8 @@ SELECT coalesce(json_agg(c), '[]')::text AS claimed,
          SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM ${s}.task d
          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
        ) END AS next_due_in_ms,
-       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms
+       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms${extra ? `,
+       ${extra}` : ''}
 FROM claimed c`;
 }
 

@@ -11,8 +11,19 @@ export interface QueueLimits {
   rateLimit: RateLimit | null;
 }
 
-/** The most partitions one round of a partitioned claim visits (see claimPartitioned). */
+/** The most partitions with room one round of a partitioned claim offers (see claimPartitioned). */
 const MAX_ROUND = 1000;
+/** The most partitions one partitioned claim walks; a longer round goes on in the next claim. */
+const MAX_WALK = 1000;
+
+/**
+ * Bounds of a limited claim's transaction, which holds its queue's lock (see `lock` in
+ * limits.sql.ts): how long a claimer waits for the lock, how long the server lets the transaction
+ * sit idle between statements before it ends the session (a stalled holder), how long any one of
+ * its statements may run, and how long Prisma lets the whole transaction last. A claim still in
+ * flight past `transactionMs` is reported as stuck (QueueWorker.status).
+ */
+export const LIMITED_CLAIM_BOUNDS = { lockWaitMs: 2000, idleMs: 2000, statementMs: 5000, transactionMs: 10_000 } as const;
 
 /** Runs the claims of queues with flow-control rules: one transaction each, under the queue's lock (see limits.sql.ts). */
 export class LimitsRepository {
@@ -31,9 +42,10 @@ export class LimitsRepository {
     const queueRate = rate !== null && !rate.perPartition ? rate : null;
     const partitionRate = rate?.perPartition ? rate : null;
     const partitioned = limits.partitionConcurrency !== null || partitionRate !== null;
+    const b = LIMITED_CLAIM_BOUNDS;
     return prisma.$transaction(
       async (tx: SqlExecutor) => {
-        await tx.$executeRawUnsafe(this.sql.lock, `${this.schema}.${queue}`);
+        await tx.$executeRawUnsafe(this.sql.lock, `${this.schema}.${queue}`, String(b.lockWaitMs), String(b.idleMs), String(b.statementMs));
         const windowMs = queueRate?.perMs ?? 0;
         const [room] = await tx.$queryRawUnsafe<Room[]>(this.sql.room, queue, windowMs, partitionRate?.max ?? null, partitionRate?.perMs ?? 0);
         let take = want;
@@ -49,11 +61,12 @@ export class LimitsRepository {
           : await tx.$queryRawUnsafe<ClaimResult[]>(
               this.sql.claimPartitioned, queue, take, workerId, leaseMs, maxAttempts,
               limits.partitionConcurrency ?? UNLIMITED, room.cursor, Math.min(MAX_ROUND, Math.max(32, 4 * take)),
-              partitionRate?.max ?? null, partitionRate?.perMs ?? 0,
+              partitionRate?.max ?? null, partitionRate?.perMs ?? 0, MAX_WALK,
             );
         const rows = JSON.parse(res.claimed) as ClaimedRow[];
-        if (rows.length > 0 && (queueRate !== null || partitioned)) {
-          const cursor = partitioned ? nextCursor(room.cursor, rows.map((r) => r.partition_key ?? null)) : null;
+        // The round's cursor moves past every partition the claim walked, served or not.
+        const cursor = partitioned ? (res.next_cursor ?? null) : null;
+        if ((rows.length > 0 && queueRate !== null) || (partitioned && (rows.length > 0 || cursor !== room.cursor))) {
           await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, cursor, rows.length);
         }
         if (rows.length > 0 && partitionRate !== null) {
@@ -61,10 +74,14 @@ export class LimitsRepository {
         }
         // A claim short of what it wanted may have met full partition windows: wake when one frees.
         const partitionWait = partitionRate !== null && rows.length < take ? room.partition_frees_in_ms : null;
-        const nextDue = [res.next_due_in_ms, rateWait, partitionWait].filter((ms): ms is number => ms !== null);
+        // A round cut short by MAX_WALK goes on at once from where it stopped.
+        const walkOn = res.walk_cut && rows.length < take ? 0 : null;
+        const nextDue = [res.next_due_in_ms, rateWait, partitionWait, walkOn].filter((ms): ms is number => ms !== null);
         return { rows, nextDueInMs: nextDue.length > 0 ? Math.min(...nextDue) : null, dbNowMs: res.db_now_ms };
       },
-      { maxWait: 5_000, timeout: 15_000 },
+      // READ COMMITTED whatever the database's default: each statement must see the claims that
+      // committed before the lock was granted (see limits.sql.ts).
+      { maxWait: 5_000, timeout: b.transactionMs, isolationLevel: 'ReadCommitted' },
     );
   }
 
@@ -97,17 +114,8 @@ interface ClaimResult {
   claimed: string;
   next_due_in_ms: number | null;
   db_now_ms: number;
+  /** Partitioned claims: where the next round starts, and whether this one stopped at MAX_WALK. */
+  next_cursor?: string | null;
+  walk_cut?: boolean;
 }
 
-/**
- * Where the next round starts: after the partition served last in this claim's round, which went
- * in key order from after `previous` and wrapped around to the partitions up to it, tasks without
- * a partition last. Serving those last ends the round (null: the next starts from the first key).
- */
-export function nextCursor(previous: string | null, served: (string | null)[]): string | null {
-  if (served.some((p) => p === null)) return null;
-  const keys = served as string[];
-  const wrapped = previous === null ? [] : keys.filter((k) => k <= previous);
-  const pool = wrapped.length > 0 ? wrapped : keys;
-  return pool.reduce((a, b) => (b > a ? b : a));
-}

@@ -27,11 +27,26 @@ export function limitStatements(schema: string) {
   const s = quoteIdent(schema);
   return marked({
     /**
-     * Also turns JIT off for the claim's transaction: planned from row estimates, the partitioned
-     * claim's cost passes jit_above_cost on a backlog of some thousands, and compiling it took
-     * ~80 ms of a ~4 ms claim (see JIT_OFF). Parameters: $1 the lock's name: `${schema}.${queue}`.
+     * The claim transaction's first statement: bounds it, then takes the queue's lock. Bounds, for
+     * this transaction only (set_config(..., true)), in the MATERIALIZED CTE so that they are set
+     * before the lock is asked for:
+     * - lock_timeout ($2 ms): how long this claimer waits for the lock. A holder is itself bounded
+     *   (below), so a wait past this means something is wrong; the claim fails and is retried.
+     * - idle_in_transaction_session_timeout ($3 ms): a holder whose process or network stalls
+     *   between its statements (a paused VM, a black-holed TCP path) has its session ended by the
+     *   server, which releases the lock; without it, the lock would stay held until TCP gives up
+     *   (hours on Linux defaults) and every instance's claims of the queue would wait for it.
+     * - statement_timeout ($4 ms): each later statement of the claim.
+     * - jit off: planned from row estimates, the partitioned claim's cost passes jit_above_cost on
+     *   a backlog of some thousands, and compiling it took ~80 ms of a ~4 ms claim (see JIT_OFF).
+     * Parameters: $1 the lock's name: `${schema}.${queue}`; $2, $3, $4 the bounds in ms, as text.
      */
-    lock: `SELECT set_config('jit', 'off', true), pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1))`,
+    lock: `
+WITH bounds AS MATERIALIZED (
+  SELECT set_config('lock_timeout', $2, true), set_config('idle_in_transaction_session_timeout', $3, true),
+         set_config('statement_timeout', $4, true), set_config('jit', 'off', true)
+)
+SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1)) FROM bounds`,
 
     /**
      * What the queue-wide rules leave room for: its running tasks, and the rate window's starts
@@ -58,74 +73,86 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
       WHERE q.queue = $1 AND $2 > 0 AND st > clock_timestamp() - $2 * interval '1 millisecond') w`,
 
     /**
-     * The partitioned claim: partitions with pending work take turns. One round visits up to $8
-     * partitions in key order, starting after the cursor ($7, the last partition served; NULL:
-     * from the first) and wrapping around, then tasks without a partition (a partition of their
-     * own, last). Each partition offers its first due tasks, as many as its room ($6 minus its
-     * running tasks); the claim takes them by rank, then by place in the round: the first task of
-     * every partition before the second of any. So a partition with 10 000 tasks waiting gets one
-     * turn per round, like one with 10.
-     * The partitions come from a skip scan of task_partition_idx (one probe per partition, however
-     * many tasks each has). No FOR UPDATE: the queue's lock keeps other claimers out, and the
-     * UPDATE re-checks `state = 'pending'` on rows an operator changed meanwhile.
-     * Parameters as claimFrom, and $6 per-partition limit, $7 cursor, $8 partitions per round,
-     * $9 per-partition rate limit (NULL: none) and $10 its window in ms (partition_rate).
+     * The partitioned claim: partitions with claimable work take turns.
+     *
+     * The round (CTE `walk`) visits partitions in key order (the database's collation), starting
+     * after the cursor ($7, the partition where the last round stopped; NULL: from the start) and
+     * wrapping around once. '' stands for the tasks without a partition: a partition of their own,
+     * ahead of every key (a partition key is never ''). Each partition visited gets its `room`:
+     * what its concurrency ($6 minus its running tasks) and its rate window ($9 per $10 ms) leave,
+     * 0 when none of its tasks is due. The walk ends once $8 partitions with room were found, after
+     * $11 partitions, or when it is back at the cursor: partitions with nothing to offer (delayed
+     * tasks only, full, out of rate) are passed over without using up the round.
+     *
+     * Each partition with room offers its first due tasks, as many as its room; the claim takes
+     * them by rank, then by place in the round: the first task of every partition before the second
+     * of any. So a partition with 10 000 tasks waiting gets one turn per round, like one with 10.
+     * The claim returns where the next round starts (`next_cursor`): after the last partition it
+     * took a first task from when it stopped part-way through the round's first tasks, else after
+     * the last partition walked, so the next claim never walks again what this one passed over.
+     *
+     * Costs: the keys come from a skip scan of task_partition_idx (one probe per partition, however
+     * many tasks each has). A partition's due check and its offer scan its tasks in claim order up
+     * to (its highest priority, now), an index range: with one priority they read only due tasks;
+     * with several, also the delayed tasks of its more urgent priorities. The tasks without a
+     * partition are found by the queue's claim index, filtered: a queue that mixes them with a large
+     * partitioned backlog pays a scan of that backlog per claim.
+     *
+     * Rows are locked FOR UPDATE SKIP LOCKED with their state and due time re-checked on the newest
+     * row version: a task a business transaction holds (an enqueue replacing it, a dependant being
+     * linked) is passed over, never waited for while the queue's lock is held, and a task whose due
+     * time was just moved on is not claimed early.
+     * Parameters as claimFrom, and $6 per-partition limit, $7 cursor, $8 partitions with room per
+     * round, $9 per-partition rate limit (NULL: none), $10 its window in ms (partition_rate), $11 the
+     * most partitions one claim walks.
      */
     claimPartitioned: claimFrom(
       s,
       `
-  WITH RECURSIVE after_cursor AS (
-    SELECT (SELECT t.partition_key FROM ${s}.task t
-            WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > coalesce($7, '')
-            ORDER BY t.partition_key LIMIT 1) AS p, 1 AS pos
-    UNION ALL
-    SELECT (SELECT t.partition_key FROM ${s}.task t
-            WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > a.p
-            ORDER BY t.partition_key LIMIT 1), a.pos + 1
-    FROM after_cursor a WHERE a.p IS NOT NULL AND a.pos < $8
-  ), before_cursor AS (
-    SELECT (SELECT t.partition_key FROM ${s}.task t
-            WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > '' AND t.partition_key <= $7
-            ORDER BY t.partition_key LIMIT 1) AS p, 1 AS pos
-    WHERE $7 IS NOT NULL
-    UNION ALL
-    SELECT (SELECT t.partition_key FROM ${s}.task t
-            WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > b.p AND t.partition_key <= $7
-            ORDER BY t.partition_key LIMIT 1), b.pos + 1
-    FROM before_cursor b WHERE b.p IS NOT NULL AND b.pos < $8
-  ), round AS (
-    SELECT p, pos FROM after_cursor WHERE p IS NOT NULL
-    UNION ALL SELECT p, pos + $8 FROM before_cursor WHERE p IS NOT NULL
-  ), running AS (
-    SELECT partition_key AS p, count(*)::int AS n FROM ${s}.task WHERE queue = $1 AND state = 'running' GROUP BY 1
-  ), rated AS (
-    -- Per-partition rate windows ('' stands for no partition): starts still inside the window.
-    SELECT r.partition_key AS p, count(*)::int AS n
-    FROM ${s}.partition_rate r CROSS JOIN LATERAL unnest(r.starts) AS st
-    WHERE r.queue = $1 AND $9::int IS NOT NULL AND st > clock_timestamp() - $10 * interval '1 millisecond'
-    GROUP BY 1
-  ), offered AS (
-    SELECT c.id, c.rank, r.pos
-    FROM round r
-    CROSS JOIN LATERAL (
-      SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM ${s}.task t
-      WHERE t.queue = $1 AND t.partition_key = r.p AND t.state = 'pending' AND t.run_at <= now() AND ${groupFirst(s)}
-      ORDER BY t.priority, t.run_at, t.id
-      LIMIT greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = r.p), 0),
-                           coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = r.p), 0), $6)), 0)
-    ) c
-    UNION ALL
-    SELECT c.id, c.rank, 3 * $8
-    FROM (
-      SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM ${s}.task t
-      WHERE t.queue = $1 AND t.partition_key IS NULL AND t.state = 'pending' AND t.run_at <= now() AND ${groupFirst(s)}
-      ORDER BY t.priority, t.run_at, t.id
-      LIMIT greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p IS NULL), 0),
-                           coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = ''), 0), $6)), 0)
-    ) c
-  )
-  SELECT id FROM offered ORDER BY rank, pos LIMIT $2`,
-      { partitioned: true },
+  SELECT t.id FROM ${s}.task t
+  WHERE t.id = ANY (ARRAY (SELECT o.id FROM offered o ORDER BY o.rank, o.pos LIMIT $2))
+    AND t.state = 'pending' AND t.run_at <= now()
+  FOR UPDATE OF t SKIP LOCKED`,
+      {
+        partitioned: true,
+        ctes: `running AS (
+  SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM ${s}.task WHERE queue = $1 AND state = 'running' GROUP BY 1
+), rated AS (
+  -- Per-partition rate windows ('' stands for no partition): starts still inside the window.
+  SELECT r.partition_key AS p, count(*)::int AS n
+  FROM ${s}.partition_rate r CROSS JOIN LATERAL unnest(r.starts) AS st
+  WHERE r.queue = $1 AND $9::int IS NOT NULL AND st > clock_timestamp() - $10 * interval '1 millisecond'
+  GROUP BY 1
+), walk AS (
+  SELECT f.p, f.lap, 1 AS n, x.top, r.room, (r.room > 0)::int AS found
+  FROM (SELECT CASE WHEN $7::text IS NULL THEN '' ELSE coalesce(k.p, '') END AS p,
+               CASE WHEN $7::text IS NOT NULL AND k.p IS NULL THEN 1 ELSE 0 END AS lap
+        FROM (${keyAfter(s, '$7::text')}) k) f
+  ${visit(s)}
+  UNION ALL
+  -- Lap 0 runs from the cursor to the last key, then wraps to '' (lap 1), which runs up to the cursor.
+  SELECT f.p, f.lap, w.n + 1, x.top, r.room, w.found + (r.room > 0)::int
+  FROM walk w
+  CROSS JOIN LATERAL (
+    SELECT coalesce(k.p, CASE WHEN w.lap = 0 AND $7::text IS NOT NULL THEN '' END) AS p,
+           CASE WHEN k.p IS NULL THEN 1 ELSE w.lap END AS lap
+    FROM (SELECT CASE WHEN w.lap = 0 THEN (${keyAfter(s, 'w.p')}) ELSE (${keyAfter(s, 'w.p', '$7::text')}) END AS p) k
+  ) f
+  ${visit(s)}
+  WHERE f.p IS NOT NULL AND w.n < $11 AND w.found < $8
+), offered AS (
+  SELECT c.id, c.rank, w.n AS pos, w.p
+  FROM walk w
+  CROSS JOIN LATERAL (
+    ${offer(s)}
+  ) c
+  WHERE w.room > 0
+)`,
+        extra: `(SELECT CASE WHEN count(*) < $2 OR bool_or(o.rank > 1) THEN (SELECT w.p FROM walk w ORDER BY w.n DESC LIMIT 1)
+               ELSE (array_agg(o.p ORDER BY o.pos DESC))[1] END
+        FROM offered o WHERE o.id IN (SELECT c.id::bigint FROM claimed c)) AS next_cursor,
+       (SELECT max(w.n) >= $11 FROM walk w) AS walk_cut`,
+      },
     ),
 
     /**
@@ -162,4 +189,46 @@ SET partition_cursor = EXCLUDED.partition_cursor,
         || array_fill(clock_timestamp(), ARRAY[$4::int])
       ELSE '{}' END`,
   });
+}
+
+/** The first partition key of the queue's pending tasks after `after` (and up to `upTo`): one probe of task_partition_idx. */
+function keyAfter(s: string, after: string, upTo?: string): string {
+  return `SELECT min(t.partition_key) AS p FROM ${s}.task t
+          WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > ${after}${upTo ? ` AND t.partition_key <= ${upTo}` : ''}`;
+}
+
+/**
+ * Task `t` is a pending task of the walked partition `alias` (p, top): keyed partitions within
+ * their claim-order range up to (their highest priority `top`, now), an index range bound, so that
+ * their delayed tasks of their least urgent priority are never read; '' for no partition.
+ * Two conditions, not one CASE: each is an index condition of its own query branch.
+ */
+const keyedTask = (alias: string) =>
+  `t.queue = $1 AND t.state = 'pending' AND t.partition_key = ${alias}.p AND (t.priority, t.run_at) <= (${alias}.top, now())`;
+const unpartitionedTask = `t.queue = $1 AND t.state = 'pending' AND t.partition_key IS NULL`;
+
+/** A walked partition `f.p`: its highest pending priority (`x.top`), and its room (`r.room`, 0 when nothing is due). */
+function visit(s: string): string {
+  return `CROSS JOIN LATERAL (
+    SELECT (SELECT max(m.priority) FROM ${s}.task m WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = f.p) AS top
+  ) x
+  CROSS JOIN LATERAL (
+    SELECT CASE WHEN (CASE WHEN f.p = '' THEN EXISTS (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now())
+                           ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT f.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now()) END)
+           THEN greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = f.p), 0),
+                               coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = f.p), 0), $6)), 0)
+           ELSE 0 END AS room
+  ) r`;
+}
+
+/** The due tasks partition `w` offers, in claim order, at most its room. */
+function offer(s: string): string {
+  const branch = (gate: string, where: string) => `(
+    SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM ${s}.task t
+    WHERE ${gate} AND ${where} AND t.run_at <= now() AND ${groupFirst(s)}
+    ORDER BY t.priority, t.run_at, t.id
+    LIMIT w.room)`;
+  return `${branch(`w.p <> ''`, keyedTask('w'))}
+    UNION ALL
+    ${branch(`w.p = ''`, unpartitionedTask)}`;
 }

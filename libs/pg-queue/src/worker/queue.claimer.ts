@@ -1,5 +1,6 @@
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import { hasFlowControl } from '../pg-queue.options';
+import { LIMITED_CLAIM_BOUNDS } from '../sql/limits.repository';
 import { Attempt, byClaimOrder } from './attempt';
 import { logLine } from './error-text';
 import { releaseAttempts, type WorkerDeps } from './worker.deps';
@@ -17,6 +18,8 @@ export class QueueClaimer {
   lastClaimAt: number | null = null;
   /** The last claim's error as one line; null once a claim succeeds. */
   lastClaimError: string | null = null;
+  /** When the claim in flight was sent; null when none is. */
+  private inFlightSince: number | null = null;
   private announcing = false;
 
   constructor(
@@ -30,6 +33,7 @@ export class QueueClaimer {
 
   /** Claims up to `limit` tasks, in claim order. A failure is recorded, then rethrown. */
   async claim(limit: number): Promise<Attempt[]> {
+    this.inFlightSince = Date.now();
     try {
       const attempts = await this.claimOnce(limit);
       this.lastClaimAt = Date.now();
@@ -38,7 +42,18 @@ export class QueueClaimer {
     } catch (err) {
       this.lastClaimError = logLine(err);
       throw err;
+    } finally {
+      this.inFlightSince = null;
     }
+  }
+
+  /**
+   * A claim in flight past every bound its statements run under (a stalled network: the server
+   * has ended its transaction, but no answer reaches this process), as one line; else null.
+   */
+  stuckClaim(now = Date.now()): string | null {
+    const ms = this.inFlightSince === null ? 0 : now - this.inFlightSince;
+    return ms > LIMITED_CLAIM_BOUNDS.transactionMs ? `claim of "${this.handler.queue}" in flight for ${ms} ms (bound ${LIMITED_CLAIM_BOUNDS.transactionMs} ms): no answer from the database` : null;
   }
 
   /**

@@ -1,4 +1,5 @@
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
+import { within } from '../core/within';
 import { ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { Attempt } from './attempt';
 import { ClaimSizer } from './claim.sizer';
@@ -15,6 +16,8 @@ import { releaseAttempts, type WorkerDeps } from './worker.deps';
  * payload is as large as `maxPayloadBytes` allows (jsonb prints up to about twice its input).
  */
 const CLAIM_PAYLOAD_BUDGET = 128 * 1024 * 1024;
+
+const TIMED_OUT = Symbol('timed out');
 
 /** One queue's worker loop as a health check sees it (see QueueWorker.status). */
 export interface WorkerStatus {
@@ -118,13 +121,14 @@ export class QueueWorker {
    * loop claims only when woken, so the time of its last claim says nothing about its health.
    */
   status(): WorkerStatus {
+    const error = this.claimer.stuckClaim() ?? this.claimer.lastClaimError;
     return {
       queue: this.queue,
       state: this.state,
-      alive: this.state === 'running' && this.claimer.lastClaimError === null,
+      alive: this.state === 'running' && error === null,
       running: this.work.size,
       lastClaimAt: this.claimer.lastClaimAt === null ? null : new Date(this.claimer.lastClaimAt),
-      lastClaimError: this.claimer.lastClaimError,
+      lastClaimError: error,
     };
   }
 
@@ -134,7 +138,11 @@ export class QueueWorker {
     this.state = 'stopping';
     this.timers.stop();
     // A claim in flight may still commit: its tasks must reach the buffer before it is released.
-    await this.filling;
+    // Not past the deadline: a claim with no answer (a stalled network) may never come back; if it
+    // does, its tasks are given back then (see claimWhileRoom), else their leases expire.
+    if (this.filling && (await within(this.filling, deadline - Date.now(), TIMED_OUT)) === TIMED_OUT) {
+      this.deps.logger.warn(`shutdown: a claim of "${this.queue}" got no answer before the deadline; stopping without it`);
+    }
     await this.releaseBuffered();
     const finished = await this.work.settleWithin(Math.max(0, deadline - Date.now()));
     if (!finished) {
@@ -199,6 +207,12 @@ export class QueueWorker {
         if (want === 0) break;
         const seq = this.wakeSeq;
         const rows = await this.claimer.claim(want);
+        if (this.state !== 'running') {
+          // Came back after stop() gave up waiting for it: nothing may start now. Given back while
+          // the app is still closing; once stopped, the database is not touched (leases expire).
+          if (this.state === 'stopping') await releaseAttempts(this.deps, rows, `late-claimed tasks of "${this.queue}"`, false);
+          break;
+        }
         // A short batch means the queue is empty for now, unless a wake came in meanwhile. The
         // claim then also said when the next task is due: the timer takes over from there.
         if (rows.length < want) this.claimedSeq = seq;
@@ -206,6 +220,7 @@ export class QueueWorker {
       }
       return true;
     } catch (err) {
+      if (this.state !== 'running') return false;
       this.deps.logger.error(`claim failed for queue "${this.queue}": ${this.claimer.lastClaimError}`);
       this.timers.retryAfter(1000);
       return false;

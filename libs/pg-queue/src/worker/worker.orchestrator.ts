@@ -6,6 +6,7 @@ import { TaskEvents } from '../observability/task-events';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { ScheduleTicker } from '../schedules/schedule.ticker';
+import { within } from '../core/within';
 import { LimitsRepository } from '../sql/limits.repository';
 import { OperatorRepository } from '../sql/operator.repository';
 import { installSchema } from '../sql/schema.installer';
@@ -20,6 +21,9 @@ import { QueueWorker, type WorkerStatus } from './queue.worker';
 import { WakeupListener } from './wakeup.listener';
 import type { WorkerDeps } from './worker.deps';
 
+
+/** How long past shutdownTimeoutMs shutdown still waits for aborted work to roll back or be released. */
+const SHUTDOWN_GRACE_MS = 2000;
 /** See WorkerOrchestrator.health. */
 export interface QueueHealth {
   database: { up: boolean; error: string | null };
@@ -139,16 +143,25 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     if (budget.warning) this.logger.warn(`connection budget: ${budget.warning}`);
   }
 
-  /** Stops claiming, drains within shutdownTimeoutMs, releases the rest. Idempotent. */
+  /**
+   * Stops claiming, drains within shutdownTimeoutMs, releases the rest. Idempotent. Never takes
+   * longer than shutdownTimeoutMs plus SHUTDOWN_GRACE_MS: what still waits for a database that
+   * does not answer then (a stalled network) is left behind, and its leases expire.
+   */
   shutdown(): Promise<void> {
     this.shutdownPromise ??= (async () => {
       const deadline = Date.now() + this.options.shutdownTimeoutMs;
-      this.rescuer?.stop();
-      this.pruner?.stop();
-      await this.ticker?.stop();
-      await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
-      await this.listener?.stop();
-      await this.settler.idle();
+      const stopping = (async () => {
+        this.rescuer?.stop();
+        this.pruner?.stop();
+        await this.ticker?.stop();
+        await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
+        await this.listener?.stop();
+        await this.settler.idle();
+      })();
+      if ((await within(stopping.then(() => true), deadline + SHUTDOWN_GRACE_MS - Date.now(), false)) === false) {
+        this.logger.warn(`shutdown: work still waiting for the database ${SHUTDOWN_GRACE_MS} ms past shutdownTimeoutMs; stopped without it (its leases expire)`);
+      }
     })();
     return this.shutdownPromise;
   }
@@ -202,7 +215,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
    * this process's worker loops (none unless started), and per queue the due count and the oldest
    * due task's age.
    */
-  async health(): Promise<QueueHealth> {
+  async health(databaseTimeoutMs = 5000): Promise<QueueHealth> {
     const workers = this.started ? [...this.workers.values()].map((w) => w.status()) : [];
     const listen = !this.options.databaseUrl
       ? 'poll-only'
@@ -212,7 +225,9 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
           ? 'connected'
           : 'disconnected';
     try {
-      const rows = await this.operator.metrics(this.options.prisma);
+      // Bounded: a database that does not answer is reported, with this process's workers.
+      const rows = await within(this.operator.metrics(this.options.prisma), databaseTimeoutMs, null);
+      if (rows === null) return { database: { up: false, error: `no answer within ${databaseTimeoutMs} ms` }, listen, workers, queues: [] };
       const queues = rows.map((r) => ({ queue: r.queue, due: r.due, running: r.running, dead: r.dead, oldestDueMs: r.oldest_due_ms }));
       return { database: { up: true, error: null }, listen, workers, queues };
     } catch (err) {

@@ -1,0 +1,204 @@
+/**
+ * Flow control in the conditions production brings (issue 22, items 1-4): partitions whose work
+ * sits behind many partitions with nothing due, tasks without a partition among busy tenants, a
+ * business transaction holding a pending task's row, and an instance whose network dies while it
+ * holds the queue's claim lock. Each would starve or freeze the queue before the round walked only
+ * partitions with claimable work, claims skipped locked rows, and the claim lock was bounded.
+ */
+import { Injectable } from '@nestjs/common';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { TaskHandler, WorkerOrchestrator, type LeaseTaskContext, type Task } from '@app/pg-queue';
+import { PrismaClient } from '../../src/generated/prisma/client';
+import { ownerOf } from '../support/leftovers';
+import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
+import { StallProxy } from '../support/stall-proxy';
+import { queueStates } from '../support/task-ledger';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { pause, waitFor, within } from '../support/wait-for';
+
+/** Every handler start, in order, across the instances of one test (one process). */
+const started: { queue: string; partition: string | null; id: string }[] = [];
+
+@Injectable()
+class Handlers {
+  @TaskHandler('fcf.round', { mode: 'lease' })
+  async round(task: Task<{ p: string | null }>, _ctx: LeaseTaskContext) {
+    started.push({ queue: task.queue, partition: task.payload.p, id: task.id });
+  }
+
+  @TaskHandler('fcf.turns', { mode: 'lease' })
+  async turns(task: Task<{ p: string | null }>, _ctx: LeaseTaskContext) {
+    started.push({ queue: task.queue, partition: task.payload.p, id: task.id });
+    await pause(2);
+  }
+
+  @TaskHandler('fcf.locked', { mode: 'lease' })
+  async locked(task: Task<{ p: string | null }>, _ctx: LeaseTaskContext) {
+    started.push({ queue: task.queue, partition: task.payload.p, id: task.id });
+  }
+
+  @TaskHandler('fcf.stall', { mode: 'lease' })
+  async stall(task: Task<{ p: string | null }>, _ctx: LeaseTaskContext) {
+    started.push({ queue: task.queue, partition: null, id: task.id });
+    await pause(10);
+  }
+}
+
+const QUEUES = {
+  'fcf.round': { concurrency: 2, partitionConcurrency: 1 },
+  'fcf.turns': { concurrency: 1, partitionConcurrency: 1 },
+  'fcf.locked': { concurrency: 2, partitionConcurrency: 1 },
+  'fcf.stall': { concurrency: 2, globalConcurrency: 2 },
+};
+
+const startsOf = (queue: string) => started.filter((s) => s.queue === queue);
+
+describe('flow control in production conditions', () => {
+  let db: TestDatabase;
+  const apps: QueueApp[] = [];
+  const boot = async (options: object = {}, prisma?: PrismaClient) => {
+    const qa = await bootQueueApp(prisma ?? db.prisma(6), [Handlers], { databaseUrl: db.url, queues: QUEUES, pollIntervalMs: 1000, ...options });
+    apps.push(qa);
+    return qa;
+  };
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+  });
+  afterAll(async () => {
+    for (const qa of apps) await qa.close();
+    await db.drop();
+  });
+
+  it('a round reaches partitions with due work behind 32 partitions holding only delayed tasks', async () => {
+    const qa = await boot({ workerId: 'round' });
+    // In key order: a00..a31 hold only tasks due in an hour, b0..b7 one due task each.
+    await qa.queue.enqueueMany([
+      ...Array.from({ length: 32 }, (_, i) => ({ queue: 'fcf.round', payload: { p: null }, options: { partition: `a${String(i).padStart(2, '0')}`, delayMs: 3_600_000 } })),
+      ...Array.from({ length: 8 }, (_, i) => ({ queue: 'fcf.round', payload: { p: `b${i}` }, options: { partition: `b${i}` } })),
+    ]);
+    await waitFor('the 8 due tasks to run', async () => (await queueStates(db.sql, 'fcf.round')).done === 8, { timeoutMs: 20_000 });
+    expect(await queueStates(db.sql, 'fcf.round')).toEqual({ pending: 32, running: 0, done: 8, dead: 0, cancelled: 0 });
+  });
+
+  it('tasks without a partition take turns as a partition of their own', async () => {
+    const qa = await boot({ workerId: 'turns', autoStart: false });
+    await qa.queue.enqueueMany([
+      ...['p1', 'p2', 'p3'].flatMap((p) => Array.from({ length: 30 }, () => ({ queue: 'fcf.turns', payload: { p }, options: { partition: p } }))),
+      ...Array.from({ length: 5 }, () => ({ queue: 'fcf.turns', payload: { p: null } })),
+    ]);
+    await qa.app.get(WorkerOrchestrator).start();
+    await waitFor('every task to run', async () => (await queueStates(db.sql, 'fcf.turns')).done === 95, { timeoutMs: 30_000 });
+    // Four partitions take turns: the 5 unpartitioned tasks start within the first 5 rounds.
+    const places = startsOf('fcf.turns').flatMap((s, i) => (s.partition === null ? [i + 1] : []));
+    expect(places).toHaveLength(5);
+    expect(Math.max(...places)).toBeLessThanOrEqual(20);
+  });
+
+  it("a business transaction holding one partition's pending task delays no other partition, and its new due time holds", async () => {
+    const [a, b] = [await boot({ workerId: 'lock-a' }), await boot({ workerId: 'lock-b' })];
+    const prisma = db.prisma(2);
+    // Due in 1.5 s: the claim that wakes for it finds it locked by the transaction below.
+    const keyed = await a.queue.enqueue('fcf.locked', { p: 'p1' }, { partition: 'p1', key: 'k', delayMs: 1500 });
+    const release = deferred();
+    let open = true;
+    const business = prisma
+      .$transaction(
+        async (tx) => {
+          await a.queue.enqueue('fcf.locked', { p: 'p1' }, { tx, partition: 'p1', key: 'k', onConflict: 'replace', delayMs: 3_600_000 });
+          await release.promise;
+        },
+        { timeout: 30_000 },
+      )
+      .finally(() => (open = false));
+    try {
+      await pause(2000); // past the keyed task's old due time: a claim has met its locked row
+      await b.queue.enqueueMany(Array.from({ length: 4 }, () => ({ queue: 'fcf.locked', payload: { p: 'p2' }, options: { partition: 'p2' } })));
+      await waitFor("p2's tasks to run", () => startsOf('fcf.locked').filter((s) => s.partition === 'p2').length === 4, { timeoutMs: 8000 }).catch(() => undefined);
+      expect({ p2Ran: startsOf('fcf.locked').filter((s) => s.partition === 'p2').length, whileOpen: open }).toEqual({ p2Ran: 4, whileOpen: true });
+    } finally {
+      release.resolve();
+      await business;
+    }
+    // Its due time moved an hour on inside the transaction: no claim may run it now.
+    await pause(1500);
+    expect(startsOf('fcf.locked').filter((s) => s.id === keyed)).toEqual([]);
+    const [row] = await db.sql("SELECT state, run_at > now() + interval '50 minutes' AS later FROM pgqueue.task WHERE id = $1", [keyed]);
+    expect(row).toEqual({ state: 'pending', later: true });
+  });
+
+  it('an instance whose network dies holding the claim lock stops no other instance; its health says so; it shuts down on time', async () => {
+    const proxy = new StallProxy(Number(new URL(db.url).port));
+    await proxy.start();
+    // Instance A's statements go through the proxy, which stalls right after A takes the queue's
+    // claim lock (the statement that locks it, named by the queue).
+    const real = new PrismaClient({ adapter: new PrismaPg({ connectionString: proxy.url(db.url), max: 6 }) });
+    ownerOf.set(real, db.url);
+    let armed = false;
+    const stalled = deferred();
+    const stallingClient = new Proxy(real, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target);
+        if (prop !== '$transaction') return typeof value === 'function' ? value.bind(target) : value;
+        return (fn: (tx: unknown) => Promise<unknown>, options: unknown) =>
+          value.call(
+            target,
+            (tx: PrismaClient) =>
+              fn(
+                new Proxy(tx, {
+                  get(t, p) {
+                    const v = Reflect.get(t, p, t);
+                    if (p !== '$executeRawUnsafe') return typeof v === 'function' ? v.bind(t) : v;
+                    return async (sql: string, ...args: unknown[]) => {
+                      const out = await v.call(t, sql, ...args);
+                      if (armed && sql.includes('pg_advisory_xact_lock') && args.includes('pgqueue.fcf.stall')) {
+                        armed = false;
+                        proxy.stall();
+                        stalled.resolve();
+                      }
+                      return out;
+                    };
+                  },
+                }),
+              ),
+            options,
+          );
+      },
+    });
+    try {
+      const a = await boot({ workerId: 'stall-a', shutdownTimeoutMs: 2000, autoStart: false }, stallingClient as PrismaClient);
+      const b = await boot({ workerId: 'stall-b', autoStart: false });
+      armed = true;
+      await a.app.get(WorkerOrchestrator).start();
+      await b.queue.enqueueMany(Array.from({ length: 10 }, () => ({ queue: 'fcf.stall', payload: { p: null } })));
+      await within(stalled.promise, 10_000, undefined);
+      expect(armed).toBe(false); // A holds the lock behind a dead network
+      await b.app.get(WorkerOrchestrator).start();
+      await waitFor('instance B to run every task', async () => (await queueStates(db.sql, 'fcf.stall')).done === 10, { timeoutMs: 30_000 });
+
+      // A's claim is still in flight behind the stall: once past its bounds, its health says so.
+      const stuck = await waitFor(
+        "A's health to report its stuck claim",
+        async () => {
+          const health = await a.app.get(WorkerOrchestrator).health(500);
+          const worker = health.workers.find((w) => w.queue === 'fcf.stall');
+          return worker && !worker.alive && { database: health.database.up, error: worker.lastClaimError };
+        },
+        { timeoutMs: 30_000, everyMs: 500 },
+      );
+      expect(stuck).toEqual({ database: false, error: expect.stringMatching(/claim of "fcf.stall" in flight for \d+ ms/) });
+
+      const t0 = Date.now();
+      const closed = await within(
+        a.close().then(() => 'closed'),
+        15_000,
+        'still closing',
+      );
+      expect({ closed, withinDeadline: Date.now() - t0 < 2000 + 5000 }).toEqual({ closed: 'closed', withinDeadline: true });
+    } finally {
+      proxy.resume();
+      await proxy.close();
+      await real.$disconnect().catch(() => undefined);
+    }
+  }, 90_000);
+});
