@@ -295,3 +295,51 @@ describe('resolveHandlerOptions', () => {
     expect(o.backoff).toEqual(DEFAULT_HANDLER_OPTIONS.backoff);
   });
 });
+
+describe('unknown options', () => {
+  /** Each row: the options, the full path of the unknown key, the name the message suggests (null: none is close). */
+  it.each([
+    [{ autoStrat: false }, 'autoStrat', 'autoStart'],
+    [{ pollIntervalMS: 500 }, 'pollIntervalMS', 'pollIntervalMs'],
+    [{ retention: { archivMs: 1000 } }, 'retention.archivMs', 'archiveMs'],
+    [{ handlerDefaults: { maxAtempts: 3 } }, 'handlerDefaults.maxAtempts', 'maxAttempts'],
+    [{ handlerDefaults: { backoff: { type: 'fixed', delay: 5 } } }, 'handlerDefaults.backoff.delay', 'delayMs'],
+    [{ queues: { q: { concurency: 2 } } }, 'queues["q"].concurency', 'concurrency'],
+    [{ queues: { 'a.q': { rateLimit: { max: 1, perMs: 1000, perPartion: true } } } }, 'queues["a.q"].rateLimit.perPartion', 'perPartition'],
+    [{ frobnicate: 1 }, 'frobnicate', null],
+  ])('%j is an InvalidOptionsError naming %s', (options, path, suggestion) => {
+    const err = thrown(() => resolve(options));
+    expect(err).toBeInstanceOf(InvalidOptionsError);
+    expect((err as InvalidOptionsError).option).toBe(path);
+    const key = path.replace(/^.*[.\]]/, '');
+    expect(err.message).toContain(`invalid option ${path}: unknown option "${key}"`);
+    if (suggestion) expect(err.message).toContain(`— did you mean "${suggestion}"?`);
+    else expect(err.message).toMatch(/expected one of: prisma, databaseUrl, /);
+  });
+
+  it('handler settings at any level are HandlerConfigurationErrors', () => {
+    expect(thrown(() => resolve({ queues: { q: { concurency: 2 } } }))).toBeInstanceOf(HandlerConfigurationError);
+  });
+
+  it('says where an option of forRoot itself belongs when it comes back from the factory', () => {
+    const err = thrown(() => resolve({ isGlobal: false }));
+    expect((err as InvalidOptionsError).option).toBe('isGlobal');
+    expect(err.message).toMatch(/next to useFactory/);
+  });
+
+  it('an unknown key is refused even when its value is undefined (a misspelling all the same)', () => {
+    expect((thrown(() => resolve({ autoStrat: undefined })) as InvalidOptionsError).option).toBe('autoStrat');
+  });
+
+  it('a handler option in @TaskHandler, named by its full path and the method', () => {
+    const err = thrown(() => resolveHandlerOptions('@TaskHandler("q")', DEFAULT_HANDLER_OPTIONS, { maxAtempts: 3 } as never, 'Orders.run'));
+    expect(err).toBeInstanceOf(HandlerConfigurationError);
+    expect(err.message).toBe('pg-queue: invalid option @TaskHandler("q").maxAtempts (Orders.run): unknown option "maxAtempts" — did you mean "maxAttempts"?');
+  });
+
+  it('handler settings and backoff given as something other than an object are refused, not ignored', () => {
+    expect((thrown(() => resolve({ queues: { q: 5 } })) as InvalidOptionsError).option).toBe('queues["q"]');
+    expect((thrown(() => resolve({ handlerDefaults: { backoff: 'fixed' } })) as InvalidOptionsError).option).toBe('handlerDefaults.backoff');
+    expect((thrown(() => resolve({ retention: 5 })) as InvalidOptionsError).option).toBe('retention');
+  });
+});

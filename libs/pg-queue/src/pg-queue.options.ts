@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { HandlerConfigurationError, InvalidOptionsError } from './errors';
+import { isOptionsObject, rejectUnknownOptions } from './option-keys';
 import { validateSchemaName } from './sql/identifiers';
 import type { ScheduleDefinition } from './schedules/schedule.definition';
 import type { FinishedRetention } from './sql/complete.sql';
@@ -59,6 +60,9 @@ export interface RateLimit {
   perPartition?: boolean;
 }
 
+const RATE_LIMIT_KEYS = Object.keys({ max: true, perMs: true, perPartition: true } satisfies Record<keyof RateLimit, true>);
+const BACKOFF_KEYS = Object.keys({ type: true, delayMs: true, maxDelayMs: true, jitter: true } satisfies Record<keyof BackoffOptions, true>);
+
 /** Whether a queue's claims go through the flow-control rules (serialised per queue, see limits.sql.ts). */
 export function hasFlowControl(o: HandlerOptions): boolean {
   return o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null;
@@ -77,6 +81,9 @@ export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
   partitionConcurrency: null,
   rateLimit: null,
 };
+
+/** The settings a handler may be given (in `handlerDefaults`, `queues[q]`, `@TaskHandler`). */
+export const HANDLER_OPTION_KEYS = Object.keys(DEFAULT_HANDLER_OPTIONS);
 
 export interface PgQueueModuleOptions {
   /** The app's own PrismaClient (with the @prisma/adapter-pg driver adapter). */
@@ -122,6 +129,31 @@ export interface PgQueueModuleOptions {
   schedules?: ScheduleDefinition[];
 }
 
+const MODULE_OPTION_KEYS = Object.keys({
+  prisma: true,
+  databaseUrl: true,
+  schema: true,
+  workerId: true,
+  autoStart: true,
+  pollIntervalMs: true,
+  listenPollIntervalMs: true,
+  shutdownTimeoutMs: true,
+  installSchema: true,
+  maxPayloadBytes: true,
+  maxErrorBytes: true,
+  finished: true,
+  rescueIntervalMs: true,
+  handlerDefaults: true,
+  queues: true,
+  retention: true,
+  schedules: true,
+} satisfies Record<keyof PgQueueModuleOptions, true>);
+const RETENTION_KEYS = Object.keys({ archiveMs: true, deadMs: true, intervalMs: true, archivePartitionMs: true } satisfies Record<keyof NonNullable<PgQueueModuleOptions['retention']>, true>);
+/** Options of forRoot / forRootAsync themselves, which Nest takes out before the queue sees the rest. */
+const REGISTRATION_OPTIONS = Object.fromEntries(
+  ['isGlobal', 'connection'].map((key) => [key, 'an option of PgQueueModule.forRoot itself: in forRootAsync it goes next to useFactory, not in what the factory returns']),
+);
+
 export interface ResolvedModuleOptions extends Required<Omit<PgQueueModuleOptions, 'databaseUrl' | 'handlerDefaults' | 'queues' | 'schedules' | 'retention'>> {
   retention: { archiveMs: number; deadMs: number; intervalMs: number; archivePartitionMs: number };
   schedules: ScheduleDefinition[];
@@ -143,6 +175,14 @@ export function defaultWorkerId(): string {
 
 export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedModuleOptions {
   if (!options || typeof options !== 'object') throw new InvalidOptionsError('options', 'expected an object');
+  const fail = (option: string, reason: string): never => {
+    throw new InvalidOptionsError(option, reason);
+  };
+  rejectUnknownOptions(options, MODULE_OPTION_KEYS, fail, REGISTRATION_OPTIONS);
+  if (options.retention !== undefined) {
+    if (!isOptionsObject(options.retention)) fail('retention', `expected an object, got ${JSON.stringify(options.retention)}`);
+    rejectUnknownOptions(options.retention, RETENTION_KEYS, (key, reason) => fail(`retention.${key}`, reason));
+  }
   const prisma = options.prisma as unknown as Record<string, unknown> | undefined;
   if (!prisma || typeof prisma.$queryRawUnsafe !== 'function' || typeof prisma.$transaction !== 'function') {
     throw new InvalidOptionsError('prisma', 'expected a PrismaClient instance ($queryRawUnsafe and $transaction missing)');
@@ -159,6 +199,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
   if (options.schedules !== undefined && !Array.isArray(options.schedules)) throw new InvalidOptionsError('schedules', 'expected an array');
   const handlerDefaults = resolveHandlerOptions('handlerDefaults', DEFAULT_HANDLER_OPTIONS, options.handlerDefaults);
   const queues = options.queues ?? {};
+  if (!isOptionsObject(queues)) fail('queues', 'expected an object of settings by queue name');
   for (const [queue, q] of Object.entries(queues)) resolveHandlerOptions(queueOptionsPath(queue), handlerDefaults, q);
   const archiveMs = positiveInt('retention.archiveMs', options.retention?.archiveMs ?? 7 * 86_400_000, { min: 0 });
   return {
@@ -210,12 +251,20 @@ export function queueOptionsPath(queue: string): string {
  * go into the error, so a mistake is found from its message alone.
  */
 export function resolveHandlerOptions(path: string, base: HandlerOptions, over?: Partial<HandlerOptions>, where?: string): HandlerOptions {
-  // An option given as undefined means "not given": it must not wipe out the default (a lost
-  // maxDelayMs would let exponential delays overflow Postgres intervals).
-  const merged: HandlerOptions = { ...base, ...defined(over), backoff: { ...base.backoff, ...defined(over?.backoff) } };
+  if (over !== undefined && !isOptionsObject(over)) throw new HandlerConfigurationError(path, `expected an object of handler settings, got ${JSON.stringify(over)}`, where);
   const fail = (option: string, reason: string): never => {
     throw new HandlerConfigurationError(`${path}.${option}`, reason, where);
   };
+  if (over !== undefined) {
+    rejectUnknownOptions(over, HANDLER_OPTION_KEYS, fail);
+    if (over.backoff !== undefined) {
+      if (!isOptionsObject(over.backoff)) fail('backoff', `expected an object, got ${JSON.stringify(over.backoff)}`);
+      rejectUnknownOptions(over.backoff, BACKOFF_KEYS, (key, reason) => fail(`backoff.${key}`, reason));
+    }
+  }
+  // An option given as undefined means "not given": it must not wipe out the default (a lost
+  // maxDelayMs would let exponential delays overflow Postgres intervals).
+  const merged: HandlerOptions = { ...base, ...defined(over), backoff: { ...base.backoff, ...defined(over?.backoff) } };
   const int = (option: keyof HandlerOptions, min: number, max = 1_000_000_000) => {
     const v = merged[option];
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
@@ -239,7 +288,8 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
   limit('partitionConcurrency');
   const rate = merged.rateLimit;
   if (rate !== null) {
-    if (typeof rate !== 'object' || Array.isArray(rate)) fail('rateLimit', `expected null or { max, perMs }, got ${JSON.stringify(rate)}`);
+    if (!isOptionsObject(rate)) fail('rateLimit', `expected null or { max, perMs }, got ${JSON.stringify(rate)}`);
+    rejectUnknownOptions(rate, RATE_LIMIT_KEYS, (key, reason) => fail(`rateLimit.${key}`, reason));
     if (!Number.isInteger(rate.max) || rate.max < 1 || rate.max > 100_000) fail('rateLimit.max', `expected an integer in [1, 100000], got ${JSON.stringify(rate.max)}`);
     if (!Number.isInteger(rate.perMs) || rate.perMs < 1 || rate.perMs > 31_622_400_000) {
       fail('rateLimit.perMs', `expected an integer of ms in [1, 31622400000] (366 days), got ${JSON.stringify(rate.perMs)}`);

@@ -8,7 +8,7 @@ import { OperatorRepository, type TaskState } from '../sql/operator.repository';
 import { toTaskInfo } from './task-info';
 import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItem, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
-import { buildTaskRow, validateQueueName } from '../core/task-input';
+import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
 import { TASK_STATES } from '../core/task-states';
 
 
@@ -56,6 +56,7 @@ export class TaskQueue {
   /** Enqueues many tasks in one statement; ids come back in input order. All or nothing. */
   async enqueueMany(items: EnqueueItem[], options?: Pick<EnqueueOptions, 'tx'>): Promise<string[]> {
     if (!Array.isArray(items)) throw new InvalidEnqueueOptionsError('items', 'expected an array');
+    checkEnqueueManyKeys(items, options);
     const rows = items.map((item) => buildTaskRow(item?.queue, item?.payload, item?.options, this.rowLimits));
     return this.repo.insert(this.executor(options?.tx), rows);
   }

@@ -241,6 +241,27 @@ describe('buildTaskRow', () => {
     expect(err.message).toContain(`invalid enqueue option "${option}"`);
   });
 
+  it.each([
+    [{ dealy: 1000 }, 'dealy', 'delayMs'],
+    [{ priorty: 1 }, 'priorty', 'priority'],
+    [{ debounce: { key: 'k', delayMs: 10, mod: 'leading' } }, 'debounce.mod', 'mode'],
+    [{ frobnicate: 1 }, 'frobnicate', null],
+  ])('an unknown option %j is an InvalidEnqueueOptionsError naming %s', (options, option, suggestion) => {
+    const err = thrown(() => build(options as Options));
+    expect(err).toBeInstanceOf(InvalidEnqueueOptionsError);
+    expect((err as InvalidEnqueueOptionsError).option).toBe(option);
+    const key = option.replace(/^.*\./, '');
+    expect(err.message).toContain(`invalid enqueue option "${option}": unknown option "${key}"`);
+    if (suggestion) expect(err.message).toContain(`— did you mean "${suggestion}"?`);
+    else expect(err.message).toContain('expected one of: runAt, delayMs, ');
+  });
+
+  it('tx given with the task rather than to the call is refused, not silently outside the transaction', () => {
+    // enqueueMany's items and ctx.enqueue: tx has no place there
+    expect(thrown(() => build({ tx: {} } as Options)).message).toMatch(/invalid enqueue option "tx": .*enqueueMany/);
+    expect(thrown(() => buildTaskRow('q', {}, { tx: {} } as Options, DEFAULTS, '42')).message).toMatch(/invalid enqueue option "tx": .*parent/);
+  });
+
   it('validates the queue name before the options and the options before the payload', () => {
     expect(thrown(() => buildTaskRow('', () => 1, { priority: 1.5 }, DEFAULTS))).toBeInstanceOf(InvalidQueueNameError);
     expect(thrown(() => buildTaskRow('q', () => 1, { priority: 1.5 }, DEFAULTS))).toBeInstanceOf(InvalidEnqueueOptionsError);

@@ -5,8 +5,9 @@ import {
   PayloadTooLargeError,
 } from '../errors';
 import { currentTraceContext } from '../observability/tracing';
+import { rejectUnknownOptions } from '../option-keys';
 import type { DependsOnRef, NewTaskDebounce, NewTaskRow } from '../sql/statement-values';
-import type { EnqueueOptions } from '../types';
+import type { DebounceOptions, EnqueueItem, EnqueueOptions } from '../types';
 
 const QUEUE_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
 const INT32_MAX = 2_147_483_647;
@@ -55,6 +56,34 @@ export function serialisePayload(queue: string, payload: unknown, maxBytes: numb
   return json;
 }
 
+const ENQUEUE_OPTION_KEYS = Object.keys({
+  runAt: true,
+  delayMs: true,
+  priority: true,
+  maxAttempts: true,
+  key: true,
+  onConflict: true,
+  group: true,
+  partition: true,
+  debounce: true,
+  dependsOn: true,
+} satisfies Record<keyof Omit<EnqueueOptions, 'tx'>, true>);
+const DEBOUNCE_KEYS = Object.keys({ key: true, delayMs: true, maxDelayMs: true, mode: true } satisfies Record<keyof DebounceOptions, true>);
+const ENQUEUE_ITEM_KEYS = Object.keys({ queue: true, payload: true, options: true } satisfies Record<keyof EnqueueItem, true>);
+
+/** Throws the enqueue error for an option: its argument is the option's full path. */
+function failEnqueue(option: string, reason: string): never {
+  throw new InvalidEnqueueOptionsError(option, reason);
+}
+
+/** enqueueMany's own keys: of each item (`items[i].key`), and of the call's options (only tx). */
+export function checkEnqueueManyKeys(items: unknown[], options: unknown): void {
+  items.forEach((item, i) => {
+    if (typeof item === 'object' && item !== null) rejectUnknownOptions(item, ENQUEUE_ITEM_KEYS, (key, reason) => failEnqueue(`items[${i}].${key}`, reason));
+  });
+  if (typeof options === 'object' && options !== null) rejectUnknownOptions(options, ['tx'], failEnqueue);
+}
+
 /** What enqueue checks rows against, from the module options of the enqueuing process. */
 export interface RowLimits {
   maxPayloadBytes: number;
@@ -75,6 +104,12 @@ export function buildTaskRow(
   const name = validateQueueName(queue);
   const o = options ?? {};
   if (typeof o !== 'object') throw new InvalidEnqueueOptionsError('options', 'expected an object');
+  rejectUnknownOptions(o, ENQUEUE_OPTION_KEYS, failEnqueue, {
+    tx:
+      parentId === null
+        ? "an option of the call, not of a task: enqueueMany takes it as its second argument ({ tx })"
+        : "a follow-up is written in its parent's transaction, with the parent's completion",
+  });
   const priority = o.priority ?? 0;
   if (!Number.isInteger(priority) || priority < INT32_MIN || priority > INT32_MAX) {
     throw new InvalidEnqueueOptionsError('priority', `expected a 32-bit integer, got ${JSON.stringify(priority)}`);
@@ -162,6 +197,7 @@ function debounceOf(o: Omit<EnqueueOptions, 'tx'>, parentId: string | null): New
   if (d === undefined) return null;
   if (d === null || typeof d !== 'object') throw new InvalidEnqueueOptionsError('debounce', 'expected an object');
   if (parentId !== null) throw new InvalidEnqueueOptionsError('debounce', 'is not available to ctx.enqueue (a follow-up commits with its parent)');
+  rejectUnknownOptions(d, DEBOUNCE_KEYS, (key, reason) => failEnqueue(`debounce.${key}`, reason));
   for (const other of ['runAt', 'delayMs', 'key', 'onConflict'] as const) {
     if (o[other] !== undefined) throw new InvalidEnqueueOptionsError('debounce', `sets the due time and key itself: remove '${other}'`);
   }

@@ -37,6 +37,23 @@ describe('dashboard options', () => {
     expect(() => resolveDashboardOptions({ guard: 'none', readOnly: 'yes' as never })).toThrow(/readOnly/);
   });
 
+  it('unknown options are InvalidOptionsErrors naming the nearest valid one', () => {
+    const err = (() => {
+      try {
+        resolveDashboardOptions({ guard: 'none', readonly: true } as never);
+      } catch (e) {
+        return e as InvalidOptionsError;
+      }
+      throw new Error('expected a throw');
+    })();
+    expect(err).toBeInstanceOf(InvalidOptionsError);
+    expect(err.option).toBe('dashboard.readonly');
+    expect(err.message).toBe('pg-queue: invalid option dashboard.readonly: unknown option "readonly" — did you mean "readOnly"?');
+    expect(() => resolveDashboardOptions({ gaurd: AllowGuard } as never)).toThrow(/invalid option dashboard\.gaurd: unknown option "gaurd" — did you mean "guard"\?/);
+    // path is an extra: next to useFactory in forRootAsync, not in what the factory returns
+    expect(() => resolveDashboardOptions({ guard: 'none', path: '/admin' } as never)).toThrow(/invalid option dashboard\.path: .*next to useFactory/);
+  });
+
   it('paths: normalised, plain segments only', () => {
     expect(dashboardPath(undefined)).toBe('/queues');
     expect(dashboardPath('admin/queues/')).toBe('/admin/queues');

@@ -1,6 +1,7 @@
 import { Logger, type CanActivate, type Type } from '@nestjs/common';
 import { createHmac, randomBytes } from 'node:crypto';
 import { InvalidOptionsError } from '../errors';
+import { rejectUnknownOptions } from '../option-keys';
 
 /**
  * Who may open the dashboard: a Nest guard class (built by Nest's injector, so it may inject your
@@ -36,6 +37,15 @@ export interface ResolvedDashboardOptions {
   csrfToken: string;
 }
 
+const OPTION_KEYS = Object.keys({ guard: true, readOnly: true, csrfSecret: true } satisfies Record<keyof PgQueueDashboardOptions, true>);
+/** The module's own options (extras), which Nest takes out of forRoot's before these are resolved. */
+const EXTRAS = Object.fromEntries(
+  Object.keys({ path: true } satisfies Record<keyof PgQueueDashboardExtras, true>).map((key) => [
+    key,
+    'an option of PgQueueDashboardModule.forRoot itself: in forRootAsync it goes next to useFactory, not in what the factory returns',
+  ]),
+);
+
 export const DEFAULT_DASHBOARD_PATH = '/queues';
 const PATH = /^(\/[A-Za-z0-9._~-]+)*$/;
 
@@ -52,6 +62,14 @@ export function dashboardPath(path: unknown): string {
 
 export function resolveDashboardOptions(options: PgQueueDashboardOptions): ResolvedDashboardOptions {
   if (!options || typeof options !== 'object') throw new InvalidOptionsError('dashboard', 'expected an object with a guard');
+  rejectUnknownOptions(
+    options,
+    OPTION_KEYS,
+    (key, reason) => {
+      throw new InvalidOptionsError(`dashboard.${key}`, reason);
+    },
+    EXTRAS,
+  );
   const { guard, readOnly, csrfSecret } = options;
   const isClass = typeof guard === 'function' && typeof (guard as Type<CanActivate>).prototype?.canActivate === 'function';
   const isInstance = typeof guard === 'object' && guard !== null && typeof (guard as CanActivate).canActivate === 'function';

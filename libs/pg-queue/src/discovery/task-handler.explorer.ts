@@ -1,9 +1,10 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
 import { TASK_HANDLER_METADATA, type TaskHandlerMetadata } from '../decorators/task-handler.decorator';
 import { HandlerConfigurationError, InvalidOptionsError } from '../errors';
 import { CONNECTION_NAME, DEFAULT_CONNECTION } from '../pg-queue.connections';
-import { TaskHandlerRegistry, decoratorPath } from './task-handler.registry';
+import { TaskHandlerRegistry, checkDecoratorOptions, decoratorPath } from './task-handler.registry';
 
 /**
  * Finds every `@TaskHandler` method on the application's providers and registers it bound to its
@@ -29,17 +30,27 @@ export class TaskHandlerExplorer {
     if (this.explored) return;
     this.explored = true;
     const connections = this.registrations();
+    /** The instance explored for each class with handlers, and the provider that gave it. */
+    const classes = new Map<unknown, { instance: object; wrapper: InstanceWrapper }>();
     for (const wrapper of this.discovery.getProviders()) {
       const instance = wrapper.instance as Record<string, unknown> | undefined;
       if (!instance || typeof instance !== 'object' || !wrapper.isDependencyTreeStatic()) continue;
       const prototype = Object.getPrototypeOf(instance);
       if (!prototype) continue;
-      for (const methodName of this.scanner.getAllMethodNames(prototype)) {
+      const handlers = this.scanner.getAllMethodNames(prototype).flatMap((methodName) => {
         const method = prototype[methodName];
         const meta: TaskHandlerMetadata | undefined =
           typeof method === 'function' ? Reflect.getMetadata(TASK_HANDLER_METADATA, method) : undefined;
-        if (!meta) continue;
+        return meta ? [{ methodName, method, meta }] : [];
+      });
+      if (handlers.length === 0) continue;
+      const first = classes.get(instance.constructor);
+      if (first?.instance === instance) continue; // an alias (useExisting) of a provider explored already
+      if (first) throw registeredTwice(first.wrapper, wrapper, instance.constructor.name, handlers[0]);
+      classes.set(instance.constructor, { instance, wrapper });
+      for (const { methodName, method, meta } of handlers) {
         const name = `${instance.constructor.name}.${methodName}`;
+        checkDecoratorOptions(meta.queue, meta.options, name);
         const connection = meta.options.connection ?? DEFAULT_CONNECTION;
         if (!connections.has(connection)) {
           const known = [...connections].map((c) => JSON.stringify(c)).join(', ');
@@ -64,4 +75,21 @@ export class TaskHandlerExplorer {
     }
     return names;
   }
+}
+
+/**
+ * One class provided twice (in two modules, or under two tokens): two instances, so every handler
+ * of the class would be found twice. Said as such, with where each registration is.
+ */
+function registeredTwice(first: InstanceWrapper, second: InstanceWrapper, className: string, handler: { methodName: string; meta: TaskHandlerMetadata }): HandlerConfigurationError {
+  const token = (w: InstanceWrapper) => (typeof w.token === 'function' ? w.token.name : String(w.token));
+  const [a, b] = [first.host?.name, second.host?.name];
+  const where =
+    a === undefined || b === undefined ? 'as two providers' : a === b ? `in ${a}, as ${token(first)} and as ${token(second)}` : `in ${a} and in ${b}`;
+  return new HandlerConfigurationError(
+    decoratorPath(handler.meta.queue),
+    `${className} is registered twice, ${where}: each registration is an instance of its own, whose handlers would all run; ` +
+      'provide it in one module (and export it from there if other modules inject it)',
+    `${className}.${handler.methodName}`,
+  );
 }

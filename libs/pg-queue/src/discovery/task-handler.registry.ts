@@ -1,6 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { HandlerConfigurationError, InvalidScheduleError } from '../errors';
-import { type HandlerOptions, type ResolvedModuleOptions, queueOptionsPath, resolveHandlerOptions } from '../pg-queue.options';
+import { isOptionsObject, rejectUnknownOptions } from '../option-keys';
+import { HANDLER_OPTION_KEYS, type HandlerOptions, type ResolvedModuleOptions, queueOptionsPath, resolveHandlerOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import type { TaskHandlerOptions } from '../decorators/task-handler.decorator';
 import { validateSchedule, type ValidSchedule } from '../schedules/schedule.definition';
@@ -18,6 +19,23 @@ export interface RegisteredHandler {
 /** Where a handler's decorator options are, as error paths name it: `@TaskHandler("mail.send")`. */
 export function decoratorPath(queue: string): string {
   return `@TaskHandler(${JSON.stringify(queue)})`;
+}
+
+/** What `@TaskHandler` takes: the handler settings, and schedule and connection. */
+const DECORATOR_OPTION_KEYS: string[] = [...HANDLER_OPTION_KEYS, ...(['schedule', 'connection'] satisfies (keyof TaskHandlerOptions)[])];
+
+/**
+ * Refuses a `@TaskHandler` option that does not exist (a misspelling would leave the default in
+ * force); `where` is the handler method. Checked before the handler is routed to its connection.
+ */
+export function checkDecoratorOptions(queue: string, options: TaskHandlerOptions, where: string): void {
+  const path = decoratorPath(queue);
+  if (!isOptionsObject(options)) {
+    throw new HandlerConfigurationError(path, `expected an object of handler settings, got ${JSON.stringify(options)}`, where);
+  }
+  rejectUnknownOptions(options, DECORATOR_OPTION_KEYS, (key, reason) => {
+    throw new HandlerConfigurationError(`${path}.${key}`, reason, where);
+  });
 }
 
 /**

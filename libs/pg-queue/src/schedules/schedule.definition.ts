@@ -1,6 +1,7 @@
 import { Cron } from 'croner';
 import { InvalidScheduleError, PayloadTooLargeError, PgQueueError } from '../errors';
 import { serialisePayload, validateQueueName } from '../core/task-input';
+import { rejectUnknownOptions } from '../option-keys';
 
 /**
  * At most 366 days: longer periods read better as cron, and a huge interval puts the first tick past
@@ -29,6 +30,8 @@ export interface ScheduleOptions {
 export interface ScheduleDefinition extends ScheduleOptions {
   queue: string;
 }
+
+const SCHEDULE_KEYS = Object.keys({ queue: true, cron: true, tz: true, everyMs: true, payload: true, missed: true, name: true } satisfies Record<keyof ScheduleDefinition, true>);
 
 export interface ValidSchedule {
   name: string;
@@ -61,6 +64,7 @@ export function validateSchedule(def: ScheduleDefinition, path: string, where?: 
     }
   };
   if (typeof def !== 'object' || def === null) fail(null, `expected an object, got ${String(def)}`);
+  rejectUnknownOptions(def, SCHEDULE_KEYS, fail);
   const queue = restate('queue', () => validateQueueName(def.queue));
   if ((def.cron === undefined) === (def.everyMs === undefined)) fail('cron', 'give exactly one of cron and everyMs');
   if (def.cron !== undefined && (typeof def.cron !== 'string' || def.cron.includes('\u0000'))) fail('cron', 'expected a cron expression string');
