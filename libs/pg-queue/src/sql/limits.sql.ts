@@ -115,43 +115,48 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
   FOR UPDATE OF t SKIP LOCKED`,
       {
         partitioned: true,
-        ctes: `running AS (
+        ctes: `running AS MATERIALIZED (
   SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM ${s}.task WHERE queue = $1 AND state = 'running' GROUP BY 1
-), rated AS (
+), rated AS MATERIALIZED (
   -- Per-partition rate windows ('' stands for no partition): starts still inside the window.
   SELECT r.partition_key AS p, count(*)::int AS n
   FROM ${s}.partition_rate r CROSS JOIN LATERAL unnest(r.starts) AS st
   WHERE r.queue = $1 AND $9::int IS NOT NULL AND st > clock_timestamp() - $10 * interval '1 millisecond'
   GROUP BY 1
 ), walk AS (
-  SELECT f.p, f.lap, 1 AS n, x.top, r.room, (r.room > 0)::int AS found
-  FROM (SELECT CASE WHEN $7::text IS NULL THEN '' ELSE coalesce(k.p, '') END AS p,
-               CASE WHEN $7::text IS NOT NULL AND k.p IS NULL THEN 1 ELSE 0 END AS lap
-        FROM (${keyAfter(s, '$7::text')}) k) f
-  ${visit(s)}
+  -- Keys in round order: lap 0 from after the cursor to the last key, then '' (lap 1) and the keys
+  -- up to the cursor. Produced one at a time, as round reads them.
+  SELECT CASE WHEN $7::text IS NULL THEN '' ELSE coalesce(k.p, '') END AS p,
+         CASE WHEN $7::text IS NOT NULL AND k.p IS NULL THEN 1 ELSE 0 END AS lap, 1 AS n
+  FROM (${keyAfter(s, '$7::text')}) k
   UNION ALL
-  -- Lap 0 runs from the cursor to the last key, then wraps to '' (lap 1), which runs up to the cursor.
-  SELECT f.p, f.lap, w.n + 1, x.top, r.room, w.found + (r.room > 0)::int
+  SELECT coalesce(k.p, CASE WHEN w.lap = 0 AND $7::text IS NOT NULL THEN '' END),
+         CASE WHEN k.p IS NULL THEN 1 ELSE w.lap END, w.n + 1
   FROM walk w
-  CROSS JOIN LATERAL (
-    SELECT coalesce(k.p, CASE WHEN w.lap = 0 AND $7::text IS NOT NULL THEN '' END) AS p,
-           CASE WHEN k.p IS NULL THEN 1 ELSE w.lap END AS lap
-    FROM (SELECT CASE WHEN w.lap = 0 THEN (${keyAfter(s, 'w.p')}) ELSE (${keyAfter(s, 'w.p', '$7::text')}) END AS p) k
-  ) f
+  CROSS JOIN LATERAL (SELECT CASE WHEN w.lap = 0 THEN (${keyAfter(s, 'w.p')}) ELSE (${keyAfter(s, 'w.p', '$7::text')}) END AS p) k
+  WHERE w.n < $11 AND (k.p IS NOT NULL OR (w.lap = 0 AND $7::text IS NOT NULL))
+), round AS (
+  -- The first $8 walked partitions with room, in walk order (the order a recursive CTE makes its
+  -- rows in). Read lazily: the walk stops once they are found.
+  SELECT w.p, w.n AS pos, x.top, r.room
+  FROM walk w
   ${visit(s)}
-  WHERE f.p IS NOT NULL AND w.n < $11 AND w.found < $8
+  WHERE r.room > 0
+  LIMIT $8
 ), offered AS (
-  SELECT c.id, c.rank, w.n AS pos, w.p
-  FROM walk w
+  SELECT c.id, c.rank, w.pos, w.p
+  FROM round w
   CROSS JOIN LATERAL (
     ${offer(s)}
   ) c
-  WHERE w.room > 0
 )`,
-        extra: `(SELECT CASE WHEN count(*) < $2 OR bool_or(o.rank > 1) THEN (SELECT w.p FROM walk w ORDER BY w.n DESC LIMIT 1)
+        // A full round ends at its last partition; a short one walked every key it could.
+        extra: `(SELECT CASE WHEN count(*) < $2 OR bool_or(o.rank > 1) THEN
+                 CASE WHEN (SELECT count(*) FROM round) >= $8 THEN (SELECT p FROM round ORDER BY pos DESC LIMIT 1)
+                      ELSE (SELECT w.p FROM walk w ORDER BY w.n DESC LIMIT 1) END
                ELSE (array_agg(o.p ORDER BY o.pos DESC))[1] END
         FROM offered o WHERE o.id IN (SELECT c.id::bigint FROM claimed c)) AS next_cursor,
-       (SELECT max(w.n) >= $11 FROM walk w) AS walk_cut`,
+       CASE WHEN (SELECT count(*) FROM round) < $8 THEN (SELECT max(w.n) >= $11 FROM walk w) ELSE false END AS walk_cut`,
       },
     ),
 
@@ -207,17 +212,20 @@ const keyedTask = (alias: string) =>
   `t.queue = $1 AND t.state = 'pending' AND t.partition_key = ${alias}.p AND (t.priority, t.run_at) <= (${alias}.top, now())`;
 const unpartitionedTask = `t.queue = $1 AND t.state = 'pending' AND t.partition_key IS NULL`;
 
-/** A walked partition `f.p`: its highest pending priority (`x.top`), and its room (`r.room`, 0 when nothing is due). */
+/** A walked partition `w.p`: its highest pending priority (`x.top`), and its room (`r.room`, 0 when nothing is due). */
 function visit(s: string): string {
+  // OFFSET 0 keeps each LATERAL a subquery of its own, evaluated once per partition: flattened,
+  // the room expression would be computed again for the filter on it.
   return `CROSS JOIN LATERAL (
-    SELECT (SELECT max(m.priority) FROM ${s}.task m WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = f.p) AS top
+    SELECT (SELECT max(m.priority) FROM ${s}.task m WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = w.p) AS top OFFSET 0
   ) x
   CROSS JOIN LATERAL (
-    SELECT CASE WHEN (CASE WHEN f.p = '' THEN EXISTS (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now())
-                           ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT f.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now()) END)
-           THEN greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = f.p), 0),
-                               coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = f.p), 0), $6)), 0)
+    SELECT CASE WHEN (CASE WHEN w.p = '' THEN EXISTS (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now())
+                           ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT w.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now()) END)
+           THEN greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = w.p), 0),
+                               coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), $6)), 0)
            ELSE 0 END AS room
+    OFFSET 0
   ) r`;
 }
 
