@@ -5,6 +5,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 const COOKIE = 'pgq_dashboard';
 let generated: string | undefined;
 
+/** Whether the secret is this process's own random one (DASHBOARD_TOKEN unset). */
+export function dashboardTokenGenerated(): boolean {
+  return !process.env.DASHBOARD_TOKEN;
+}
+
 /** The example's dashboard secret: DASHBOARD_TOKEN, or a random one for this process when unset. */
 export function dashboardToken(): string {
   return process.env.DASHBOARD_TOKEN || (generated ??= randomBytes(16).toString('hex'));
@@ -24,7 +29,9 @@ export class DashboardTokenGuard implements CanActivate {
     const token = dashboardToken();
     const fromUrl = new URL(req.url ?? '/', 'http://localhost').searchParams.get('token');
     if (fromUrl !== null && same(fromUrl, token)) {
-      http.getResponse<ServerResponse>().setHeader('Set-Cookie', `${COOKIE}=${token}; Path=/; HttpOnly; SameSite=Strict`);
+      // Secure when the request came over HTTPS, here or at a TLS-terminating proxy in front.
+      const secure = (req.socket as { encrypted?: boolean }).encrypted || req.headers['x-forwarded-proto'] === 'https' ? '; Secure' : '';
+      http.getResponse<ServerResponse>().setHeader('Set-Cookie', `${COOKIE}=${token}; Path=/; HttpOnly; SameSite=Strict${secure}`);
       return true;
     }
     return same(cookie(req, COOKIE) ?? '', token);

@@ -123,6 +123,12 @@ describe('dashboard (headless Chromium)', () => {
     }
   });
 
+  it("the example guard's cookie is Secure when the request came over HTTPS (a TLS proxy's X-Forwarded-Proto)", async () => {
+    const cookieOf = async (headers: Record<string, string>) => (await fetch(`${base}/queues?token=${TOKEN}`, { headers })).headers.get('set-cookie') ?? '';
+    expect(await cookieOf({ 'x-forwarded-proto': 'https' })).toMatch(/; Secure(;|$)/);
+    expect(await cookieOf({})).not.toMatch(/Secure/);
+  });
+
   it('overview: counts by state per queue, the last hour per minute, oldest due, run-time percentiles', async () => {
     const res = await page.goto(`${base}/queues?token=${TOKEN}`);
     expect(res!.status()).toBe(200);
