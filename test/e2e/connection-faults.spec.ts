@@ -8,7 +8,7 @@ import { startOwnCluster, type OwnCluster } from '../support/own-cluster';
 import { StallProxy } from '../support/stall-proxy';
 import { bootQueueApp, nextEvents, type QueueApp } from '../support/queue-app';
 import { auditAtLeastOnce, auditExactlyOnce, createLedgerTables, queueStates, settled } from '../support/task-ledger';
-import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { createTestDatabase, serverUrl, type TestDatabase } from '../support/test-database';
 import { pause, waitFor, within } from '../support/wait-for';
 import { portNobodyListensOn } from '../support/free-port';
 
@@ -191,6 +191,24 @@ describe('connection faults', () => {
           exit: { code: 1, signal: null },
           linesNamingThePort: 1,
         });
+      } finally {
+        await app.kill();
+      }
+    }, 60_000);
+  });
+
+  describe('a wrong database name or role at startup', () => {
+    it.each([
+      ['a database that does not exist', (u: URL) => (u.pathname = '/no_such_db'), /^pg-queue: PostgreSQL at 127\.0\.0\.1:\d+ has no database "no_such_db" \(at startup\); is the connection string right\?$/],
+      ['a role that does not exist', (u: URL) => (u.username = 'no_such_role'), /^pg-queue: PostgreSQL at 127\.0\.0\.1:\d+ refused role "no_such_role" \(at startup\): .+$/],
+    ])('%s: startup fails with one line naming it, and leaves nothing running', async (_, spoil, message) => {
+      const u = new URL(serverUrl());
+      spoil(u);
+      const app = startFixtureProcess('startup-app', [JSON.stringify({ url: u.toString(), installSchema: true })]);
+      try {
+        const line = await app.line('STARTUP FAILED', 30_000);
+        const exit = await within(app.exited, 15_000, 'still running 15 s after the failure');
+        expect({ message: JSON.parse(line.slice('STARTUP FAILED '.length)) as string, exit }).toEqual({ message: expect.stringMatching(message), exit: { code: 1, signal: null } });
       } finally {
         await app.kill();
       }

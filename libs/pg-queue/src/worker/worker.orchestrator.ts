@@ -13,6 +13,7 @@ import { installSchema } from '../sql/schema.installer';
 import { ScheduleRepository } from '../sql/schedule.repository';
 import { TaskRepository } from '../sql/task.repository';
 import { connectionBudget, prismaPoolMax } from './connection.budget';
+import { startupConnectionError } from './startup.errors';
 import { DatabaseClock } from './database.clock';
 import { LeaseRescuer } from './lease.rescuer';
 import { DependencySettler } from './dependency.settler';
@@ -97,7 +98,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       if (this.options.installSchema) await installSchema(this.options.prisma, this.options.schema);
       else await this.options.prisma.$queryRawUnsafe('SELECT 1');
     } catch (err) {
-      throw unreachableAtStartup(err) ?? err;
+      throw startupConnectionError(err, this.options.prisma) ?? err;
     }
   }
 
@@ -285,24 +286,4 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       },
     });
   }
-}
-
-/**
- * The one-line startup error for a database that cannot be reached, naming where it was looked for;
- * null for any other error. Prisma's driver adapter reports connection failures as
- * `meta.driverAdapterError.cause` ({ kind: 'DatabaseNotReachable', host, port } and the like).
- */
-function unreachableAtStartup(err: unknown): PgQueueError | null {
-  const cause = (err as { meta?: { driverAdapterError?: { cause?: { kind?: string; host?: string; port?: number } } } })?.meta?.driverAdapterError?.cause;
-  const what: Record<string, string> = {
-    DatabaseNotReachable: 'cannot reach PostgreSQL',
-    ConnectionClosed: 'PostgreSQL closed the connection',
-    SocketTimeout: 'timed out connecting to PostgreSQL',
-    TlsConnectionError: 'TLS connection to PostgreSQL failed',
-  };
-  if (!cause?.kind || !(cause.kind in what)) return null;
-  const where = cause.host ? ` at ${cause.host}${cause.port ? `:${cause.port}` : ''}` : '';
-  const error = new PgQueueError(`pg-queue: ${what[cause.kind]}${where} at startup; is the server running and the connection string right?`);
-  (error as Error & { cause?: unknown }).cause = err;
-  return error;
 }

@@ -1,0 +1,48 @@
+import { PgQueueError } from '../errors';
+import { prismaServer } from './connection.budget';
+
+/** What each connection failure Prisma's driver adapter recognises says, at startup. */
+const UNREACHABLE: Record<string, string> = {
+  DatabaseNotReachable: 'cannot reach PostgreSQL',
+  ConnectionClosed: 'PostgreSQL closed the connection',
+  SocketTimeout: 'timed out connecting to PostgreSQL',
+  TlsConnectionError: 'TLS connection to PostgreSQL failed',
+};
+
+interface AdapterCause {
+  kind?: string;
+  host?: string;
+  port?: number;
+  db?: string;
+  originalMessage?: string;
+}
+
+/**
+ * The one-line startup error for a database that cannot be used (unreachable, no such database,
+ * role refused), naming where it was looked for; null for any other error. Prisma's driver adapter
+ * reports these as `meta.driverAdapterError.cause` ({ kind: 'DatabaseNotReachable', host, port },
+ * { kind: 'DatabaseDoesNotExist', db }, { kind: 'DatabaseAccessDenied', originalMessage }); the
+ * server's address and role, when the cause lacks them, come from the client's adapter config.
+ */
+export function startupConnectionError(err: unknown, prisma: unknown): PgQueueError | null {
+  const cause = (err as { meta?: { driverAdapterError?: { cause?: AdapterCause } } })?.meta?.driverAdapterError?.cause;
+  if (!cause?.kind) return null;
+  const server = prismaServer(prisma);
+  const host = cause.host ?? server?.host;
+  const port = cause.port ?? server?.port;
+  const at = host ? ` at ${host}${port ? `:${port}` : ''}` : '';
+  let message: string;
+  if (cause.kind in UNREACHABLE) {
+    message = `${UNREACHABLE[cause.kind]}${at} at startup; is the server running and the connection string right?`;
+  } else if (cause.kind === 'DatabaseDoesNotExist') {
+    message = `PostgreSQL${at} has no database ${JSON.stringify(cause.db ?? server?.database ?? '?')} (at startup); is the connection string right?`;
+  } else if (cause.kind === 'DatabaseAccessDenied' || cause.kind === 'AuthenticationFailed') {
+    const role = server?.user ? ` role ${JSON.stringify(server.user)}` : ' the connection';
+    message = `PostgreSQL${at} refused${role} (at startup): ${cause.originalMessage ?? 'access denied'}`;
+  } else {
+    return null;
+  }
+  const error = new PgQueueError(`pg-queue: ${message}`);
+  (error as Error & { cause?: unknown }).cause = err;
+  return error;
+}
