@@ -1,42 +1,211 @@
+import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
+import { PgQueueError } from '../errors';
 import type { PrismaClientLike, SqlExecutor } from '../types';
+import { prismaPoolMax } from '../worker/connection.budget';
 import { quoteIdent } from './identifiers';
-import { migrationSteps, schemaBootstrapSql, schemaMigrations, type SchemaMigration } from './schema.sql';
+import { migrationStepPlans, schemaBootstrapSql, schemaMigrations, type SchemaMigration, type StepMode } from './schema.sql';
 import { splitSqlScript } from './sql-script';
 
 /** Namespace of the installer's advisory lock; the second key is hashtext(schema). */
 const INSTALL_LOCK_NAMESPACE = 0x70_67_71; // "pgq"
 
+/** Statement bound of an ordinary step: catalog changes, index builds on a fresh install. */
+const STEP_STATEMENT_TIMEOUT = '60s';
+
+export interface InstallOptions {
+  /**
+   * How long a step's DDL waits for a table lock (lock_timeout) before the step gives up, rolls
+   * back and is tried again. While a DDL waits for ACCESS EXCLUSIVE, every statement of the fleet
+   * on that table queues behind it: this bounds that stall. Default 3000.
+   */
+  lockTimeoutMs?: number;
+  /** Tries of a step whose locks time out before installSchema fails. Default 10. */
+  maxTries?: number;
+  /** Pause after the first lock timeout, doubled after each further one, at most 5 s. Default 250. */
+  backoffMs?: number;
+  /**
+   * Bound of a `long` step (a VALIDATE scan), of a `concurrently` one, and of the wait for another
+   * instance's upgrade step. Default 6 hours.
+   */
+  longStepTimeoutMs?: number;
+  /**
+   * How long a CONCURRENTLY index build may wait for older transactions (it waits for every
+   * transaction that could still use the table without the index; writes are not held back
+   * meanwhile) before it is cancelled and installSchema fails. Default 10 minutes.
+   */
+  concurrentLockWaitMs?: number;
+  /** Where progress, retries and unfinished upgrades are reported. Default: Nest's Logger('PgQueue'). */
+  logger?: { log(message: string): void; warn(message: string): void };
+}
+
+type Resolved = Required<InstallOptions>;
+
+/** The step a transaction is running, for the retry messages and the undo of a failed transient step. */
+interface CurrentStep {
+  migration: SchemaMigration;
+  /** 0-based: the steps committed before it. */
+  index: number;
+  of: number;
+  run: StepMode;
+}
+
+type Outcome = { kind: 'busy' } | { kind: 'current' } | { kind: 'undone' } | { kind: 'step'; version: number; finished: boolean };
+
+interface RunState {
+  /** The database had no schema_version row when this run began: every table is new and empty. */
+  fresh: boolean | null;
+  /** Versions whose unfinished state this run already reported, or made itself. */
+  known: Set<number>;
+  poolOfOne: boolean;
+}
+
 /**
  * Creates or upgrades the queue schema, one migration step per transaction: each takes the
  * advisory lock, reads `schema_version`, runs the first step not yet recorded and records it
  * (`steps_done` while its migration is unfinished). So any number of instances can start at once
- * (they take turns and each step runs once), an interrupted migration resumes at its next step, and
- * no step holds the locks of the one before. Resolves when the schema is current, with the
- * versions this call completed.
+ * (they take turns: one that finds the lock taken polls until it is free, and each step runs once),
+ * an interrupted migration resumes at its next step (reported at startup), and no step holds the
+ * locks of the one before. Resolves when the schema is current, with the versions this call completed.
+ *
+ * Steps cannot stop the fleet: each waits for its locks at most `lockTimeoutMs`, then rolls back
+ * and is retried after a pause, `maxTries` times in all, then installSchema fails with the step's
+ * name; `long` steps (VALIDATE) run without a transaction or statement timeout; `concurrently`
+ * steps build or drop an index CONCURRENTLY outside the transaction, while it holds the advisory
+ * lock. A migration's `transient` state (migration 11's CHECK) is undone when a step in it fails.
  *
  * `migrations` is for tests; by default the library's own.
  */
-export async function installSchema(prisma: PrismaClientLike, schema: string, migrations: SchemaMigration[] = schemaMigrations(schema)): Promise<number[]> {
+export async function installSchema(
+  prisma: PrismaClientLike,
+  schema: string,
+  migrations: SchemaMigration[] = schemaMigrations(schema),
+  options: InstallOptions = {},
+): Promise<number[]> {
+  const o: Resolved = {
+    lockTimeoutMs: options.lockTimeoutMs ?? 3000,
+    maxTries: options.maxTries ?? 10,
+    backoffMs: options.backoffMs ?? 250,
+    longStepTimeoutMs: options.longStepTimeoutMs ?? 6 * 3_600_000,
+    concurrentLockWaitMs: options.concurrentLockWaitMs ?? 600_000,
+    logger: options.logger ?? new Logger('PgQueue'),
+  };
+  const state: RunState = { fresh: null, known: new Set(), poolOfOne: prismaPoolMax(prisma) === 1 };
   const applied: number[] = [];
+  let tries = 0;
+  let waitingSince: number | null = null;
+  let waitLogged = 0;
   for (;;) {
-    const step = await prisma.$transaction((tx: SqlExecutor) => applyNextStep(tx, schema, migrations), { maxWait: 30_000, timeout: 60_000 });
-    if (!step) return applied;
-    if (step.finished) applied.push(step.version);
+    const at: { step: CurrentStep | null } = { step: null };
+    let outcome: Outcome;
+    try {
+      outcome = await prisma.$transaction((tx: SqlExecutor) => applyNextStep(prisma, tx, schema, migrations, o, state, at), {
+        maxWait: 30_000,
+        timeout: o.longStepTimeoutMs,
+      });
+    } catch (err) {
+      const lockTimeout = isLockTimeout(err);
+      if (lockTimeout && ++tries < o.maxTries) {
+        const pause = Math.min(o.backoffMs * 2 ** (tries - 1), 5000);
+        o.logger.warn(`schema install: ${describe(at.step)} gave up waiting for its locks (lock_timeout ${o.lockTimeoutMs} ms, try ${tries} of ${o.maxTries}): another transaction holds its table; retrying in ${pause} ms`);
+        await sleep(pause);
+        continue;
+      }
+      const failure = lockTimeout
+        ? new PgQueueError(
+            `pg-queue: schema install: ${describe(at.step)} could not get its locks in ${o.maxTries} tries (lock_timeout ${o.lockTimeoutMs} ms each): ` +
+              'a long transaction holds its table (see pg_stat_activity, pg_locks). Nothing of the step was applied; start again once it ended',
+          )
+        : err;
+      if (at.step && inTransientState(at.step.migration, at.step.index)) await undoTransient(prisma, schema, at.step, o);
+      throw failure;
+    }
+    if (outcome.kind === 'busy') {
+      waitingSince ??= Date.now();
+      const waited = Date.now() - waitingSince;
+      if (waited > o.longStepTimeoutMs) throw new PgQueueError(`pg-queue: schema install: another instance held the schema's install lock for more than ${o.longStepTimeoutMs} ms`);
+      if (waited - waitLogged >= 60_000 || waitLogged === 0) {
+        waitLogged = Math.max(waited, 1);
+        o.logger.log(`schema install: another instance is upgrading schema "${schema}"; waiting for it`);
+      }
+      await sleep(Math.min(250 + waited / 10, 2000));
+      continue;
+    }
+    waitingSince = null;
+    waitLogged = 0;
+    tries = 0;
+    if (outcome.kind === 'current') return applied;
+    if (outcome.kind === 'step' && outcome.finished) applied.push(outcome.version);
   }
 }
 
-async function applyNextStep(tx: SqlExecutor, schema: string, migrations: SchemaMigration[]): Promise<{ version: number; finished: boolean } | null> {
+async function applyNextStep(
+  prisma: PrismaClientLike,
+  tx: SqlExecutor,
+  schema: string,
+  migrations: SchemaMigration[],
+  o: Resolved,
+  state: RunState,
+  at: { step: CurrentStep | null },
+): Promise<Outcome> {
   const s = quoteIdent(schema);
-  await tx.$executeRawUnsafe('SELECT pg_advisory_xact_lock($1, hashtext($2))', INSTALL_LOCK_NAMESPACE, schema);
-  await runScript(tx, schemaBootstrapSql(schema));
-  const rows = await tx.$queryRawUnsafe<{ version: number; steps_done: number | null }[]>(`SELECT version, steps_done FROM ${s}.schema_version`);
+  // Tried, not awaited: a waiting instance polls in short transactions. One blocked in a statement
+  // would hold a snapshot, and a CONCURRENTLY build of the lock holder waits for every snapshot.
+  const [lock] = await tx.$queryRawUnsafe<{ got: boolean }[]>('SELECT pg_try_advisory_xact_lock($1, hashtext($2)) AS got', INSTALL_LOCK_NAMESPACE, schema);
+  if (!lock.got) return { kind: 'busy' };
+  await tx.$executeRawUnsafe(`SELECT set_config('lock_timeout', $1, true)`, `${o.lockTimeoutMs}ms`);
+  await tx.$executeRawUnsafe(`SELECT set_config('statement_timeout', $1, true)`, STEP_STATEMENT_TIMEOUT);
+  // The bootstrap's ALTER TABLE takes ACCESS EXCLUSIVE on schema_version even when it changes
+  // nothing: only when the table or its column is missing.
+  const [boot] = await tx.$queryRawUnsafe<{ ready: boolean }[]>(
+    `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'steps_done' AND NOT attisdropped) AS ready`,
+    `${s}.schema_version`,
+  );
+  if (!boot.ready) await runScript(tx, schemaBootstrapSql(schema));
+  const rows = await tx.$queryRawUnsafe<{ version: number; steps_done: number | null; applied_at: Date }[]>(`SELECT version, steps_done, applied_at FROM ${s}.schema_version`);
+  state.fresh ??= rows.length === 0;
   const progress = new Map(rows.map((r) => [r.version, r.steps_done]));
   const next = migrations.find((m) => progress.get(m.version) !== null);
-  if (!next) return null;
-  const steps = migrationSteps(next);
+  if (!next) return { kind: 'current' };
+  const plans = migrationStepPlans(next);
   const done = progress.get(next.version) ?? 0;
-  if (done < steps.length) await runScript(tx, steps[done]); // else a later release merged steps: just record it
-  const finished = done + 1 >= steps.length;
+  if (progress.has(next.version) && !state.known.has(next.version)) {
+    state.known.add(next.version);
+    const since = rows.find((r) => r.version === next.version)?.applied_at;
+    o.logger.warn(
+      `schema install: migration ${next.version} (${next.name}) was left unfinished at step ${done} of ${plans.length} (last step recorded ${since?.toISOString?.() ?? '?'}); resuming it`,
+    );
+  }
+  if (inTransientState(next, done) && next.transient?.stale) {
+    const [row] = await tx.$queryRawUnsafe<Record<string, unknown>[]>(next.transient.stale);
+    if (row && Object.values(row)[0] === true) {
+      o.logger.warn(`schema install: migration ${next.version} (${next.name}) stopped at step ${done} in a state that must not last; undoing its steps and starting it over`);
+      await runScript(tx, next.transient.undo);
+      await tx.$executeRawUnsafe(`UPDATE ${s}.schema_version SET steps_done = 0, applied_at = now() WHERE version = $1`, next.version);
+      return { kind: 'undone' };
+    }
+  }
+  if (done < plans.length) {
+    const plan = plans[done];
+    at.step = { migration: next, index: done, of: plans.length, run: plan.run };
+    if (plan.run === 'concurrently' && !state.fresh) {
+      if (state.poolOfOne) {
+        // The build would wait for a pool connection this transaction holds.
+        o.logger.warn(`schema install: ${describe(at.step)} runs without CONCURRENTLY: the Prisma pool has one connection`);
+        await runScript(tx, plan.sql);
+      } else {
+        o.logger.log(`schema install: ${describe(at.step)}, CONCURRENTLY`);
+        await runConcurrently(prisma, schema, plan.sql, o);
+      }
+    } else {
+      if (plan.run === 'long') {
+        if (!state.fresh) o.logger.log(`schema install: ${describe(at.step)}, a scan without time limit`);
+        await tx.$executeRawUnsafe(`SELECT set_config('statement_timeout', '0', true)`);
+      }
+      await runScript(tx, plan.sql);
+    }
+  } // else a later release merged steps: just record it
+  const finished = done + 1 >= plans.length;
   await tx.$executeRawUnsafe(
     `INSERT INTO ${s}.schema_version (version, name, steps_done) VALUES ($1, $2, $3)
      ON CONFLICT (version) DO UPDATE SET steps_done = EXCLUDED.steps_done, applied_at = now()`,
@@ -44,7 +213,144 @@ async function applyNextStep(tx: SqlExecutor, schema: string, migrations: Schema
     next.name,
     finished ? null : done + 1,
   );
-  return { version: next.version, finished };
+  state.known.add(next.version);
+  return { kind: 'step', version: next.version, finished };
+}
+
+/** Whether `stepsDone` committed steps leave `m` in its transient state. */
+function inTransientState(m: SchemaMigration, stepsDone: number): boolean {
+  return m.transient !== undefined && stepsDone >= m.transient.from && stepsDone <= m.transient.to;
+}
+
+/**
+ * After a step failed in its migration's transient state: back to the state before the migration,
+ * recorded as not started (steps_done 0), under the install lock and the same lock_timeout and
+ * tries. If that fails too, says loudly what is left and how to undo it by hand.
+ */
+async function undoTransient(prisma: PrismaClientLike, schema: string, step: CurrentStep, o: Resolved): Promise<void> {
+  const s = quoteIdent(schema);
+  const m = step.migration;
+  let lastError: unknown = null;
+  for (let attempt = 1; attempt <= o.maxTries; attempt++) {
+    try {
+      const undone = await prisma.$transaction(
+        async (tx: SqlExecutor) => {
+          const [lock] = await tx.$queryRawUnsafe<{ got: boolean }[]>('SELECT pg_try_advisory_xact_lock($1, hashtext($2)) AS got', INSTALL_LOCK_NAMESPACE, schema);
+          if (!lock.got) throw new PgQueueError('install lock busy');
+          await tx.$executeRawUnsafe(`SELECT set_config('lock_timeout', $1, true)`, `${o.lockTimeoutMs}ms`);
+          const [row] = await tx.$queryRawUnsafe<{ steps_done: number | null }[]>(`SELECT steps_done FROM ${s}.schema_version WHERE version = $1`, m.version);
+          if (!row || row.steps_done !== step.index) return false; // another instance moved it on meanwhile
+          await runScript(tx, m.transient!.undo);
+          await tx.$executeRawUnsafe(`UPDATE ${s}.schema_version SET steps_done = 0, applied_at = now() WHERE version = $1`, m.version);
+          return true;
+        },
+        { maxWait: 30_000, timeout: 60_000 },
+      );
+      if (undone) o.logger.warn(`schema install: ${describe(step)} failed; migration ${m.version}'s earlier steps were undone, the next start runs it from its first step`);
+      return;
+    } catch (err) {
+      lastError = err;
+      await sleep(Math.min(o.backoffMs * 2 ** (attempt - 1), 5000));
+    }
+  }
+  o.logger.warn(
+    `schema install: ${describe(step)} failed, and undoing migration ${m.version}'s earlier steps failed too (${(lastError as Error)?.message}). ` +
+      `Its state must not last: start the installer again soon, or undo it by hand: ${m.transient!.undo.trim()} then UPDATE ${s}.schema_version SET steps_done = 0 WHERE version = ${m.version};`,
+  );
+}
+
+/**
+ * A `concurrently` step: one CREATE INDEX or DROP INDEX, run CONCURRENTLY outside the caller's
+ * transaction (which holds the install lock and no lock on the table). An index of that name left
+ * invalid by an interrupted build is dropped first; a valid one is kept.
+ */
+async function runConcurrently(prisma: PrismaClientLike, schema: string, sql: string, o: Resolved): Promise<void> {
+  const statements = splitSqlScript(sql);
+  const body = statements.length === 1 ? withoutLeadingComments(statements[0]) : '';
+  const create = /^CREATE\s+(UNIQUE\s+)?INDEX\s+(?:CONCURRENTLY\s+)?(?:IF\s+NOT\s+EXISTS\s+)?([a-z_][a-z0-9_]*)\s+ON\s+([\s\S]+)$/i.exec(body);
+  if (create) {
+    const [, unique = '', name, rest] = create;
+    const index = `${quoteIdent(schema)}.${quoteIdent(name)}`;
+    const validity = async () =>
+      (await prisma.$queryRawUnsafe<{ valid: boolean }[]>('SELECT indisvalid AS valid FROM pg_index WHERE indexrelid = to_regclass($1)', index))[0]?.valid;
+    const before = await validity();
+    if (before === true) return;
+    if (before === false) {
+      o.logger.warn(`schema install: index ${index} is invalid (an interrupted CONCURRENTLY build left it): dropping it and building it again`);
+      await watched(prisma, `DROP INDEX CONCURRENTLY IF EXISTS ${index}`, o);
+    }
+    await watched(prisma, `CREATE ${unique}INDEX CONCURRENTLY IF NOT EXISTS ${quoteIdent(name)} ON ${rest}`, o);
+    if ((await validity()) !== true) throw new PgQueueError(`pg-queue: schema install: index ${index} is not valid after its CONCURRENTLY build`);
+    return;
+  }
+  const drop = /^DROP\s+INDEX\s+(?:CONCURRENTLY\s+)?(IF\s+EXISTS\s+)?([\s\S]+)$/i.exec(body);
+  if (drop) return watched(prisma, `DROP INDEX CONCURRENTLY ${drop[1] ?? ''}${drop[2]}`, o);
+  throw new PgQueueError(`pg-queue: schema install: a 'concurrently' step must be one CREATE INDEX or DROP INDEX statement, got: ${sql.trim().slice(0, 80)}`);
+}
+
+/**
+ * Runs a statement that cannot run in a transaction (so no SET LOCAL lock_timeout), tagged, and
+ * cancels it if it waits for a lock longer than concurrentLockWaitMs.
+ */
+async function watched(prisma: PrismaClientLike, statement: string, o: Resolved): Promise<void> {
+  const tag = `/* pg-queue schema install ${randomUUID()} */`;
+  let settled = false;
+  let cancelled: string | null = null;
+  const run = Promise.resolve(prisma.$executeRawUnsafe(`${tag} ${statement}`)).finally(() => (settled = true));
+  const watch = (async () => {
+    let waitingSince: number | null = null;
+    while (!settled) {
+      await Promise.race([run.catch(() => undefined), sleep(500)]);
+      if (settled) return;
+      const [row] = await Promise.resolve(
+        prisma.$queryRawUnsafe<{ pid: number; waiting: boolean; blockers: number[] }[]>(
+          `SELECT pid, wait_event_type = 'Lock' AS waiting, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity
+           WHERE starts_with(query, $1) AND pid <> pg_backend_pid()`,
+          tag,
+        ),
+      ).catch(() => []);
+      if (!row?.waiting) {
+        waitingSince = null;
+        continue;
+      }
+      waitingSince ??= Date.now();
+      if (Date.now() - waitingSince > o.concurrentLockWaitMs) {
+        cancelled = `waited more than ${o.concurrentLockWaitMs} ms for older transactions (pids ${row.blockers.join(', ') || '?'})`;
+        await Promise.resolve(prisma.$queryRawUnsafe('SELECT pg_cancel_backend($1::int)', row.pid)).catch(() => undefined);
+        return;
+      }
+    }
+  })();
+  try {
+    await run;
+  } catch (err) {
+    if (cancelled) {
+      throw new PgQueueError(`pg-queue: schema install: ${statement} ${cancelled} and was cancelled; start again once they ended (an index it left invalid is rebuilt)`);
+    }
+    throw err;
+  } finally {
+    await watch;
+  }
+}
+
+function withoutLeadingComments(statement: string): string {
+  return statement.replace(/^(?:\s+|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*/, '').trim();
+}
+
+function describe(step: CurrentStep | null): string {
+  if (!step) return 'a step';
+  const what = `migration ${step.migration.version} (${step.migration.name})`;
+  return step.of > 1 ? `${what} step ${step.index + 1} of ${step.of}` : what;
+}
+
+function isLockTimeout(err: unknown): boolean {
+  const e = err as { code?: unknown; meta?: { driverAdapterError?: { cause?: { originalCode?: unknown; code?: unknown } } } } | null;
+  const cause = e?.meta?.driverAdapterError?.cause;
+  return e?.code === '55P03' || cause?.originalCode === '55P03' || cause?.code === '55P03';
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /** Statement by statement: a named (prepared) statement may hold only one. */

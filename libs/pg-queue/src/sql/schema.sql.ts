@@ -23,12 +23,46 @@ export interface SchemaMigration {
    * One step, or several. Each step commits in its own transaction together with the record of it
    * (`schema_version.steps_done`), so an interrupted migration resumes at its next step and a lock
    * an earlier step took is not held by a later one (ADD CONSTRAINT … NOT VALID, then VALIDATE).
+   * A step is SQL, run in a transaction with a short lock_timeout, or says how else to run it (see
+   * SchemaStep). The SQL text is the same either way: it is also what printSchemaSql prints.
    */
-  sql: string | readonly string[];
+  sql: string | readonly (string | SchemaStep)[];
+  /**
+   * A state part-way through the migration that must not last: while `steps_done` is between
+   * `from` and `to`, the schema holds something that breaks later (migration 11: a CHECK on the
+   * archive that fails every insert once its bound passes). When a step in that state fails, the
+   * installer runs `undo` (back to the state before the migration) and records the migration as not
+   * started, so the next start begins it again; and when it resumes the migration in that state and
+   * `stale` (a query of one boolean column) says so, it undoes it first and starts over.
+   */
+  transient?: { from: number; to: number; undo: string; stale?: string };
 }
 
+/**
+ * A step the installer runs otherwise than in a transaction with a short lock_timeout:
+ * - `concurrently`: one `CREATE [UNIQUE] INDEX [IF NOT EXISTS] name ON ...` or `DROP INDEX [IF EXISTS]`
+ *   on a live table, run CONCURRENTLY (outside a transaction) on an upgrade: writes go on during
+ *   the build. An invalid index of that name (left by an interrupted build) is dropped and rebuilt.
+ *   On a fresh install, and with a pool of one connection, it runs as written.
+ * - `long`: a scan (VALIDATE CONSTRAINT) that takes no lock writers wait for but may run for long:
+ *   no transaction or statement timeout, still the short lock_timeout for its locks.
+ */
+export interface SchemaStep {
+  sql: string;
+  run: 'concurrently' | 'long';
+}
+
+export type StepMode = 'transaction' | SchemaStep['run'];
+
+/** The SQL of each step, as printed. */
 export function migrationSteps(m: SchemaMigration): readonly string[] {
-  return typeof m.sql === 'string' ? [m.sql] : m.sql;
+  return migrationStepPlans(m).map((p) => p.sql);
+}
+
+/** Each step with how the installer runs it. */
+export function migrationStepPlans(m: SchemaMigration): readonly { sql: string; run: StepMode }[] {
+  const steps = typeof m.sql === 'string' ? [m.sql] : m.sql;
+  return steps.map((step) => (typeof step === 'string' ? { sql: step, run: 'transaction' } : { sql: step.sql, run: step.run }));
 }
 
 export function schemaMigrations(schema: string): SchemaMigration[] {

@@ -12,17 +12,24 @@ import type { SchemaMigration } from '../schema.sql';
  *   flat in the number of rows. Ids stay unique across partitions by construction: they come from
  *   task's identity, and a task leaves the hot table, for good, in the statement that archives it.
  * - The existing table is not copied: it becomes the first partition, `task_archive_legacy`, for
- *   everything before a bound T (the next UTC midnight plus a day), without a scan or an index
+ *   everything before a bound T (the next UTC midnight plus a day, or the day after the newest
+ *   row's finish if that is later: VALIDATE never meets a row past T), without a scan or an index
  *   build, so an archive of any size converts in milliseconds of locking:
  *   1. a CHECK (finished_at < T) NOT VALID: catalog only, and from then on enforced for new rows,
- *      which finish now, well before T;
- *   2. VALIDATE it: a scan under SHARE UPDATE EXCLUSIVE, which lets completions keep archiving;
+ *      which finish now, before T;
+ *   2. VALIDATE it: a scan under SHARE UPDATE EXCLUSIVE, which lets completions keep archiving. A
+ *      `long` step: no transaction or statement timeout, however large the archive;
  *   3. one transaction renames the table, creates the partitioned one and attaches the old table
  *      FROM (MINVALUE) TO (T): the validated check proves the partition bound (no scan), and its
  *      indexes match the partitioned ones (no build). Plus a DEFAULT partition, so an insert that
- *      no range covers still lands somewhere.
- *   The steps run back to back; an upgrade interrupted between 1 and 3 has at least a day to
- *   resume before rows finishing after T would break the check.
+ *      no range covers still lands somewhere: from step 3 on, no finish time fails an insert.
+ * - Between steps 1 and 3 the CHECK is the one state of an upgrade that breaks later: once T
+ *   passes, every insert into the archive (every completion, every cancel) would fail. So it is
+ *   `transient`: when step 2 or 3 fails, the installer drops the CHECK and records the migration as
+ *   not started; and when it finds the migration stopped after step 1 (a killed process) with less
+ *   than a day left before T, it drops the CHECK and starts over with a new T. Only an upgrade
+ *   killed after step 1 and not started again for a day or more keeps it until T (startup logs
+ *   and the health indicator report an unfinished upgrade).
  *   On a fresh install the legacy partition is just the first one (the archive's first day or two).
  * - Partitions from T on are created ahead, and dropped, by the retention pruner through
  *   archive_partition_step (step 4; maintain.sql.ts says which locks it takes and why).
@@ -36,10 +43,11 @@ export function archiveMigrations(s: string): SchemaMigration[] {
         `
 DO $$ BEGIN
   EXECUTE format('ALTER TABLE ${s}.task_archive ADD CONSTRAINT task_archive_legacy_bound CHECK (finished_at < %L) NOT VALID',
-                 date_trunc('day', now(), 'UTC') + interval '2 days');
+                 greatest(date_trunc('day', now(), 'UTC') + interval '2 days',
+                          date_trunc('day', (SELECT max(finished_at) FROM ${s}.task_archive), 'UTC') + interval '1 day'));
 END $$;
 `,
-        `ALTER TABLE ${s}.task_archive VALIDATE CONSTRAINT task_archive_legacy_bound;`,
+        { sql: `ALTER TABLE ${s}.task_archive VALIDATE CONSTRAINT task_archive_legacy_bound;`, run: 'long' },
         `
 ALTER TABLE ${s}.task_archive RENAME TO task_archive_legacy;
 ALTER INDEX ${s}.task_archive_pkey RENAME TO task_archive_legacy_pkey;
@@ -82,6 +90,19 @@ CREATE TABLE ${s}.task_archive_default PARTITION OF ${s}.task_archive (PRIMARY K
 `,
         archivePartitionStep(s),
       ],
+      transient: {
+        from: 1,
+        to: 2,
+        undo: `ALTER TABLE ${s}.task_archive DROP CONSTRAINT IF EXISTS task_archive_legacy_bound;`,
+        // Stopped before VALIDATE (which may take long) with less than a day left before T, or
+        // without its CHECK (dropped by hand).
+        stale: `
+SELECT v.steps_done = 1 AND coalesce(
+         (SELECT (regexp_match(pg_get_constraintdef(c.oid), '''([0-9]{4}-[^'']+)'''))[1]::timestamptz < now() + interval '1 day'
+          FROM pg_constraint c WHERE c.conname = 'task_archive_legacy_bound' AND c.conrelid = '${s}.task_archive'::regclass),
+         true) AS stale
+FROM ${s}.schema_version v WHERE v.version = 11`,
+      },
     },
   ];
 }

@@ -22,28 +22,36 @@ CREATE TABLE IF NOT EXISTS ${s}.queue_state (
   rate_starts      timestamptz[] NOT NULL DEFAULT '{}'
 );
 `,
-        `
+        {
+          run: 'concurrently',
+          sql: `
 -- Running tasks by queue and partition: a limited claim counts them (global and per-partition
 -- concurrency), the rescuer scans them for expired leases, the metrics count them. It replaces
 -- task_lease_idx (locked_until) at no extra cost per claim: running rows are few, and a claim adds
 -- one entry either way.
 CREATE INDEX IF NOT EXISTS task_running_idx ON ${s}.task (queue, partition_key, locked_until) WHERE state = 'running';
 `,
-        `DROP INDEX IF EXISTS ${s}.task_lease_idx;`,
-        `
+        },
+        { sql: `DROP INDEX IF EXISTS ${s}.task_lease_idx;`, run: 'concurrently' },
+        {
+          run: 'concurrently',
+          sql: `
 -- A partitioned queue's due work, partition by partition (the claim's round over partitions); only
 -- tasks with a partition are in it.
 CREATE INDEX IF NOT EXISTS task_partition_idx ON ${s}.task (queue, partition_key, priority, run_at, id)
   WHERE state = 'pending' AND partition_key IS NOT NULL;
 `,
+        },
       ],
     },
     {
       version: 7,
       name: 'dashboard',
-      // One index build, in a step of its own (see migration 4 for building it CONCURRENTLY first).
+      // One index build, in a step of its own, CONCURRENTLY on an upgrade (see migration 4).
       sql: [
-        `
+        {
+          run: 'concurrently',
+          sql: `
 -- Tasks waiting for a retry, by when their last attempt failed, per queue: the dashboard's
 -- "failed per minute" reads the hour's failures here instead of every pending row of a queue
 -- (delayed tasks can number millions). Only a failed attempt's row version enters it; the claim
@@ -51,6 +59,7 @@ CREATE INDEX IF NOT EXISTS task_partition_idx ON ${s}.task (queue, partition_key
 CREATE INDEX IF NOT EXISTS task_retrying_idx ON ${s}.task (queue, finished_at)
   WHERE state = 'pending' AND last_error IS NOT NULL;
 `,
+        },
       ],
     },
     {
@@ -70,12 +79,15 @@ CREATE TABLE IF NOT EXISTS ${s}.task_debounce (
   PRIMARY KEY (queue, key)
 );
 `,
-        `
+        {
+          run: 'concurrently',
+          sql: `
 -- The burst a request folds into: the key's pending task that has not started (a claim sets
 -- started_at, and a release or retry keeps it), at most one per key.
 CREATE UNIQUE INDEX IF NOT EXISTS task_debounce_idx ON ${s}.task (queue, debounce_key)
   WHERE debounce_key IS NOT NULL AND state = 'pending' AND started_at IS NULL;
 `,
+        },
       ],
     },
     {
@@ -108,7 +120,7 @@ CREATE TABLE IF NOT EXISTS ${s}.task_dependency_debt (
   result     jsonb
 );
 `,
-        `ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_state_check;`,
+        { sql: `ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_state_check;`, run: 'long' },
       ],
     },
     {

@@ -61,7 +61,9 @@ CREATE INDEX task_parent_idx ON ${s}.task (parent_id) WHERE parent_id IS NOT NUL
     {
       version: 2,
       name: 'scheduling',
-      sql: `
+      // The index builds on task in steps of their own, CONCURRENTLY on an upgrade.
+      sql: [
+        `
 -- Dedup keys: at most one pending-or-running task per (queue, key), enforced by the database.
 -- rerun_payload holds the newest payload for a running task re-enqueued with onConflict 'rerun'.
 ALTER TABLE ${s}.task
@@ -73,11 +75,6 @@ ALTER TABLE ${s}.task ADD CONSTRAINT task_state_check CHECK (state IN ('pending'
 ALTER TABLE ${s}.task_archive
   ADD COLUMN dedup_key text,
   ADD COLUMN group_key text;
-CREATE UNIQUE INDEX task_dedup_idx ON ${s}.task (queue, dedup_key)
-  WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running');
--- Per-group FIFO: "is there an earlier or running task of this group?" is an index probe.
-CREATE INDEX task_group_idx ON ${s}.task (queue, group_key, id)
-  WHERE group_key IS NOT NULL AND state IN ('pending', 'running');
 
 -- Cancel requests for running tasks. A separate table because a transactional handler holds its
 -- task row locked: the request must land without waiting for it.
@@ -103,6 +100,22 @@ CREATE TABLE ${s}.schedule (
 );
 CREATE INDEX schedule_due_idx ON ${s}.schedule (next_run_at);
 `,
+        {
+          run: 'concurrently',
+          sql: `
+CREATE UNIQUE INDEX IF NOT EXISTS task_dedup_idx ON ${s}.task (queue, dedup_key)
+  WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running');
+`,
+        },
+        {
+          run: 'concurrently',
+          sql: `
+-- Per-group FIFO: "is there an earlier or running task of this group?" is an index probe.
+CREATE INDEX IF NOT EXISTS task_group_idx ON ${s}.task (queue, group_key, id)
+  WHERE group_key IS NOT NULL AND state IN ('pending', 'running');
+`,
+        },
+      ],
     },
     {
       version: 3,
@@ -116,14 +129,14 @@ CREATE INDEX schedule_due_idx ON ${s}.schedule (next_run_at);
 ALTER TABLE ${s}.task ADD CONSTRAINT task_lease_token_check
   CHECK ((state = 'running') = (lease_token IS NOT NULL)) NOT VALID;
 `,
-        `ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_lease_token_check;`,
+        { sql: `ALTER TABLE ${s}.task VALIDATE CONSTRAINT task_lease_token_check;`, run: 'long' },
       ],
     },
     {
       version: 4,
       name: 'settings_where_tasks_run',
-      // Steps, so no lock outlives its step: the first changes only the catalog; each index build
-      // holds writes back while it runs (on a large queue table, print the SQL and build them
+      // Steps, so no lock outlives its step: the first changes only the catalog; the index builds and
+      // the drop run CONCURRENTLY on an upgrade (from printed SQL, on a large queue table, build them
       // CONCURRENTLY by hand first: the steps then find them, IF NOT EXISTS).
       sql: [
         `
@@ -140,18 +153,24 @@ ALTER TABLE ${s}.task
   ADD COLUMN group_pos bigint;
 ALTER TABLE ${s}.task_archive ALTER COLUMN max_attempts DROP NOT NULL;
 `,
-        `
+        {
+          run: 'concurrently',
+          sql: `
 -- Due times by queue: when the next delayed task or retry of a queue is due (the worker sets its
 -- timer from it), and whether anything is due at all, in one index probe however many tasks wait
 -- for a later time (task_claim_idx orders by priority first and cannot answer either).
 CREATE INDEX IF NOT EXISTS task_due_idx ON ${s}.task (queue, run_at) WHERE state = 'pending';
 `,
-        `
+        },
+        {
+          run: 'concurrently',
+          sql: `
 -- Per-group FIFO by place in the group: only a group's first task may run (see claim.sql.ts).
 CREATE INDEX IF NOT EXISTS task_group_pos_idx ON ${s}.task (queue, group_key, (coalesce(group_pos, id)))
   WHERE group_key IS NOT NULL AND state IN ('pending', 'running');
 `,
-        `DROP INDEX IF EXISTS ${s}.task_group_idx;`,
+        },
+        { sql: `DROP INDEX IF EXISTS ${s}.task_group_idx;`, run: 'concurrently' },
       ],
     },
     {
