@@ -287,6 +287,43 @@ describe('connection faults', () => {
     }, 60_000);
   });
 
+  describe('a LISTEN connection lost and regained', () => {
+    let db: TestDatabase;
+    let api: QueueApp;
+    const proxies: StallProxy[] = [];
+
+    beforeAll(async () => {
+      db = await createTestDatabase();
+      api = await bootQueueApp(db.prisma(), [], { autoStart: false }); // installs the schema
+    });
+    afterAll(async () => {
+      for (const p of proxies) await p.close();
+      await api?.close();
+      await db?.drop();
+    });
+
+    it('logs the loss, then the recovery', async () => {
+      const first = new StallProxy(Number(new URL(db.url).port));
+      proxies.push(first);
+      await first.start();
+      const app = startFixtureProcess('startup-app', [JSON.stringify({ url: db.url, listenUrl: first.url(db.url), installSchema: false, stayUp: true })]);
+      try {
+        await app.line('READY');
+        await first.close();
+        await waitFor('the listener to retry', () => app.output().includes('LISTEN connection lost; reconnecting'), { timeoutMs: 30_000 });
+        // The same address answers again.
+        const second = new StallProxy(Number(new URL(db.url).port));
+        proxies.push(second);
+        await second.start(first.port);
+        await waitFor('the listener to say it is back', () => app.output().includes('LISTEN connection back'), { timeoutMs: 30_000 });
+        app.child.stdin!.write('close\n');
+        await app.line('CLOSED');
+      } finally {
+        await app.kill();
+      }
+    }, 60_000);
+  });
+
   describe('a transaction that cannot start until its lease was taken over', () => {
     let db: TestDatabase;
     let api: QueueApp;

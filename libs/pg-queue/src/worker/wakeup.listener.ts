@@ -13,6 +13,8 @@ export class WakeupListener {
   private connected = false;
   private subscribing: Promise<void> | null = null;
   private stopped = false;
+  /** The connection was lost (or never made) since it last worked: its recovery is logged. */
+  private lost = false;
 
   constructor(
     private readonly databaseUrl: string,
@@ -65,6 +67,7 @@ export class WakeupListener {
     });
     subscriber.events.on('reconnect', (attempt: number) => {
       this.connected = false;
+      this.lost = true;
       if (this.stopped) return;
       this.logger.warn(`LISTEN connection lost; reconnecting (attempt ${attempt}); polling meanwhile`);
     });
@@ -78,6 +81,7 @@ export class WakeupListener {
       await this.subscribe(subscriber);
     } catch (err) {
       // pg-listen keeps trying to connect in the background; 'connected' then subscribes.
+      this.lost = true;
       this.logger.error(`LISTEN unavailable (${(err as Error).message}); polling until it connects`);
     }
   }
@@ -105,7 +109,11 @@ export class WakeupListener {
     if (this.subscriber !== subscriber) return; // stopped meanwhile
     const wasDown = !this.connected;
     this.connected = true;
-    if (wasDown) this.on.reconnected();
+    if (!wasDown) return;
+    // At the loss's level, so whoever saw the warning sees the all-clear.
+    if (this.lost) this.logger.warn('LISTEN connection back; wake-ups by NOTIFY again');
+    this.lost = false;
+    this.on.reconnected();
   }
 
   async stop(): Promise<void> {
