@@ -163,6 +163,15 @@ describe('OpenTelemetry: enqueue → handler spans continue the enqueuer\'s trac
     expect(row.trace_context).toBeNull();
   });
 
+  it('a task cancelled before it ran keeps its trace context in the archive', async () => {
+    const root = tracer().startSpan('enqueuer');
+    const taskId = await context.with(trace.setSpan(ROOT_CONTEXT, root), () => app.get(TaskQueue).enqueue('trace.confirm', { orderId: 0 }, { delayMs: 3_600_000 }));
+    root.end();
+    expect(await app.get(TaskQueue).cancel(taskId)).toBeTruthy();
+    const [row] = await db.sql("SELECT state, trace_context->>'traceparent' AS tp FROM pgqueue.task_archive WHERE id = $1", [taskId]);
+    expect(row).toEqual({ state: 'cancelled', tp: `00-${root.spanContext().traceId}-${root.spanContext().spanId}-01` });
+  });
+
   it('a failing handler\'s span has status ERROR and the exception recorded', async () => {
     const root = tracer().startSpan('enqueuer');
     await context.with(trace.setSpan(ROOT_CONTEXT, root), () => app.get(TaskQueue).enqueue('trace.fail', {}));
