@@ -6,7 +6,7 @@
  * its bound passes, never outlives a failed upgrade.
  */
 import { Client } from 'pg';
-import { installSchema, type InstallOptions } from '../../libs/pg-queue/src/sql/schema.installer';
+import { installSchema, schemaUpgradeState, type InstallOptions } from '../../libs/pg-queue/src/sql/schema.installer';
 import { migrationSteps, schemaMigrations, type SchemaMigration } from '../../libs/pg-queue/src/sql/schema.sql';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -222,8 +222,11 @@ describe('schema upgrades under a running fleet', () => {
       EXECUTE format('ALTER TABLE ${SCHEMA}.task_archive ADD CONSTRAINT task_archive_legacy_bound CHECK (finished_at < %L) NOT VALID', now() + interval '1 hour');
     END $$`);
     await db.sql(`INSERT INTO ${SCHEMA}.schema_version (version, name, steps_done) VALUES (11, 'archive_partitions', 1)`);
+    // What the health indicator reads: unfinished, and no installer at work.
+    expect(await schemaUpgradeState(db.prisma(), SCHEMA)).toEqual([{ version: 11, name: 'archive_partitions', stepsDone: 1, since: expect.any(Date), installing: false }]);
     const messages: string[] = [];
     expect(await installSchema(db.prisma(), SCHEMA, schemaMigrations(SCHEMA), { logger: { log: (m) => messages.push(m), warn: (m) => messages.push(m) } })).toEqual([11]);
+    expect(await schemaUpgradeState(db.prisma(), SCHEMA)).toEqual([]);
     expect(messages.join('\n')).toMatch(/migration 11.*unfinished/);
     const [{ days }] = await db.sql(
       `SELECT extract(epoch FROM upper_bound - now()) / 86400 AS days FROM ${SCHEMA}.archive_partitions() WHERE relname = 'task_archive_legacy'`,

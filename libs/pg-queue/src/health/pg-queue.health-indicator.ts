@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { within } from '../core/within';
 import { InvalidArgumentError } from '../errors';
+import type { UnfinishedUpgrade } from '../sql/schema.installer';
 import { WorkerOrchestrator, type QueueHealth } from '../worker/worker.orchestrator';
 
 export interface PgQueueHealthOptions {
@@ -18,7 +19,10 @@ export interface PgQueueHealthOptions {
  * A `@nestjs/terminus` indicator for the queue of this process. Down when the database does not
  * answer, when the LISTEN connection is configured (`databaseUrl`) but lost, when a worker loop of
  * this process is not running or its claims fail, or when a queue's oldest due task waited past
- * `maxOldestDueMs`. The details always list what was checked.
+ * `maxOldestDueMs`, or when a schema upgrade stopped part-way and no instance is running it (a
+ * migration left unfinished for over a minute with nobody holding the install lock: the next start
+ * with `installSchema`, or `pg-queue schema install`, finishes it; migration 11 stopped there
+ * fails archive inserts once its bound passes). The details always list what was checked.
  *
  * @example
  * ```ts
@@ -42,14 +46,19 @@ export class PgQueueHealthIndicator {
     const check = this.indicators.check(key);
     // The orchestrator bounds its database check by timeoutMs and still reports the workers; the
     // outer bound is a backstop.
-    const health = await within(this.orchestrator.health(timeoutMs), timeoutMs + 1000, null);
+    const [health, upgrades] = await Promise.all([
+      within(this.orchestrator.health(timeoutMs), timeoutMs + 1000, null),
+      within(this.orchestrator.schemaUpgrades(), timeoutMs, null),
+    ]);
     if (!health) return check.down({ problems: [`no answer within ${timeoutMs} ms`] });
-    const problems = findProblems(health, limits);
+    const problems = [...findProblems(health, limits), ...upgradeProblems(upgrades ?? [])];
     const details = {
       database: health.database.up ? 'up' : 'down',
       listen: health.listen,
       workers: health.workers.map((w) => ({ queue: w.queue, alive: w.alive, state: w.state, running: w.running, lastClaimError: w.lastClaimError })),
       queues: health.queues.map((q) => ({ queue: q.queue, due: q.due, running: q.running, dead: q.dead, oldestDueMs: q.oldestDueMs })),
+      // Only while a migration is unfinished: another instance upgrading, or an upgrade stopped part-way.
+      ...(upgrades?.length ? { schemaUpgrades: upgrades.map((u) => ({ version: u.version, name: u.name, stepsDone: u.stepsDone, since: u.since, installing: u.installing })) } : {}),
     };
     return problems.length > 0 ? check.down({ problems, ...details }) : check.up(details);
   }
@@ -69,6 +78,17 @@ function findProblems(health: QueueHealth, limits: (queue: string) => number | u
     }
   }
   return problems;
+}
+
+/** Unfinished migrations nobody is installing, for over a minute (each step is recorded as it commits). */
+function upgradeProblems(upgrades: UnfinishedUpgrade[]): string[] {
+  return upgrades
+    .filter((u) => !u.installing && Date.now() - new Date(u.since).getTime() > 60_000)
+    .map(
+      (u) =>
+        `schema upgrade: migration ${u.version} (${u.name}) stopped after step ${u.stepsDone} at ${new Date(u.since).toISOString()} and no instance is running it: ` +
+        'start one with installSchema, or run `pg-queue schema install`',
+    );
 }
 
 function oldestDueLimits(option: PgQueueHealthOptions['maxOldestDueMs']): (queue: string) => number | undefined {

@@ -9,7 +9,7 @@ import { ScheduleTicker } from '../schedules/schedule.ticker';
 import { within } from '../core/within';
 import { LimitsRepository } from '../sql/limits.repository';
 import { OperatorRepository } from '../sql/operator.repository';
-import { installSchema } from '../sql/schema.installer';
+import { installSchema, schemaUpgradeState, type UnfinishedUpgrade } from '../sql/schema.installer';
 import { ScheduleRepository } from '../sql/schedule.repository';
 import { TaskRepository } from '../sql/task.repository';
 import { connectionBudget, prismaPoolMax } from './connection.budget';
@@ -234,6 +234,14 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     } catch (err) {
       return { database: { up: false, error: (err as Error).message }, listen, workers, queues: [] };
     }
+  }
+
+  /**
+   * Migrations left unfinished in the database (another instance upgrading now, or an upgrade
+   * stopped part-way), for the health check; null when schema_version cannot be read.
+   */
+  async schemaUpgrades(): Promise<UnfinishedUpgrade[] | null> {
+    return schemaUpgradeState(this.options.prisma, this.options.schema).catch(() => null);
   }
 
   /** A running task was cancelled somewhere: abort its handler if it runs in this process. */
