@@ -23,6 +23,16 @@ export class TypedQueueHandlers {
     await this.queue.enqueue('typed.receipt', { invoiceId: '1' });
     // A queue not declared takes any payload.
     await this.queue.enqueue('typed.anything', { whatever: true });
+    // enqueueMany checks each item by its own queue name.
+    await this.queue.enqueueMany([
+      { queue: 'typed.invoice', payload: { invoiceId: 1, total: 990 } },
+      { queue: 'typed.receipt', payload: { invoiceId: 1 } },
+      { queue: 'typed.anything', payload: 42 },
+    ]);
+    // @ts-expect-error the second item's payload is the first queue's
+    await this.queue.enqueueMany([{ queue: 'typed.invoice', payload: { invoiceId: 1, total: 990 } }, { queue: 'typed.receipt', payload: { invoiceId: 1, total: 990 } }]);
+    const built: { queue: string; payload: unknown }[] = [];
+    await this.queue.enqueueMany(built); // items built at run time: not checked
   }
 
   // The task's payload follows the queue name.

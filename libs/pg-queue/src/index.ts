@@ -18,6 +18,7 @@ export type {
   BackoffOptions,
   ChainStage,
   EnqueueItem,
+  EnqueueItemOf,
   EnqueueOptions,
   DebounceOptions,
   DependsOn,

@@ -199,6 +199,11 @@ export interface EnqueueItem<P = unknown> {
   options?: Omit<EnqueueOptions, 'tx'>;
 }
 
+/** An item of `enqueueMany` for queue `Q`: the payload's type follows the queue name (see QueuePayloads). */
+export interface EnqueueItemOf<Q extends string> extends EnqueueItem<PayloadOf<Q>> {
+  queue: Q;
+}
+
 /** What a handler gets besides its task, in either mode. */
 export interface TaskContextBase {
   /**

@@ -7,7 +7,7 @@ import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { OperatorRepository, type TaskState } from '../sql/operator.repository';
 import { toTaskInfo } from './task-info';
 import { TaskRepository } from '../sql/task.repository';
-import type { ChainStage, EnqueueItem, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
+import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
 import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
 import { TASK_STATES } from '../core/task-states';
 
@@ -53,8 +53,11 @@ export class TaskQueue {
     return id;
   }
 
-  /** Enqueues many tasks in one statement; ids come back in input order. All or nothing. */
-  async enqueueMany(items: EnqueueItem[], options?: Pick<EnqueueOptions, 'tx'>): Promise<string[]> {
+  /**
+   * Enqueues many tasks in one statement; ids come back in input order. All or nothing. Each
+   * item's payload type follows its queue name when the app declares it in QueuePayloads.
+   */
+  async enqueueMany<const Q extends readonly string[]>(items: { [K in keyof Q]: EnqueueItemOf<Q[K]> }, options?: Pick<EnqueueOptions, 'tx'>): Promise<string[]> {
     if (!Array.isArray(items)) throw new InvalidEnqueueOptionsError('items', 'expected an array');
     checkEnqueueManyKeys(items, options);
     const rows = items.map((item) => buildTaskRow(item?.queue, item?.payload, item?.options, this.rowLimits));
