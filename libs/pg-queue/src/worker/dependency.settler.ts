@@ -10,6 +10,7 @@ import type { SqlExecutor } from '../types';
 export class DependencySettler {
   private running: Promise<void> | null = null;
   private again = false;
+  private closed = false;
 
   constructor(
     private readonly db: SqlExecutor,
@@ -19,6 +20,7 @@ export class DependencySettler {
 
   /** Settles now (or once more after the round under way) and resolves when done; never rejects. */
   request(): Promise<void> {
+    if (this.closed) return Promise.resolve(); // shut down: the Prisma client is no longer ours
     if (this.running) {
       this.again = true;
       return this.running;
@@ -32,8 +34,15 @@ export class DependencySettler {
     while (this.running) await this.running;
   }
 
+  /** Starts no round after this (shutdown); resolves once the round under way ended. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.idle();
+  }
+
   private async loop(): Promise<void> {
     do {
+      if (this.closed) return;
       this.again = false;
       try {
         await this.repo.settle(this.db);

@@ -10,6 +10,9 @@ import type { SqlExecutor } from '../types';
  */
 export class LeaseRescuer {
   private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  /** The pass under way (its rescue, then its settling round); stop() waits for it. */
+  private pass: Promise<void> | null = null;
 
   constructor(
     private readonly db: SqlExecutor,
@@ -21,20 +24,27 @@ export class LeaseRescuer {
   ) {}
 
   start(): void {
-    const tick = () => {
-      this.timer = setTimeout(async () => {
-        await this.rescueOnce();
-        await this.settler?.request();
-        if (this.timer) tick();
-      }, this.intervalMs * (0.8 + Math.random() * 0.4));
-      this.timer.unref();
-    };
-    tick();
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.pass = this.runPass().finally(() => (this.pass = null));
+    }, this.intervalMs * (0.8 + Math.random() * 0.4));
+    this.timer.unref();
   }
 
-  stop(): void {
+  /** Starts no pass after this; resolves once the pass under way (if any) ended. */
+  async stop(): Promise<void> {
+    this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    await this.pass;
+  }
+
+  private async runPass(): Promise<void> {
+    await this.rescueOnce();
+    if (this.stopped) return; // a round now would outlive shutdown
+    await this.settler?.request();
+    this.start();
   }
 
   async rescueOnce(): Promise<{ rescued: number; dead: number }> {

@@ -21,6 +21,9 @@ export class QueueClaimer {
   /** When the claim in flight was sent; null when none is. */
   private inFlightSince: number | null = null;
   private announcing = false;
+  private closed = false;
+  /** Announcements asked for and not yet answered (close() waits for them). */
+  private readonly announcements = new Set<Promise<void>>();
 
   constructor(
     private readonly handler: RegisteredHandler,
@@ -58,17 +61,31 @@ export class QueueClaimer {
 
   /**
    * A limited queue's task ended here: its slot may be what another instance waits for, and no
-   * other statement tells it. One NOTIFY per burst of endings (coalesced over a macrotask).
+   * other statement tells it. One NOTIFY per burst of endings (coalesced over a macrotask). None
+   * after close().
    */
   announceFreedRoom(): void {
-    if (this.announcing) return;
+    if (this.announcing || this.closed) return;
     this.announcing = true;
-    setImmediate(() => {
-      this.announcing = false;
-      this.deps.limits.announce(this.deps.prisma, this.deps.repo.channel, this.handler.queue).catch((err: unknown) => {
+    const sent: Promise<void> = new Promise<void>((resolve) => setImmediate(resolve))
+      .then(() => {
+        this.announcing = false;
+        return this.deps.limits.announce(this.deps.prisma, this.deps.repo.channel, this.handler.queue);
+      })
+      .catch((err: unknown) => {
         this.deps.logger.warn(`could not announce freed room of "${this.handler.queue}": ${(err as Error).message}`);
-      });
-    });
+      })
+      .finally(() => this.announcements.delete(sent));
+    this.announcements.add(sent);
+  }
+
+  /**
+   * Announces nothing after this; resolves once the announcements already asked for were sent
+   * (the last endings' freed room still reaches the other instances).
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    while (this.announcements.size > 0) await Promise.all(this.announcements);
   }
 
   private async claimOnce(limit: number): Promise<Attempt[]> {

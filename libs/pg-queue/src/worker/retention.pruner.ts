@@ -26,6 +26,8 @@ export interface RetentionSettings {
 export class RetentionPruner {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
+  /** The round under way; stop() waits for it. */
+  private pass: Promise<unknown> | null = null;
 
   constructor(
     private readonly db: SqlExecutor,
@@ -35,16 +37,22 @@ export class RetentionPruner {
   ) {}
 
   start(): void {
-    this.timer = setTimeout(async () => {
-      await this.pruneAll();
-      if (!this.stopped) this.start();
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.pass = this.pruneAll()
+        .then(() => this.start())
+        .finally(() => (this.pass = null));
     }, this.retention.intervalMs * (0.8 + Math.random() * 0.4));
     this.timer.unref();
   }
 
-  stop(): void {
+  /** Starts no statement after this; resolves once the one under way (if any) answered. */
+  async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    await this.pass;
   }
 
   /**
@@ -59,11 +67,11 @@ export class RetentionPruner {
       this.logger.error(`archive partition maintenance failed: ${(err as Error).message}`);
     }
     try {
-      for (;;) {
+      while (!this.stopped) {
         const r = await this.repo.prune(this.db, this.retention.archiveMs, this.retention.deadMs);
         total.archived += r.archived;
         total.dead += r.dead;
-        if (!r.ran || r.archived + r.dead + r.quiet === 0 || this.stopped) break;
+        if (!r.ran || r.archived + r.dead + r.quiet === 0) break;
       }
     } catch (err) {
       this.logger.error(`retention pruning failed: ${(err as Error).message}`);

@@ -152,13 +152,15 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   shutdown(): Promise<void> {
     this.shutdownPromise ??= (async () => {
       const deadline = Date.now() + this.options.shutdownTimeoutMs;
+      // Each part starts nothing once stopped and resolves when what it had under way ended: once
+      // shutdown resolves, nothing of the queue's touches the Prisma client.
       const stopping = (async () => {
-        this.rescuer?.stop();
-        this.pruner?.stop();
+        const maintenance = Promise.all([this.rescuer?.stop(), this.pruner?.stop()]);
         await this.ticker?.stop();
         await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
         await this.listener?.stop();
-        await this.settler.idle();
+        await maintenance;
+        await this.settler.close();
       })();
       if ((await within(stopping.then(() => true), deadline + SHUTDOWN_GRACE_MS - Date.now(), false)) === false) {
         this.logger.warn(`shutdown: work still waiting for the database ${SHUTDOWN_GRACE_MS} ms past shutdownTimeoutMs; stopped without it (its leases expire)`);
