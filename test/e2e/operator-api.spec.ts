@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { NonRetryableError, TaskHandler, type Task, type LeaseTaskContext, type TaskContext } from '@app/pg-queue';
+import { InvalidArgumentError, NonRetryableError, TaskHandler, type Task, type LeaseTaskContext, type TaskContext } from '@app/pg-queue';
 import { drainQueue } from '@app/pg-queue/testing';
 import type { Prisma } from '../../src/generated/prisma/client';
 import { bootQueueApp, deferred, nextEvents, type QueueApp } from '../support/queue-app';
@@ -140,6 +140,31 @@ describe('operator API', () => {
     expect(BigInt(page2[0].id)).toBeLessThan(BigInt(page1[1].id));
     const dead = await qa.queue.list({ queue: 'stage.three', state: 'cancelled' });
     expect(dead.every((t) => t.queue === 'stage.three' && t.state === 'cancelled')).toBe(true);
+  });
+
+  it('a misspelled filter key is an error, never a wider filter: purge({ queu }) rejects and deletes nothing', async () => {
+    const any = (v: unknown) => v as any; // untyped callers (JavaScript, the CLI's parsed options) get past the types
+    const finished = await qa.queue.enqueue('stage.three', {});
+    expect(await qa.queue.cancel(finished)).toBe('cancelled');
+    await qa.queue.enqueue('stage.one', { n: 0 });
+    await drainQueue(qa.app);
+    const rows = async () => (await db.sql<{ n: number }>('SELECT (SELECT count(*) FROM pgqueue.task) + (SELECT count(*) FROM pgqueue.task_archive) AS n'))[0].n;
+    const before = await rows();
+    expect(Number(before)).toBeGreaterThan(0);
+
+    const purge = qa.queue.purge(any({ queu: 'no.such.queue', states: ['done', 'cancelled', 'dead'], olderThanMs: 0 }));
+    await expect(purge).rejects.toThrow(InvalidArgumentError);
+    await expect(purge).rejects.toMatchObject({ argument: 'filter.queu', message: expect.stringContaining('did you mean "queue"?') });
+    expect(await rows()).toBe(before);
+
+    for (const call of [
+      () => qa.queue.list(any({ queue: 'stage.three', stat: 'cancelled' })),
+      () => qa.queue.retryDead(any({ queue: 'fails.q', errorlike: '%' })),
+      () => qa.queue.hourly(any({ queues: 'stage.one' })),
+    ]) {
+      await expect(call()).rejects.toThrow(InvalidArgumentError);
+    }
+    expect(await rows()).toBe(before);
   });
 });
 

@@ -231,6 +231,13 @@ const CASES: BadInputCase[] = [
   { name: 'hourly: since in the year 10000', run: (q) => q.hourly({ since: new Date('+010000-01-01T00:00:00Z') }), error: InvalidArgumentError, fields: { argument: 'since' } },
   { name: 'hourly: queue name with U+0000', run: (q) => q.hourly({ queue: 'q\u0000' }), error: InvalidQueueNameError },
 
+  // a filter key the call does not take (a misspelling would otherwise widen the filter)
+  { name: 'purge: misspelled queue key', run: (q) => q.purge(any({ queu: 'bad.q', states: ['done'], olderThanMs: 0 })), error: InvalidArgumentError, fields: { argument: 'filter.queu' } },
+  { name: 'list: misspelled state key', run: (q) => q.list(any({ stat: 'dead' })), error: InvalidArgumentError, fields: { argument: 'filter.stat' } },
+  { name: 'retryDead: misspelled errorLike key', run: (q) => q.retryDead(any({ queue: 'bad.q', errorlike: '%x%' })), error: InvalidArgumentError, fields: { argument: 'filter.errorlike' } },
+  { name: 'hourly: unknown key', run: (q) => q.hourly(any({ queues: ['bad.q'] })), error: InvalidArgumentError, fields: { argument: 'filter.queues' } },
+  { name: 'purge: filter as an array', run: (q) => q.purge(any([])), error: InvalidArgumentError, fields: { argument: 'filter' } },
+
   // huge keys and groups (limit 512 characters), and U+0000 anywhere in text
   { name: 'enqueue: 513-character key', run: (q) => q.enqueue('bad.q', {}, { key: 'k'.repeat(513) }), error: InvalidEnqueueOptionsError, fields: { option: 'key' } },
   { name: 'enqueue: 10 000-character key', run: (q) => q.enqueue('bad.q', {}, { key: 'k'.repeat(10_000) }), error: InvalidEnqueueOptionsError, fields: { option: 'key' } },

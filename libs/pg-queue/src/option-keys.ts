@@ -2,8 +2,8 @@
  * The rule for keys of every options object the library validates: a key it does not know is a
  * mistake (most often a misspelling that would otherwise be ignored, leaving the default in force),
  * never silently dropped. Each caller passes its own `fail`, so the error is the one its other
- * checks throw (InvalidOptionsError and its subclasses, InvalidEnqueueOptionsError) and names the
- * key's full path.
+ * checks throw (InvalidOptionsError and its subclasses, InvalidEnqueueOptionsError, the operator
+ * API's InvalidArgumentError for its filters) and names the key's full path.
  */
 export function rejectUnknownOptions(
   options: object,

@@ -10,11 +10,23 @@ import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
 import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
 import { TASK_STATES } from '../core/task-states';
+import { isOptionsObject, rejectUnknownOptions } from '../option-keys';
 
 
 /** What `cancel()` did: cancelled at once (it was not running), requested (the running attempt
  * is being aborted and the task will end cancelled), or nothing (already finished, or unknown). */
 export type CancelResult = 'cancelled' | 'requested' | 'not-cancellable';
+
+type ListFilter = { queue?: string; state?: TaskState; cursor?: string; limit?: number };
+type RetryDeadFilter = { queue: string; errorLike?: string };
+type PurgeFilter = { queue?: string; states: ('done' | 'cancelled' | 'dead')[]; olderThanMs: number };
+type HourlyFilter = { queue?: string; since?: Date };
+
+// The keys each filter takes: a misspelled one must not widen the filter (a purge of every queue).
+const LIST_FILTER_KEYS = Object.keys({ queue: true, state: true, cursor: true, limit: true } satisfies Record<keyof ListFilter, true>);
+const RETRY_DEAD_FILTER_KEYS = Object.keys({ queue: true, errorLike: true } satisfies Record<keyof RetryDeadFilter, true>);
+const PURGE_FILTER_KEYS = Object.keys({ queue: true, states: true, olderThanMs: true } satisfies Record<keyof PurgeFilter, true>);
+const HOURLY_FILTER_KEYS = Object.keys({ queue: true, since: true } satisfies Record<keyof HourlyFilter, true>);
 
 /**
  * Enqueue and inspect tasks. Pass `{ tx }` to join a Prisma interactive transaction: the task
@@ -74,8 +86,8 @@ export class TaskQueue {
    * A page of tasks, newest first. Pass the last id of a page as `cursor` for the next one.
    * @example const page = await queue.list({ queue: 'email.send', state: 'dead', limit: 50 });
    */
-  async list(filter: { queue?: string; state?: TaskState; cursor?: string; limit?: number } = {}): Promise<TaskInfo[]> {
-    filterObject(filter);
+  async list(filter: ListFilter = {}): Promise<TaskInfo[]> {
+    filterObject(filter, LIST_FILTER_KEYS);
     if (filter.state !== undefined && !TASK_STATES.includes(filter.state)) {
       throw new InvalidArgumentError('state', `expected one of ${TASK_STATES.join(', ')}`);
     }
@@ -134,8 +146,8 @@ export class TaskQueue {
    * Retries every dead task of a queue, optionally only those whose error matches (ILIKE).
    * Cancelled tasks stay as they are: each comes back only by its own `retry(id)`.
    */
-  async retryDead(filter: { queue: string; errorLike?: string }): Promise<string[]> {
-    filterObject(filter);
+  async retryDead(filter: RetryDeadFilter): Promise<string[]> {
+    filterObject(filter, RETRY_DEAD_FILTER_KEYS);
     const queue = validateQueueName(filter.queue);
     const errorLike = filter.errorLike ?? null;
     // Postgres text cannot hold U+0000; the driver would fail mid-call with "invalid byte sequence".
@@ -150,8 +162,8 @@ export class TaskQueue {
    * than `olderThanMs` ago, of one queue or all. Pending and running tasks are never touched.
    * Returns how many were deleted. In batches of 5 000, each its own statement.
    */
-  async purge(filter: { queue?: string; states: ('done' | 'cancelled' | 'dead')[]; olderThanMs: number }): Promise<number> {
-    filterObject(filter);
+  async purge(filter: PurgeFilter): Promise<number> {
+    filterObject(filter, PURGE_FILTER_KEYS);
     const queue = filter.queue === undefined ? null : validateQueueName(filter.queue);
     const finished = ['done', 'cancelled', 'dead'];
     if (!Array.isArray(filter.states) || filter.states.length === 0 || filter.states.some((s) => !finished.includes(s))) {
@@ -187,8 +199,8 @@ export class TaskQueue {
    * Throughput and run time per hour and queue, over finished (archived) tasks since `since`
    * (default: the last 24 hours).
    */
-  async hourly(filter: { queue?: string; since?: Date } = {}) {
-    filterObject(filter);
+  async hourly(filter: HourlyFilter = {}) {
+    filterObject(filter, HOURLY_FILTER_KEYS);
     const since = filter.since ?? new Date(Date.now() - 86_400_000);
     // Outside years 1-9999 toISOString writes "+010000-…" or "-000001-…", which Postgres cannot read.
     const year = since instanceof Date ? since.getUTCFullYear() : NaN;
@@ -208,11 +220,11 @@ export class TaskQueue {
     for (const r of rows) {
       let s = byQueue.get(r.queue);
       if (!s) {
-        s = { queue: r.queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestPendingMs: null };
+        s = { queue: r.queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestDueMs: null, oldestPendingMs: null };
         byQueue.set(r.queue, s);
       }
       s[r.state as 'pending'] += r.count;
-      if (r.oldest_pending_ms !== null) s.oldestPendingMs = Math.max(s.oldestPendingMs ?? 0, r.oldest_pending_ms);
+      if (r.oldest_due_ms !== null) s.oldestDueMs = s.oldestPendingMs = Math.max(s.oldestDueMs ?? 0, r.oldest_due_ms);
     }
     return [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue));
   }
@@ -248,9 +260,15 @@ function rowLimit(limit: unknown): number {
   return limit;
 }
 
-/** The filter object of list / retryDead / hourly: a missing one is a call-site error, not a TypeError inside. */
-function filterObject(filter: unknown): void {
-  if (typeof filter !== 'object' || filter === null) throw new InvalidArgumentError('filter', `expected an object, got ${shown(filter)}`);
+/**
+ * The filter object of list / retryDead / purge / hourly: a missing one is a call-site error, not a
+ * TypeError inside; a key it does not take (a misspelling) is an error too, never a wider filter.
+ */
+function filterObject(filter: unknown, known: readonly string[]): void {
+  if (!isOptionsObject(filter)) throw new InvalidArgumentError('filter', `expected an object, got ${shown(filter)}`);
+  rejectUnknownOptions(filter, known, (key, reason) => {
+    throw new InvalidArgumentError(`filter.${key}`, reason);
+  });
 }
 
 /** A bad argument as the caller would write it (JSON.stringify turns NaN into null and throws on BigInt). */
