@@ -345,3 +345,129 @@ describe('fan-in dependencies', () => {
     expect((await queue().get(id))?.lastError).toMatch(/handler returned cannot be stored as its result.*BigInt/);
   });
 });
+
+/**
+ * A completion batch whose attempts have follow-ups with dependsOn: one attempt at fault (a task
+ * it named finished, and under `finished: 'delete'` vanished, between ctx.enqueue's check and the
+ * completion) fails alone with a clear error; its neighbours in the batch complete, with their
+ * follow-ups, on their first attempt.
+ */
+let raceDb: TestDatabase;
+/** Lease mode: the split handlers return together, so their completions share one batch. */
+let raceBarrier = { want: 0, arrived: 0, open: Promise.resolve(), release: () => undefined as void };
+/** Opens when `want` split handlers arrived (Infinity: when the test calls raceBarrier.release()). */
+function newBarrier(want: number) {
+  let release!: () => void;
+  const open = new Promise<void>((resolve) => (release = resolve));
+  raceBarrier = { want, arrived: 0, open, release };
+}
+
+interface RacePayload {
+  also?: string;
+  vanish?: boolean;
+}
+
+async function splitAndJoin(task: Task<RacePayload>, ctx: LeaseTaskContext | TaskContext) {
+  await ctx.enqueue('race.part', { n: 1 });
+  await ctx.enqueue('race.join', {}, { dependsOn: task.payload.also ? [{ item: 0 }, task.payload.also] : [{ item: 0 }] });
+  // What the named task's completion does under finished: 'delete', after ctx.enqueue checked it.
+  if (task.payload.vanish) await raceDb.sql('DELETE FROM pgqueue.task WHERE id = $1', [task.payload.also]);
+}
+
+@Injectable()
+class RaceHandlers {
+  @TaskHandler('race.split', { mode: 'lease', concurrency: 4, maxAttempts: 1, leaseMs: 1500 })
+  async split(task: Task<RacePayload>, ctx: LeaseTaskContext) {
+    await splitAndJoin(task, ctx);
+    if (++raceBarrier.arrived === raceBarrier.want) raceBarrier.release();
+    await raceBarrier.open;
+  }
+
+  @TaskHandler('race.split.tx', { concurrency: 1, maxAttempts: 1, leaseMs: 1500 })
+  async splitTx(task: Task<RacePayload>, ctx: TaskContext) {
+    await ctx.tx.$executeRawUnsafe('INSERT INTO race_effect (task) VALUES ($1::bigint)', task.id);
+    await splitAndJoin(task, ctx);
+  }
+
+  @TaskHandler('race.part', { mode: 'lease' })
+  part() {
+    return 'part';
+  }
+
+  @TaskHandler('race.join', { mode: 'lease' })
+  join() {
+    return 'join';
+  }
+}
+
+describe('follow-ups with dependsOn in a completion batch (finished: delete)', () => {
+  let app: QueueApp;
+
+  beforeAll(async () => {
+    raceDb = await createTestDatabase();
+    await raceDb.sql('CREATE TABLE race_effect (task bigint NOT NULL)');
+    app = await bootQueueApp(raceDb.prisma(6), [RaceHandlers], { databaseUrl: raceDb.url, finished: 'delete', pollIntervalMs: 200 });
+  });
+  afterAll(async () => {
+    await app.close();
+    await raceDb.drop();
+  });
+
+  it.each(['race.split', 'race.split.tx'])('%s: the attempt whose named task vanished fails alone, with a clear error; its batch neighbours complete', async (queue) => {
+    // The named tasks wait (delayed): only the culprit's vanishes.
+    const named = await app.queue.enqueueMany(Array.from({ length: 4 }, () => ({ queue: 'race.part', payload: { n: 0 }, options: { delayMs: 600_000 } })));
+    if (queue === 'race.split') newBarrier(4);
+    const splits = await app.queue.enqueueMany(named.map((also, k) => ({ queue, payload: { also, vanish: k === 1 } })));
+    const culprit = splits[1];
+    await waitFor('every split ended', async () => {
+      const states = await Promise.all(splits.map(async (id) => (await app.queue.get(id))?.state ?? 'gone'));
+      return states.every((state, k) => state === (k === 1 ? 'dead' : 'gone'));
+    }, { timeoutMs: 20_000, everyMs: 20 });
+    const info = await app.queue.get(culprit);
+    expect(info).toMatchObject({ attempt: 1 });
+    expect(info!.lastError).toMatch(new RegExp(`follow-ups.*could not be enqueued.*no task with id ${named[1]}`));
+    // None of the culprit's follow-ups was written.
+    expect(await raceDb.sql('SELECT id FROM pgqueue.task WHERE parent_id = $1', [culprit])).toEqual([]);
+    // The neighbours completed on their first attempt (done tasks are deleted): their joins wait for the named tasks.
+    for (const id of splits.filter((s) => s !== culprit)) {
+      expect({ id, left: await app.queue.get(id) }).toEqual({ id, left: null });
+      const kids = await raceDb.sql<{ queue: string; state: string }>('SELECT queue, state FROM pgqueue.task WHERE parent_id = $1 ORDER BY id', [id]);
+      expect({ id, kids: kids.filter((k) => k.queue === 'race.join') }).toEqual({ id, kids: [{ queue: 'race.join', state: 'waiting' }] });
+    }
+    if (queue === 'race.split.tx') {
+      // A transactional handler's writes commit exactly when its attempt completes: none for the culprit.
+      const effects = await raceDb.sql<{ task: string }>('SELECT task::text FROM race_effect ORDER BY task');
+      expect(effects.map((e) => e.task)).toEqual(splits.filter((s) => s !== culprit));
+    }
+    for (const id of named.filter((n) => n !== named[1])) await app.queue.cancel(id);
+  });
+
+  it('race.split: a batch whose follow-ups take longer than 5 s in all (named tasks\' rows held by other transactions) completes every attempt', async () => {
+    const named = await app.queue.enqueueMany(Array.from({ length: 3 }, () => ({ queue: 'race.part', payload: { n: 0 }, options: { delayMs: 600_000 } })));
+    newBarrier(Infinity);
+    const splits = await app.queue.enqueueMany(named.map((also) => ({ queue: 'race.split', payload: { also } })));
+    await waitFor('the three handlers enqueued', async () => raceBarrier.arrived === 3, { timeoutMs: 20_000, everyMs: 10 });
+    // Each named task's row is locked for 2.5, 5 and 7.5 s: each attempt's inserts wait at most
+    // 2.5 s, the batch's in all 7.5 s (Prisma's default transaction timeout is 5 s).
+    const holding = raceDb.prisma(3);
+    const holders = named.map((id, k) =>
+      holding.$transaction(async (tx) => {
+        await tx.$queryRawUnsafe('SELECT id FROM pgqueue.task WHERE id = $1::bigint FOR UPDATE', id);
+        await tx.$executeRawUnsafe('SELECT pg_sleep($1)', 2.5 * (k + 1));
+      }, { timeout: 20_000 }),
+    );
+    await sleep(300);
+    raceBarrier.release();
+    await Promise.all(holders);
+    await waitFor('every split ended', async () => {
+      const states = await Promise.all(splits.map(async (id) => (await app.queue.get(id))?.state ?? 'gone'));
+      return states.every((state) => state !== 'running' && state !== 'pending');
+    }, { timeoutMs: 20_000, everyMs: 20 });
+    for (const id of splits) {
+      expect({ id, left: await app.queue.get(id) }).toEqual({ id, left: null });
+      const joins = await raceDb.sql<{ state: string }>("SELECT state FROM pgqueue.task WHERE parent_id = $1 AND queue = 'race.join'", [id]);
+      expect({ id, joins }).toEqual({ id, joins: [{ state: 'waiting' }] });
+    }
+    for (const id of named) await app.queue.cancel(id);
+  }, 30_000);
+});

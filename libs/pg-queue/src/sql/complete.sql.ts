@@ -153,6 +153,24 @@ SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
        (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts`,
 
     /**
+     * Bounds of the transaction that completes one attempt whose follow-ups have dependencies
+     * (TaskRepository.complete), for that transaction only: how long a statement may wait for a
+     * row lock, how long the transaction may sit idle between statements, how long any one
+     * statement may run. Parameters: $1, $2, $3 those bounds in ms, as text.
+     */
+    boundFollowUps: `
+SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true),
+       set_config('statement_timeout', $3, true)`,
+
+    /**
+     * The same attempt inside a caller's transaction (transactional mode): a savepoint instead,
+     * so a failure undoes this attempt's completion and follow-ups and nothing else.
+     */
+    followUpsSavepoint: 'SAVEPOINT pgqueue_follow_ups',
+    followUpsRollback: 'ROLLBACK TO SAVEPOINT pgqueue_follow_ups',
+    followUpsRelease: 'RELEASE SAVEPOINT pgqueue_follow_ups',
+
+    /**
      * Lease mode: extend the leases still held, and report cancel requests (the fallback when the
      * `!cancel` notification was missed). Parameters: $1 ids, $2 lease tokens (see HELD), $3 lease ms.
      */

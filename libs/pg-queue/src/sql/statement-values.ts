@@ -113,6 +113,8 @@ export interface CompleteResult {
   done: Set<string>;
   cancelled: Set<string>;
   rerun: Set<string>;
+  /** Attempts whose follow-ups could not be inserted, with why: not completed, lease still held. */
+  failed: Map<string, Error>;
 }
 
 

@@ -1,3 +1,4 @@
+import { PgQueueError } from '../errors';
 import type { PrismaClientLike, SqlExecutor } from '../types';
 import { claimStatements } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
@@ -41,6 +42,23 @@ function splitByConflictMode(rows: NewTaskRow[]): Map<InsertPart, { index: numbe
 }
 
 const MAX_KEYED_RETRIES = 5;
+
+/**
+ * Bounds of the transaction that completes one lease-mode attempt with follow-ups that have
+ * dependencies (see complete): the wait for a pool connection, for a row lock (a named task's row
+ * while its own completion holds it), idle time between statements and any one statement's run,
+ * and the whole transaction: `transactionMs` plus `perRowMs` per follow-up (one or two statements
+ * each).
+ */
+export const FOLLOW_UP_BOUNDS = { maxWaitMs: 5000, lockWaitMs: 5000, idleMs: 5000, statementMs: 10_000, transactionMs: 15_000, perRowMs: 20 } as const;
+
+/** The error an attempt fails with when its follow-ups could not be inserted (see complete). */
+function followUpsFailed(taskId: string, cause: unknown): PgQueueError {
+  const reason = cause instanceof Error ? cause.message : String(cause);
+  const err = new PgQueueError(`pg-queue: the follow-ups of task ${taskId} could not be enqueued, so its attempt fails: ${reason.replace(/^pg-queue: /, '')}`);
+  err.cause = cause;
+  return err;
+}
 
 /**
  * The only place that runs the queue's SQL. Statement texts are built once per schema; every value
@@ -177,24 +195,71 @@ export class TaskRepository {
   /**
    * Completes the leases still held and inserts their follow-ups; a lease in none of the result
    * sets was lost. Follow-ups that depend on one another or on other tasks (ctx.enqueue with
-   * dependsOn) need enqueue's insert path (ids, then dependants with their links): an attempt that
-   * has any goes in after the completion, all its follow-ups through `insert`, and only if its
-   * fence held; those several statements share one transaction, the caller's when `db` is a
-   * transaction client, else a new one.
+   * dependsOn) need enqueue's insert path (ids, then dependants with their links): such an attempt
+   * is completed on its own after the batch's statement, then all its follow-ups go in through
+   * `insert`, only if its fence held. Each such attempt is isolated: its own bounded transaction
+   * (FOLLOW_UP_BOUNDS), or a savepoint when `db` is a transaction client. When its follow-ups
+   * cannot go in (a task it named is gone since ctx.enqueue checked it, a bound ran out, ...) its
+   * completion is undone with them and it is returned in `failed`, lease still held, for the
+   * caller to record as a failed attempt; the batch's other attempts complete.
    */
   async complete(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
-    if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set() };
-    const graphs = new Set(followUps.flatMap((f) => (f.dependsOn !== null ? [f.parentId!] : [])));
+    const graphs = new Map<string, NewTaskRow[]>();
+    for (const f of followUps) if (f.dependsOn !== null) graphs.set(f.parentId!, []);
     if (graphs.size === 0) return this.completeFenced(db, leases, followUps);
-    const run = async (tx: SqlExecutor) => {
-      const res = await this.completeFenced(tx, leases, followUps.filter((f) => !graphs.has(f.parentId!)));
-      for (const parent of graphs) {
-        if (res.done.has(parent) || res.rerun.has(parent)) await this.insert(tx, followUps.filter((f) => f.parentId === parent));
+    for (const f of followUps) graphs.get(f.parentId!)?.push(f);
+    const res = await this.completeFenced(db, leases.filter((l) => !graphs.has(l.id)), followUps.filter((f) => !graphs.has(f.parentId!)));
+    for (const lease of leases) {
+      const own = graphs.get(lease.id);
+      if (own === undefined) continue;
+      const one = await this.isolated(db, own.length, async (tx) => {
+        const r = await this.completeFenced(tx, [lease], []);
+        if (r.done.has(lease.id) || r.rerun.has(lease.id)) await this.insert(tx, own);
+        return r;
+      });
+      if ('error' in one) {
+        res.failed.set(lease.id, followUpsFailed(lease.id, one.error));
+        continue;
       }
-      return res;
-    };
+      for (const key of ['done', 'cancelled', 'rerun'] as const) for (const id of one.value[key]) res[key].add(id);
+    }
+    return res;
+  }
+
+  /**
+   * Runs `work` so that its failure undoes its own writes and nothing else: in a transaction of its
+   * own with explicit bounds, or, inside the caller's transaction, between a savepoint and its
+   * release. Returns the work's error instead of throwing it; throws only when the caller's
+   * transaction itself can no longer be used (the rollback to the savepoint failed).
+   */
+  private async isolated<T>(db: SqlExecutor, rows: number, work: (tx: SqlExecutor) => Promise<T>): Promise<{ value: T } | { error: unknown }> {
     const root = db as Partial<PrismaClientLike>;
-    return typeof root.$transaction === 'function' ? root.$transaction(run) : run(db);
+    if (typeof root.$transaction === 'function') {
+      const b = FOLLOW_UP_BOUNDS;
+      try {
+        const value = await root.$transaction(
+          async (tx: SqlExecutor) => {
+            await tx.$queryRawUnsafe(this.completeSql.boundFollowUps, String(b.lockWaitMs), String(b.idleMs), String(b.statementMs));
+            return work(tx);
+          },
+          { maxWait: b.maxWaitMs, timeout: b.transactionMs + b.perRowMs * rows, isolationLevel: 'ReadCommitted' },
+        );
+        return { value };
+      } catch (error) {
+        return { error };
+      }
+    }
+    await db.$executeRawUnsafe(this.completeSql.followUpsSavepoint);
+    let value: T;
+    try {
+      value = await work(db);
+    } catch (error) {
+      await db.$executeRawUnsafe(this.completeSql.followUpsRollback);
+      await db.$executeRawUnsafe(this.completeSql.followUpsRelease);
+      return { error };
+    }
+    await db.$executeRawUnsafe(this.completeSql.followUpsRelease);
+    return { value };
   }
 
   /**
@@ -204,6 +269,7 @@ export class TaskRepository {
    * never need it).
    */
   private async completeFenced(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
+    if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set(), failed: new Map() };
     const result = await this.completeOnce(db, leases, followUps);
     if (result.done.size + result.rerun.size + result.cancelled.size === leases.length) return result;
     const unsettled = leases.filter((l) => !result.done.has(l.id) && !result.rerun.has(l.id) && !result.cancelled.has(l.id));
@@ -225,7 +291,12 @@ export class TaskRepository {
       ...ranAgo,
       resultsJson(leases),
     );
-    return { done: new Set(parseIds(res.done_ids)), cancelled: new Set(parseIds(res.cancelled_ids)), rerun: new Set(parseIds(res.rerun_ids)) };
+    return {
+      done: new Set(parseIds(res.done_ids)),
+      cancelled: new Set(parseIds(res.cancelled_ids)),
+      rerun: new Set(parseIds(res.rerun_ids)),
+      failed: new Map(),
+    };
   }
 
   /**

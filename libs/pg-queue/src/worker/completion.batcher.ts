@@ -7,7 +7,11 @@ interface Pending<T> {
   reject: (err: unknown) => void;
 }
 
-export type CompletionOutcome = 'done' | 'rerun' | 'cancelled' | 'lost';
+/**
+ * How a completion ended; `{ failed }`: its follow-ups could not be inserted (see
+ * TaskRepository.complete), so it was not completed and its lease is still held.
+ */
+export type CompletionOutcome = 'done' | 'rerun' | 'cancelled' | 'lost' | { failed: Error };
 
 interface Completion extends Pending<CompletionOutcome> {
   lease: RanLease;
@@ -83,7 +87,9 @@ export class CompletionBatcher {
         const res = await this.repo.complete(this.db, completions.map((c) => c.lease), completions.flatMap((c) => c.followUps));
         for (const c of completions) {
           const id = c.lease.id;
-          if (res.done.has(id)) c.resolve('done');
+          const failed = res.failed.get(id);
+          if (failed) c.resolve({ failed });
+          else if (res.done.has(id)) c.resolve('done');
           else if (res.rerun.has(id)) c.resolve('rerun');
           else if (res.cancelled.has(id)) c.resolve('cancelled');
           else c.resolve('lost');

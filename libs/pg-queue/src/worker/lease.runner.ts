@@ -80,10 +80,15 @@ export class LeaseRunner {
 
   private async record(a: Attempt, result: InvokeOutcome): Promise<void> {
     try {
-      const unstorable = result.kind === 'ok' ? keepResult(a, result.value, this.deps.rowLimits) : null;
-      if (result.kind === 'ok' && unstorable === null) {
-        publishOutcome(this.deps, a, await this.batcher.complete(a.ranLease, a.followUps));
-        return;
+      // Why a handler that returned still fails: a result that cannot be stored, follow-ups that cannot go in.
+      let notCompleted: Error | null = result.kind === 'ok' ? keepResult(a, result.value, this.deps.rowLimits) : null;
+      if (result.kind === 'ok' && notCompleted === null) {
+        const outcome = await this.batcher.complete(a.ranLease, a.followUps);
+        if (typeof outcome === 'string') {
+          publishOutcome(this.deps, a, outcome);
+          return;
+        }
+        notCompleted = outcome.failed; // lease still held: recorded as a failed attempt below
       }
       if (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError) {
         await releaseAttempts(this.deps, [a], `task ${a.task.id} of "${a.task.queue}"`);
@@ -93,7 +98,7 @@ export class LeaseRunner {
         publish(this.deps, a, 'lease-lost');
         return;
       }
-      const error = result.kind === 'ok' ? unstorable : result.kind === 'error' ? result.error : result.reason;
+      const error = result.kind === 'ok' ? notCompleted : result.kind === 'error' ? result.error : result.reason;
       const failure = failureOf(a, error, this.handler, this.deps.maxErrorBytes);
       const state = await this.batcher.fail(failure);
       publishOutcome(this.deps, a, state ?? 'lost', failure.error);

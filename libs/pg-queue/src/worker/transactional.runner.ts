@@ -15,13 +15,15 @@ const SUCCEEDED: Result = Object.freeze({ ok: true });
 
 /**
  * Thrown inside the transaction to roll all of it back: a handler stuck past its timeout, a
- * shutdown past its deadline, or tasks cancelled while they ran (their writes must not commit).
- * `culprits` get a recorded outcome; the other attempts run again.
+ * shutdown past its deadline, tasks cancelled while they ran, or tasks whose follow-ups could not
+ * be inserted (their writes must not commit). `culprits` get a recorded outcome (`reasons`: the
+ * error of each, when it is not implied by `why`); the other attempts run again.
  */
 class RollbackAll extends Error {
   constructor(
-    readonly why: 'stuck-handler' | 'shutdown' | 'cancelled',
+    readonly why: 'stuck-handler' | 'shutdown' | 'cancelled' | 'follow-ups',
     readonly culprits: Attempt[],
+    readonly reasons = new Map<Attempt, Error>(),
   ) {
     super(why);
   }
@@ -144,6 +146,8 @@ export class TransactionalRunner {
     a.endRun();
     gate.close(() => new LeaseLostError(a.task.id));
     if (gate.tookSavepoint) usage.savepoints++;
+    // Follow-ups with dependencies take a savepoint of their own at the completion (TaskRepository.complete).
+    if (a.followUps.some((f) => f.dependsOn !== null)) usage.savepoints++;
     const unstorable = result.kind === 'ok' ? keepResult(a, result.value, this.deps.rowLimits) : null;
     if (unstorable) {
       await gate.rollback();
@@ -196,6 +200,10 @@ export class TransactionalRunner {
       // Cancelled while running (the notification did not reach us in time): keep none of its writes.
       const cancelled = done.filter((a) => res.cancelled.has(a.task.id));
       if (cancelled.length > 0) throw new RollbackAll('cancelled', cancelled);
+      // Follow-ups that could not go in (TaskRepository.complete): that attempt fails, and its
+      // handler's writes must not commit either.
+      const notEnqueued = done.filter((a) => res.failed.has(a.task.id));
+      if (notEnqueued.length > 0) throw new RollbackAll('follow-ups', notEnqueued, new Map(notEnqueued.map((a) => [a, res.failed.get(a.task.id)!])));
       for (const a of done) {
         const id = a.task.id;
         const outcome = res.done.has(id) ? 'done' : res.rerun.has(id) ? 'rerun' : null;
@@ -227,7 +235,8 @@ export class TransactionalRunner {
       // Record the culprits' outcome on its own (a cancel request turns it into cancelled); the
       // others' work was rolled back with them, so they run again.
       const reasonOf = (a: Attempt) =>
-        err.why === 'cancelled' ? new TaskCancelledError(a.task.id) : a.abortReason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs);
+        err.reasons.get(a) ??
+        (err.why === 'cancelled' ? new TaskCancelledError(a.task.id) : a.abortReason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs));
       const failures = err.culprits.map((a) => failureOf(a, reasonOf(a), this.handler, this.deps.maxErrorBytes));
       const states = await this.recordOutsideTransaction(failures);
       for (const [i, a] of err.culprits.entries()) this.announceFailures([a], states, failures[i].error);
