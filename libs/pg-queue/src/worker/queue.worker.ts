@@ -53,8 +53,11 @@ export class QueueWorker {
   private wakeSeq = 0;
   private claimedSeq = -1;
   private busy = 0;
-  /** Attempts handed to a runner so far (drain() reports its share). */
-  private dispatched = 0;
+  /**
+   * Attempts that ran to their end here so far, however they were claimed (the worker loop or a
+   * drain): a drain counts those that ended while it ran, including ones started before it.
+   */
+  private finishedCount = 0;
   /** Lease mode: claimed attempts waiting for a free slot. */
   private readonly buffer: Attempt[] = [];
   private readonly work = new WorkInFlight();
@@ -155,26 +158,38 @@ export class QueueWorker {
     this.state = 'stopped';
   }
 
+  /** Attempts that ran to their end in this worker so far (see QueueDrainer). */
+  get finished(): number {
+    return this.finishedCount;
+  }
+
+  /** No claim in flight and no attempt running or waiting for a slot here. */
+  get idle(): boolean {
+    return this.filling === null && this.work.size === 0 && this.buffer.length === 0;
+  }
+
   /**
-   * Test helper: claims and runs due tasks inline until none is left; returns how many attempts ran
-   * in this worker meanwhile (started ones included). Works whether or not the worker was started.
+   * Test helper (see QueueDrainer): claims and runs due tasks inline until none is left, waiting
+   * for the attempts the worker loop holds too (those it claimed before the drain included). False
+   * when `deadline` (epoch ms) passed with attempts still running here. Works whether or not the
+   * worker was started; `finished` counts what ended.
    */
-  async drain(): Promise<number> {
-    const before = this.dispatched;
+  async drain(deadline: number): Promise<boolean> {
     for (;;) {
-      await this.quiesce();
+      if (!(await this.quiesce(deadline))) return false;
       const rows = await this.claimer.claim(this.claimCeiling);
       if (rows.length > 0) this.dispatch(rows);
-      else if (this.filling === null && this.work.size === 0 && this.buffer.length === 0) return this.dispatched - before;
+      else if (this.idle) return true;
     }
   }
 
-  /** Waits until no claim is in flight and no attempt runs or waits here. */
-  private async quiesce(): Promise<void> {
+  /** Waits until no claim is in flight and no attempt runs or waits here; false past `deadline`. */
+  private async quiesce(deadline: number): Promise<boolean> {
     while (this.filling || this.work.size > 0) {
       await this.filling;
-      await this.work.settleWithin(Number.MAX_SAFE_INTEGER);
+      if (!(await this.work.settleWithin(Math.max(0, deadline - Date.now())))) return false;
     }
+    return true;
   }
 
   /** Attempts this worker holds: running, or (lease mode) waiting in the buffer. */
@@ -229,7 +244,6 @@ export class QueueWorker {
   }
 
   private dispatch(attempts: Attempt[]): void {
-    this.dispatched += attempts.length;
     if (this.lease) {
       for (const a of attempts) this.lease.hold(a);
       this.buffer.push(...attempts);
@@ -261,6 +275,7 @@ export class QueueWorker {
     };
     const settle = (failed: boolean, err?: unknown) => {
       freeSlot();
+      this.finishedCount += 1;
       this.afterWork(p, a.groupKey !== null);
       if (failed) this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error | null)?.message ?? String(err)}`);
     };
@@ -277,6 +292,7 @@ export class QueueWorker {
       .catch((err: unknown) => this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`))
       .finally(() => {
         this.busy -= 1;
+        this.finishedCount += attempts.length;
         this.afterWork(p, attempts.some((a) => a.groupKey !== null));
       });
     this.work.add(p);

@@ -6,6 +6,7 @@ import { TaskEvents } from '../observability/task-events';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { ScheduleTicker } from '../schedules/schedule.ticker';
+import { DrainRepository } from '../sql/drain.repository';
 import { within } from '../core/within';
 import { LimitsRepository } from '../sql/limits.repository';
 import { OperatorRepository } from '../sql/operator.repository';
@@ -18,6 +19,7 @@ import { DatabaseClock } from './database.clock';
 import { LeaseRescuer } from './lease.rescuer';
 import { DependencySettler } from './dependency.settler';
 import { RetentionPruner } from './retention.pruner';
+import { QueueDrainer, type DrainOptions, type DrainReport } from './queue.drainer';
 import { QueueWorker, type WorkerStatus } from './queue.worker';
 import { WakeupListener } from './wakeup.listener';
 import type { WorkerDeps } from './worker.deps';
@@ -60,6 +62,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private ticker: ScheduleTicker | null = null;
   private pruner: RetentionPruner | null = null;
   private readonly settler: DependencySettler;
+  private readonly drainer: QueueDrainer;
   private started = false;
   private shutdownPromise: Promise<void> | null = null;
   private readonly deps: WorkerDeps;
@@ -74,6 +77,9 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     events: TaskEvents,
   ) {
     this.settler = new DependencySettler(options.prisma, repo.dependencies, this.logger);
+    this.drainer = new QueueDrainer(options.prisma, new DrainRepository(options.schema), this.settler, (q) => this.worker(q), () =>
+      this.registry.all().map((h) => h.queue),
+    );
     this.deps = {
       prisma: options.prisma,
       repo,
@@ -169,22 +175,19 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     return this.shutdownPromise;
   }
 
-  /** Runs due tasks of one queue (or every registered queue) inline until none is left, dependants included. */
+  /**
+   * Runs due tasks of one queue (or every registered queue) inline until the queues are quiet,
+   * follow-ups and dependants included, also waiting for what this app's own worker loops run in
+   * them (see QueueDrainer); returns how many attempts ran.
+   */
   async drain(queue?: string): Promise<number> {
+    return (await this.drainWith({ queue })).ran;
+  }
+
+  /** drain() with the options of `drainQueue(app, options)`, and its report. */
+  async drainWith(options: DrainOptions = {}): Promise<DrainReport> {
     await this.ensureListener(); // cancel requests reach drained handlers too
-    const queues = queue ? [queue] : this.registry.all().map((h) => h.queue);
-    let total = 0;
-    for (let again = true; again; ) {
-      again = false;
-      for (const q of queues) {
-        const ran = await this.worker(q).drain();
-        total += ran;
-        if (ran > 0) again = true; // follow-ups may have landed in an earlier queue
-      }
-      // Tasks that ran may have been what dependants waited for: those are due now.
-      if (again) await this.settler.request();
-    }
-    return total;
+    return this.drainer.drain(options);
   }
 
   /** Returns expired leases to the queue now (the rescuer also does it every rescueIntervalMs). */
