@@ -63,7 +63,7 @@ describe('pg-queue CLI', () => {
   it('stats and list, as text and as JSON', () => {
     const stats = cli(['stats']);
     expect(stats).toMatchObject({ code: 0, err: '' });
-    expect(stats.out).toMatch(/^queue\s+pending\s+waiting\s+running\s+dead\s+done\s+cancelled\s+oldestPendingMs\ncli\.join\s+0\s+0\s+0\s+0\s+0\s+1\s+-\ncli\.work\s+1\s+0\s+0\s+2\s+1\s+0\s+-\n$/);
+    expect(stats.out).toMatch(/^queue\s+pending\s+waiting\s+running\s+dead\s+done\s+cancelled\s+oldestDueMs\ncli\.join\s+0\s+0\s+0\s+0\s+0\s+1\s+-\ncli\.work\s+1\s+0\s+0\s+2\s+1\s+0\s+-\n$/);
     const json = cli(['--json', 'list', '--queue', 'cli.work', '--state', 'dead']);
     expect(json.code).toBe(0);
     const dead = JSON.parse(json.out) as { id: string; state: string; lastError: string }[];

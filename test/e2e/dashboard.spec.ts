@@ -87,6 +87,7 @@ describe('dashboard (headless Chromium)', () => {
     ids.xss = await queue.enqueue('dash.xss', { note: XSS_PAYLOAD }, { key: XSS_KEY, group: XSS_GROUP });
     ids.later = await queue.enqueue('dash.later', { n: 0 }, { delayMs: 3_600_000 });
     ids.cancelMe = await queue.enqueue('dash.later', { n: 1 }, { delayMs: 3_600_000 });
+    ids.join = await queue.enqueue('dash.join', {}, { dependsOn: [ids.later] }); // waits for it
     await queue.enqueueMany(Array.from({ length: 58 }, (_, i) => ({ queue: 'dash.later', payload: { n: i + 2 }, options: { delayMs: 3_600_000 } })));
     await waitFor('3 orders completed and 4 tasks dead', async () => {
       const [{ completed }] = await db.sql("SELECT count(*)::int AS completed FROM orders WHERE status = 'completed'");
@@ -137,12 +138,13 @@ describe('dashboard (headless Chromium)', () => {
     expect(headers['content-security-policy']).toContain("frame-ancestors 'none'");
     expect(await page.locator('h1').textContent()).toBe('Queues');
     const row = (queueName: string) => page.locator('tbody tr', { has: page.locator(`th a:text-is("${queueName}")`) }).locator('td');
-    expect((await row('dash.flaky').allTextContents())[3]).toBe('3'); // dead
+    expect((await row('dash.flaky').allTextContents())[4]).toBe('3'); // dead
     expect((await row('dash.later').allTextContents())[1]).toBe('60'); // later
+    expect((await row('dash.join').allTextContents())[2]).toBe('1'); // waiting for its dependency
     const email = await row('email.send').allTextContents();
-    expect(email[4]).toBe('3'); // done in the last hour
-    expect(email[8]).toMatch(/ms|s$/); // p50
-    expect(email[9]).toMatch(/ms|s$/); // p95
+    expect(email[5]).toBe('3'); // done in the last hour
+    expect(email[9]).toMatch(/ms|s$/); // p50
+    expect(email[10]).toMatch(/ms|s$/); // p95
     expect(await page.locator('svg.chart rect.done').count()).toBeGreaterThan(0);
     expect(await page.locator('svg.chart rect.failed').count()).toBeGreaterThan(0);
     // The stylesheet came from the dashboard itself, under its CSP.

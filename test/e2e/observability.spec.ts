@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { NonRetryableError, TaskHandler, type Task } from '@app/pg-queue';
+import { NonRetryableError, TaskHandler, WorkerOrchestrator, type Task } from '@app/pg-queue';
 import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
 import { drainQueue } from '@app/pg-queue/testing';
 import { METRICS_COUNT_CAP, inspectStatements } from '../../libs/pg-queue/src/sql/inspect.sql';
@@ -50,6 +50,21 @@ describe('observability', () => {
     expect(sample(text, 'pgqueue_oldest_pending_seconds{queue="obs.q"}')).toBeGreaterThanOrEqual(4);
     // The operator API still counts everything, the archive and the delayed task included.
     expect((await qa.queue.stats()).find((s) => s.queue === 'obs.q')).toMatchObject({ pending: 2, dead: 1, done: 2 });
+  });
+
+  it('counts tasks waiting for their dependencies in metrics, health and stats, and names the oldest due task one way', async () => {
+    const parent = await qa.queue.enqueue('obs.parent', {}, { delayMs: 3_600_000 });
+    await qa.queue.enqueueMany([{ queue: 'obs.join', payload: {}, options: { dependsOn: [parent] } }, { queue: 'obs.join', payload: {}, options: { dependsOn: [parent] } }]);
+    await qa.queue.enqueue('obs.due', {}, { runAt: new Date(Date.now() - 3_000) });
+    const text = await qa.app.get(QueueMetrics).metrics();
+    // A queue with only waiting tasks is listed, with its waiting count.
+    expect(text).toContain('pgqueue_tasks{queue="obs.join",state="waiting"} 2');
+    expect(text).toContain('pgqueue_tasks{queue="obs.parent",state="waiting"} 0');
+    expect(sample(text, 'pgqueue_oldest_due_seconds{queue="obs.due"}')).toBeGreaterThanOrEqual(2);
+    const health = await qa.app.get(WorkerOrchestrator).health();
+    expect(health.queues.find((q) => q.queue === 'obs.join')).toMatchObject({ waiting: 2, due: 0 });
+    const stats = (await qa.queue.stats()).find((s) => s.queue === 'obs.due');
+    expect(stats?.oldestDueMs).toBeGreaterThanOrEqual(2_000);
   });
 
   it('keeps reporting a queue that emptied, at zero', async () => {

@@ -12,6 +12,8 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database'
 
 const SCHEMA = 'pgqueue';
 const upTo10 = () => schemaMigrations(SCHEMA).filter((m) => m.version <= 10);
+/** The library's migrations from 11 on, as an upgrade from 10 applies them. */
+const from11 = () => schemaMigrations(SCHEMA).filter((m) => m.version >= 11).map((m) => m.version);
 const quiet: InstallOptions['logger'] = { log: () => undefined, warn: () => undefined };
 
 /** An archive row as an earlier release wrote it; finished at `finishedAt` (SQL). */
@@ -116,7 +118,7 @@ describe('schema upgrades under a running fleet', () => {
       await new Promise((r) => setTimeout(r, 6000));
       expect(await db.sql(`SELECT version, steps_done FROM ${SCHEMA}.schema_version WHERE version >= 11`)).toEqual([]);
       await batch.release();
-      expect(await install).toEqual([11, 100, 101]);
+      expect(await install).toEqual([...from11(), 100, 101]);
     } finally {
       await batch.release();
       await business.stop();
@@ -155,11 +157,11 @@ describe('schema upgrades under a running fleet', () => {
       install = installSchema(db.prisma(), SCHEMA, [...schemaMigrations(SCHEMA), ...taskMigrations(100)], { lockTimeoutMs: 500, logger: quiet });
       // The build waits for the batch (its snapshot), without holding back the writes to task.
       await waitUntil('the concurrent build waiting', async () =>
-        (await db.sql(`SELECT 1 FROM pg_stat_activity WHERE query ILIKE '%INDEX CONCURRENTLY%' AND wait_event_type = 'Lock'`)).length > 0,
+        (await db.sql(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE '%INDEX CONCURRENTLY%' AND wait_event_type = 'Lock'`)).length > 0,
       );
       const before = business.durations.length;
       await waitUntil('enqueues while the build waits', async () => business.durations.length > before + 5);
-      expect(await db.sql(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'business-enqueue' AND wait_event_type = 'Lock'`)).toEqual([{ n: 0 }]);
+      expect(await db.sql(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'business-enqueue' AND wait_event_type = 'Lock'`)).toEqual([{ n: 0 }]);
       await batch.release();
       expect(await install).toEqual([101]);
     } finally {
@@ -187,10 +189,10 @@ describe('schema upgrades under a running fleet', () => {
       await holder.query('SELECT pg_advisory_lock($1)', [gate]);
       const install = installSchema(db.prisma(), SCHEMA, [...upTo10(), gated], { lockTimeoutMs: 60_000, logger: quiet });
       await waitUntil('step 2 waiting for the gate', async () =>
-        (await db.sql("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted", [gate])).length > 0,
+        (await db.sql("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND objid = $1 AND NOT granted", [gate])).length > 0,
       );
       expect(await db.sql(`SELECT steps_done FROM ${SCHEMA}.schema_version WHERE version = 11`)).toEqual([{ steps_done: 1 }]);
-      await db.sql("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted", [gate]);
+      await db.sql("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND objid = $1 AND NOT granted", [gate]);
       await expect(install).rejects.toThrow();
     } finally {
       await holder.end();
@@ -200,7 +202,7 @@ describe('schema upgrades under a running fleet', () => {
     await db.sql(archiveInsert(900_010, "now() + interval '3 days'"));
 
     // The next start runs migration 11 from its first step, and completes it.
-    expect(await installSchema(db.prisma(), SCHEMA, schemaMigrations(SCHEMA), { logger: quiet })).toEqual([11]);
+    expect(await installSchema(db.prisma(), SCHEMA, schemaMigrations(SCHEMA), { logger: quiet })).toEqual(from11());
     expect(await db.sql(`SELECT tableoid::regclass::text AS part FROM ${SCHEMA}.task_archive WHERE id = 900010`)).toEqual([
       { part: `${SCHEMA}.task_archive_legacy` },
     ]);
@@ -225,7 +227,7 @@ describe('schema upgrades under a running fleet', () => {
     // What the health indicator reads: unfinished, and no installer at work.
     expect(await schemaUpgradeState(db.prisma(), SCHEMA)).toEqual([{ version: 11, name: 'archive_partitions', stepsDone: 1, since: expect.any(Date), installing: false }]);
     const messages: string[] = [];
-    expect(await installSchema(db.prisma(), SCHEMA, schemaMigrations(SCHEMA), { logger: { log: (m) => messages.push(m), warn: (m) => messages.push(m) } })).toEqual([11]);
+    expect(await installSchema(db.prisma(), SCHEMA, schemaMigrations(SCHEMA), { logger: { log: (m) => messages.push(m), warn: (m) => messages.push(m) } })).toEqual(from11());
     expect(await schemaUpgradeState(db.prisma(), SCHEMA)).toEqual([]);
     expect(messages.join('\n')).toMatch(/migration 11.*unfinished/);
     const [{ days }] = await db.sql(

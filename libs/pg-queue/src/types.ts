@@ -280,7 +280,9 @@ export interface QueueStats {
   dead: number;
   done: number;
   cancelled: number;
-  /** Age of the oldest pending task that is due, in ms; null when none is waiting. */
+  /** Age of the oldest task that is due and not started, in ms; null when there is none. */
+  oldestDueMs: number | null;
+  /** @deprecated The same as oldestDueMs, under its first name. */
   oldestPendingMs: number | null;
 }
 

@@ -91,7 +91,7 @@ export function program(out: (text: string) => void, err: (text: string) => void
     .action(() =>
       withQueue(global(), async (queue) => {
         const stats = await queue.stats();
-        print(output(), stats, () => (stats.length === 0 ? 'no tasks' : table(stats as never, ['queue', 'pending', 'waiting', 'running', 'dead', 'done', 'cancelled', 'oldestPendingMs'])));
+        print(output(), stats, () => (stats.length === 0 ? 'no tasks' : table(stats as never, ['queue', 'pending', 'waiting', 'running', 'dead', 'done', 'cancelled', 'oldestDueMs'])));
       }),
     );
 

@@ -53,7 +53,7 @@ export class DashboardData implements OnModuleInit {
   async overview(): Promise<Overview> {
     const { queues: counts, recent } = await this.db.$transaction((tx: SqlExecutor) => this.repo.overview(tx), { maxWait: 10_000, timeout: 30_000 });
     const byQueue = new Map<string, Overview['queues'][number]>();
-    const none = { due: 0, later: 0, running: 0, dead: 0, oldestDueMs: null, done: 0, cancelled: 0, failed: 0, p50Ms: null, p95Ms: null };
+    const none = { due: 0, later: 0, waiting: 0, running: 0, dead: 0, oldestDueMs: null, done: 0, cancelled: 0, failed: 0, p50Ms: null, p95Ms: null };
     for (const q of counts) byQueue.set(q.queue, { ...none, ...q });
     const minutes: MinuteCounts[] = Array.from({ length: 60 }, () => ({ done: 0, failed: 0 }));
     let sampledFrom: Date | null = null;

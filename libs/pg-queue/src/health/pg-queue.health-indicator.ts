@@ -56,7 +56,7 @@ export class PgQueueHealthIndicator {
       database: health.database.up ? 'up' : 'down',
       listen: health.listen,
       workers: health.workers.map((w) => ({ queue: w.queue, alive: w.alive, state: w.state, running: w.running, lastClaimError: w.lastClaimError })),
-      queues: health.queues.map((q) => ({ queue: q.queue, due: q.due, running: q.running, dead: q.dead, oldestDueMs: q.oldestDueMs })),
+      queues: health.queues.map((q) => ({ queue: q.queue, due: q.due, running: q.running, dead: q.dead, waiting: q.waiting, oldestDueMs: q.oldestDueMs })),
       // Only while a migration is unfinished: another instance upgrading, or an upgrade stopped part-way.
       ...(upgrades?.length ? { schemaUpgrades: upgrades.map((u) => ({ version: u.version, name: u.name, stepsDone: u.stepsDone, since: u.since, installing: u.installing })) } : {}),
     };

@@ -15,7 +15,8 @@ const DURATION_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120];
  * without metrics never loads prom-client (an optional peer):
  * - `pgqueue_task_outcomes_total{queue, outcome}` from this process's task events;
  * - `pgqueue_task_duration_seconds{queue, outcome}` handler run time per attempt;
- * - `pgqueue_tasks{queue, state}` (due, running, dead) and `pgqueue_oldest_pending_seconds{queue}`,
+ * - `pgqueue_tasks{queue, state}` (due, running, dead, waiting) and `pgqueue_oldest_due_seconds{queue}`
+ *   (also as `pgqueue_oldest_pending_seconds`, its deprecated first name),
  *   read from the database at scrape time (one statement), so every instance reports the same
  *   queue-wide figures. The statement's cost does not grow with the archive or with delayed
  *   tasks (every scrape of every instance runs it): it counts neither, and stops counting due and
@@ -58,21 +59,29 @@ export class QueueMetrics implements OnModuleDestroy {
     // gauges wait for the one statement of this scrape.
     let reading: Promise<void> | null = null;
     const collect = (): Promise<void> =>
-      (reading ??= this.read(tasks, oldest).finally(() => {
+      (reading ??= this.read(tasks, [oldest, oldestDeprecated]).finally(() => {
         reading = null;
       }));
     const tasks: Gauge = new Gauge({
       name: 'pgqueue_tasks',
       help:
-        `Tasks by queue and state: due (pending and due, not started), running, dead; due and dead are counted up to ${METRICS_COUNT_CAP}. ` +
+        `Tasks by queue and state: due (pending and due, not started), running, dead, waiting (for their dependencies); due, dead and waiting are counted up to ${METRICS_COUNT_CAP}. ` +
         'Not counted: tasks not yet due, and finished ones (see pgqueue_task_outcomes_total)',
       labelNames: ['queue', 'state'],
       registers: [this.registry],
       collect,
     });
     const oldest: Gauge = new Gauge({
-      name: 'pgqueue_oldest_pending_seconds',
+      name: 'pgqueue_oldest_due_seconds',
       help: 'Age of the oldest task that is due and not started (0: none)',
+      labelNames: ['queue'],
+      registers: [this.registry],
+      collect,
+    });
+    // The same figure under its first name, kept so that existing dashboards and alerts still read it.
+    const oldestDeprecated: Gauge = new Gauge({
+      name: 'pgqueue_oldest_pending_seconds',
+      help: 'Deprecated: pgqueue_oldest_due_seconds under its former name',
       labelNames: ['queue'],
       registers: [this.registry],
       collect,
@@ -104,17 +113,18 @@ export class QueueMetrics implements OnModuleDestroy {
     this.stopCounting();
   }
 
-  private async read(tasks: Gauge, oldest: Gauge): Promise<void> {
+  private async read(tasks: Gauge, oldest: Gauge[]): Promise<void> {
     const rows = new Map((await this.operator.metrics(this.options.prisma)).map((r) => [r.queue, r]));
     for (const queue of rows.keys()) this.queues.add(queue);
     tasks.reset();
-    oldest.reset();
+    for (const g of oldest) g.reset();
     for (const queue of this.queues) {
       const r = rows.get(queue);
       tasks.set({ queue, state: 'due' }, r?.due ?? 0);
       tasks.set({ queue, state: 'running' }, r?.running ?? 0);
       tasks.set({ queue, state: 'dead' }, r?.dead ?? 0);
-      oldest.set({ queue }, (r?.oldest_due_ms ?? 0) / 1000);
+      tasks.set({ queue, state: 'waiting' }, r?.waiting ?? 0);
+      for (const g of oldest) g.set({ queue }, (r?.oldest_due_ms ?? 0) / 1000);
     }
   }
 }

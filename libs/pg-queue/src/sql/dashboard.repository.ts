@@ -13,6 +13,8 @@ export interface QueueCounts {
   queue: string;
   due: number;
   later: number;
+  /** Waiting for their dependencies. */
+  waiting: number;
   running: number;
   dead: number;
   oldestDueMs: number | null;

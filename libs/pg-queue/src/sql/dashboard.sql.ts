@@ -30,9 +30,10 @@ export function dashboardStatements(schema: string) {
          created_at AS "createdAt", started_at AS "startedAt", finished_at AS "finishedAt"`;
   return marked({
     /**
-     * Per queue, from the hot table: tasks due, waiting for a later run_at, running and dead (each
-     * counted up to $1), and the age of the oldest due task. Queues are found by loose index scans
-     * of the pending (task_due_idx) and dead (task_dead_idx) rows; running rows are few (leases) and
+     * Per queue, from the hot table: tasks due, waiting for a later run_at, waiting for their
+     * dependencies, running and dead (each counted up to $1), and the age of the oldest due task.
+     * Queues are found by loose index scans of the pending (task_due_idx), dead (task_dead_idx) and
+     * waiting (task_waiting_idx) rows; running rows are few (leases) and
      * read whole from their partial index. Due and later are the two sides of now() in task_due_idx.
      * Parameters: $1 count cap.
      */
@@ -41,6 +42,7 @@ WITH RECURSIVE ${liveQueues(s)}
 SELECT q.queue,
        ${capped(`${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now()`)} AS due,
        ${capped(`${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at > now()`)} AS later,
+       ${capped(`${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting'`)} AS waiting,
        coalesce((SELECT r.running FROM running r WHERE r.queue = q.queue), 0) AS running,
        ${capped(`${s}.task t WHERE t.queue = q.queue AND t.state = 'dead'`)} AS dead,
        (extract(epoch FROM now() - (

@@ -125,8 +125,8 @@ export function pipelineWalk(s: string): string {
 
 /**
  * Every queue with live tasks, as CTE `queues` (queue) with `running` (queue, running): queues with
- * pending or dead rows come from loose index scans (one probe per queue, task_due_idx and
- * task_dead_idx), running rows are few and read whole (task_running_idx). No archive, no walk over
+ * pending, dead or waiting rows come from loose index scans (one probe per queue, task_due_idx,
+ * task_dead_idx and task_waiting_idx), running rows are few and read whole (task_running_idx). No archive, no walk over
  * a queue's rows: what a scrape or the overview may run often.
  */
 export function liveQueues(s: string): string {
@@ -136,11 +136,12 @@ export function liveQueues(s: string): string {
   SELECT (SELECT t.queue FROM ${s}.task t WHERE t.state = '${state}' AND t.queue > p.queue ORDER BY t.queue LIMIT 1)
   FROM ${name} p WHERE p.queue IS NOT NULL
 )`;
-  return `${queuesIn('pending_queues', 'pending')}, ${queuesIn('dead_queues', 'dead')}, running AS (
+  return `${queuesIn('pending_queues', 'pending')}, ${queuesIn('dead_queues', 'dead')}, ${queuesIn('waiting_queues', 'waiting')}, running AS (
   SELECT queue, count(*)::int AS running FROM ${s}.task WHERE state = 'running' GROUP BY queue
 ), queues AS (
   SELECT queue FROM pending_queues WHERE queue IS NOT NULL
   UNION SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+  UNION SELECT queue FROM waiting_queues WHERE queue IS NOT NULL
   UNION SELECT queue FROM running
 )`;
 }

@@ -40,15 +40,16 @@ SELECT ${columns}, ${ARCHIVE_EXTRA} FROM ${s}.task_archive WHERE ${where}`;
     stats: `
 SELECT queue, state, count(*)::int AS count,
        (extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'pending' AND run_at <= now())) * 1000)::float8
-         AS oldest_pending_ms
+         AS oldest_due_ms
 FROM ${s}.task GROUP BY queue, state
 UNION ALL
 SELECT queue, state, count(*)::int, NULL FROM ${s}.task_archive GROUP BY queue, state`,
 
     /**
      * What a metrics scrape reads, at a cost that does not grow with the archive or with tasks
-     * waiting for a later run_at: per queue, due tasks and dead tasks (each counted up to
-     * METRICS_COUNT_CAP), running tasks, and the age of the oldest due task. Never reads
+     * waiting for a later run_at: per queue, due, dead and waiting (for dependencies) tasks (each
+     * counted up to METRICS_COUNT_CAP; waiting ones by task_waiting_idx), running tasks, and the
+     * age of the oldest due task. Never reads
      * task_archive. Queues are enumerated by a loose index scan (one probe per queue) of the
      * pending rows (task_due_idx) and the dead rows (task_dead_idx); running rows are few (leases)
      * and read whole from task_running_idx. The due figures are range scans of task_due_idx
@@ -72,6 +73,9 @@ SELECT q.queue,
        (SELECT count(*) FROM (
           SELECT 1 FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'dead' LIMIT ${METRICS_COUNT_CAP}
         ) dead)::int AS dead,
+       (SELECT count(*) FROM (
+          SELECT 1 FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting' LIMIT ${METRICS_COUNT_CAP}
+        ) waiting)::int AS waiting,
        (extract(epoch FROM now() - (
           SELECT min(t.run_at) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now()
         )) * 1000)::float8 AS oldest_due_ms

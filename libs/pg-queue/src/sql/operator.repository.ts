@@ -47,7 +47,7 @@ export class OperatorRepository {
   }
 
   stats(db: SqlExecutor) {
-    return db.$queryRawUnsafe<{ queue: string; state: string; count: number; oldest_pending_ms: number | null }[]>(this.inspectSql.stats);
+    return db.$queryRawUnsafe<{ queue: string; state: string; count: number; oldest_due_ms: number | null }[]>(this.inspectSql.stats);
   }
 
   /**
@@ -59,7 +59,7 @@ export class OperatorRepository {
   metrics(db: PrismaClientLike) {
     return db.$transaction(async (tx: SqlExecutor) => {
       await tx.$executeRawUnsafe(JIT_OFF);
-      return tx.$queryRawUnsafe<{ queue: string; due: number; running: number; dead: number; oldest_due_ms: number | null }[]>(this.inspectSql.metrics);
+      return tx.$queryRawUnsafe<{ queue: string; due: number; running: number; dead: number; waiting: number; oldest_due_ms: number | null }[]>(this.inspectSql.metrics);
     });
   }
 

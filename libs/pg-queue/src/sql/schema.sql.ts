@@ -1,6 +1,7 @@
 import { quoteIdent } from './identifiers';
 import { archiveMigrations } from './migrations/archive.migrations';
 import { flowMigrations } from './migrations/flow.migrations';
+import { inspectMigrations } from './migrations/inspect.migrations';
 import { taskMigrations } from './migrations/tasks.migrations';
 
 /**
@@ -67,7 +68,7 @@ export function migrationStepPlans(m: SchemaMigration): readonly { sql: string; 
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
   const s = quoteIdent(schema);
-  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s)];
+  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s)];
 }
 
 /** Everything needed to create the schema from nothing, including the version bookkeeping. */

@@ -37,7 +37,7 @@ export interface QueueHealth {
   listen: 'connected' | 'disconnected' | 'poll-only' | 'off';
   workers: WorkerStatus[];
   /** Per queue with live tasks: due (capped at 10 000), running, dead (capped), oldest due age in ms. */
-  queues: { queue: string; due: number; running: number; dead: number; oldestDueMs: number | null }[];
+  queues: { queue: string; due: number; running: number; dead: number; waiting: number; oldestDueMs: number | null }[];
 }
 
 /**
@@ -234,7 +234,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       // Bounded: a database that does not answer is reported, with this process's workers.
       const rows = await within(this.operator.metrics(this.options.prisma), databaseTimeoutMs, null);
       if (rows === null) return { database: { up: false, error: `no answer within ${databaseTimeoutMs} ms` }, listen, workers, queues: [] };
-      const queues = rows.map((r) => ({ queue: r.queue, due: r.due, running: r.running, dead: r.dead, oldestDueMs: r.oldest_due_ms }));
+      const queues = rows.map((r) => ({ queue: r.queue, due: r.due, running: r.running, dead: r.dead, waiting: r.waiting, oldestDueMs: r.oldest_due_ms }));
       return { database: { up: true, error: null }, listen, workers, queues };
     } catch (err) {
       return { database: { up: false, error: (err as Error).message }, listen, workers, queues: [] };

@@ -18,6 +18,7 @@ export function overviewPage(ctx: PageContext, o: Overview, notice: { key?: stri
 <th scope="row"><a href="${l.tasks({ queue: q.queue })}">${q.queue}</a></th>
 <td class="num">${capped(q.due, cap)}</td>
 <td class="num">${capped(q.later, cap)}</td>
+<td class="num">${capped(q.waiting, cap)}</td>
 <td class="num">${q.running}</td>
 <td class="num">${q.dead > 0 ? html`<a class="dead" href="${l.tasks({ queue: q.queue, state: 'dead' })}">${capped(q.dead, cap)}</a>` : '0'}</td>
 <td class="num">${q.done}</td>
@@ -49,11 +50,11 @@ ${o.sampledFrom ? html`<p class="hint">More tasks finished this hour than the da
 ${o.queues.length === 0
     ? html`<p class="empty">No tasks yet.</p>`
     : html`<table class="grid-table">
-<thead><tr><th>queue</th><th class="num" title="pending, due">due</th><th class="num" title="pending, run_at in the future">later</th><th class="num">running</th><th class="num">dead</th>
+<thead><tr><th>queue</th><th class="num" title="pending, due">due</th><th class="num" title="pending, run_at in the future">later</th><th class="num" title="waiting for the tasks it depends on">waiting</th><th class="num">running</th><th class="num">dead</th>
 <th class="num">done 1 h</th><th class="num">failed 1 h</th><th class="num">cancelled 1 h</th><th class="num">oldest due</th><th class="num">run p50</th><th class="num">run p95</th></tr></thead>
 <tbody>${rows}</tbody>
 </table>
-<p class="hint">Counts of pending and dead tasks stop at ${cap}. Run times are over the tasks that finished done in the last hour.</p>`}
+<p class="hint">Counts of pending, waiting and dead tasks stop at ${cap}. Run times are over the tasks that finished done in the last hour.</p>`}
 </section>`;
   return page(ctx, 'Queues', 'queues', content, notice);
 }
