@@ -57,6 +57,8 @@ describe('resolveModuleOptions', () => {
     expect(resolve({ retention: { archiveMs: 3_600_000 } }).retention.archivePartitionMs).toBe(900_000);
     expect(resolve({ retention: { archiveMs: 0 } }).retention.archivePartitionMs).toBe(60_000);
     expect(resolve({ retention: { archiveMs: 3_600_000, archivePartitionMs: 120_000 } }).retention.archivePartitionMs).toBe(120_000);
+    // Ten years of history: partitions of about 10 days (whole minutes; at most 366 kept), not of one day.
+    expect(resolve({ retention: { archiveMs: 3650 * 86_400_000 } }).retention.archivePartitionMs).toBe(861_660_000);
   });
 
   it('gives each resolution its own worker id', () => {
@@ -187,6 +189,8 @@ describe('resolveModuleOptions', () => {
     ['retention', { archiveMs: -1 }, 'retention.archiveMs', InvalidOptionsError],
     ['retention', { archivePartitionMs: 59_999 }, 'retention.archivePartitionMs', InvalidOptionsError],
     ['retention', { archivePartitionMs: 367 * 86_400_000 }, 'retention.archivePartitionMs', InvalidOptionsError],
+    // 1-minute partitions for 7 days of history: 10 080 partitions, each probed by every id lookup.
+    ['retention', { archivePartitionMs: 60_000 }, 'retention.archivePartitionMs', InvalidOptionsError],
   ] as const)('rejects %s = %p, naming %s', (option, value, path, errorClass) => {
     const err = thrown(() => resolve({ [option]: value }));
     expect(err).toBeInstanceOf(errorClass);

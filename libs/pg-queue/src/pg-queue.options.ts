@@ -223,21 +223,38 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
       archiveMs,
       deadMs: positiveInt('retention.deadMs', options.retention?.deadMs ?? 30 * 86_400_000, { min: 0 }),
       intervalMs: positiveInt('retention.intervalMs', options.retention?.intervalMs ?? 60_000, { min: 100 }),
-      archivePartitionMs: positiveInt('retention.archivePartitionMs', options.retention?.archivePartitionMs ?? defaultArchivePartitionMs(archiveMs), {
-        min: 60_000,
-        max: 366 * 86_400_000,
-      }),
+      archivePartitionMs: archivePartitionMs(archiveMs, options.retention?.archivePartitionMs),
     },
   };
 }
 
 /**
+ * The most archive partitions retention keeps: an id lookup in the archive probes every one, and
+ * each is a table to the planner and the catalog. One per day for a year.
+ */
+const MAX_ARCHIVE_PARTITIONS = 366;
+
+/** The archive's partition width, given or by default, checked against the partitions it makes. */
+function archivePartitionMs(archiveMs: number, given: unknown): number {
+  const width = positiveInt('retention.archivePartitionMs', given ?? defaultArchivePartitionMs(archiveMs), { min: 60_000, max: 366 * 86_400_000 });
+  if (archiveMs / width > MAX_ARCHIVE_PARTITIONS) {
+    throw new InvalidOptionsError(
+      'retention.archivePartitionMs',
+      `${width} ms partitions keep ${Math.ceil(archiveMs / width)} of them for archiveMs ${archiveMs} (at most ${MAX_ARCHIVE_PARTITIONS}: every id lookup probes each); use at least ${Math.ceil(archiveMs / MAX_ARCHIVE_PARTITIONS / 60_000) * 60_000}`,
+    );
+  }
+  return width;
+}
+
+/**
  * A quarter of the archive's retention, in whole minutes, between 1 minute and 1 day: four
  * partitions hold the kept history up to 4 days of retention, one per day beyond (an id lookup
- * probes each), and a task outlives archiveMs by at most a quarter of it, or a day.
+ * probes each), and a task outlives archiveMs by at most a quarter of it, or a day. Past a year of
+ * retention, wider: never more than MAX_ARCHIVE_PARTITIONS.
  */
 function defaultArchivePartitionMs(archiveMs: number): number {
-  return Math.min(86_400_000, Math.max(60_000, Math.floor(archiveMs / 4 / 60_000) * 60_000));
+  const quarter = Math.min(86_400_000, Math.max(60_000, Math.floor(archiveMs / 4 / 60_000) * 60_000));
+  return Math.max(quarter, Math.ceil(archiveMs / MAX_ARCHIVE_PARTITIONS / 60_000) * 60_000);
 }
 
 /** Where a queue's settings live in the module options, as error paths name it: `queues["mail.send"]`. */
