@@ -234,6 +234,8 @@ describe('buildTaskRow', () => {
     ['onConflict', 'an unknown mode', { onConflict: 'x', key: 'k' }],
     ['onConflict', 'a mode without a key', { onConflict: 'replace' }],
     ['options', 'a string', 'fast'],
+    // A burst's task is pushed back while the burst lasts: first of its group, it would hold the group.
+    ['debounce', 'a group', { debounce: { key: 'k', delayMs: 10 }, group: 'g' }],
   ])('rejects %s given %s with InvalidEnqueueOptionsError naming it', (option, _label, options) => {
     const err = thrown(() => build(options as Options));
     expect(err).toBeInstanceOf(InvalidEnqueueOptionsError);

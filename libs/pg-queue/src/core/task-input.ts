@@ -201,6 +201,11 @@ function debounceOf(o: Omit<EnqueueOptions, 'tx'>, parentId: string | null): New
   for (const other of ['runAt', 'delayMs', 'key', 'onConflict'] as const) {
     if (o[other] !== undefined) throw new InvalidEnqueueOptionsError('debounce', `sets the due time and key itself: remove '${other}'`);
   }
+  if (o.group !== undefined) {
+    // The burst's task keeps its place in the group while each request pushes it back: every later
+    // task of the group would wait for the burst to go quiet.
+    throw new InvalidEnqueueOptionsError('debounce', "cannot be combined with 'group': the burst's task would hold back its group while the burst lasts");
+  }
   const key = optionalText('debounce.key', d.key);
   if (key === null) throw new InvalidEnqueueOptionsError('debounce.key', 'is required');
   const delayMs = d.delayMs;
