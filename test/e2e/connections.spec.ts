@@ -10,6 +10,7 @@ import {
   HandlerConfigurationError,
   InjectTaskQueue,
   InvalidOptionsError,
+  PgQueueError,
   PgQueueModule,
   TaskHandler,
   TaskQueue,
@@ -20,6 +21,10 @@ import {
 } from '@app/pg-queue';
 import type { PrismaClient } from '../../src/generated/prisma/client';
 import { drainQueue } from '@app/pg-queue/testing';
+import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
+import { PgQueueHealthIndicator, PgQueueHealthModule } from '@app/pg-queue/health';
+import { PgQueueDashboardModule } from '../../libs/pg-queue/src/dashboard/dashboard.module';
+import { DashboardData } from '../../libs/pg-queue/src/dashboard/dashboard.data';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { ownerOf, track } from '../support/leftovers';
 import { waitFor } from '../support/wait-for';
@@ -148,6 +153,46 @@ describe('queues across databases: several PgQueueModule registrations', () => {
     } finally {
       await close();
     }
+  });
+
+  it('health, metrics and the dashboard report on the registration they name; a name nobody registered is a pg-queue error', async () => {
+    const billingPrisma = billingDb.prisma(2);
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        // Only a named registration: nothing of the default one to fall back on.
+        PgQueueModule.forRoot({ connection: 'billing', prisma: billingPrisma, autoStart: false }),
+        PgQueueMetricsModule.forRoot({ connection: 'billing' }),
+        PgQueueHealthModule,
+        PgQueueDashboardModule.forRoot({ guard: 'none', connection: 'billing' }),
+      ],
+      providers: [Checkout],
+    })
+      .overrideProvider(Checkout)
+      .useFactory({ factory: (billing: TaskQueue) => ({ billing }), inject: [getTaskQueueToken('billing')] })
+      .compile();
+    const close = track(ownerOf.get(billingPrisma) ?? '', () => moduleRef.close());
+    try {
+      const app = await moduleRef.init();
+      await app.get(Checkout).billing.enqueue('billing.audit', {});
+      expect(await app.get(QueueMetrics).metrics()).toContain('pgqueue_tasks{queue="billing.audit",state="due"} 1');
+      const health = app.get(PgQueueHealthIndicator);
+      expect(await health.isHealthy('billing', { connection: 'billing' })).toMatchObject({ billing: { status: 'up' } });
+      await expect(health.isHealthy('main')).rejects.toThrow(/PgQueueHealthIndicator needs PgQueueModule \(forRoot or forRootAsync, without a connection name\)/);
+      expect((await app.get(DashboardData).overview()).queues.map((q) => q.queue)).toContain('billing.audit');
+    } finally {
+      await close();
+    }
+    // Metrics asked of the default registration in an app that has only a named one.
+    const lone = await Test.createTestingModule({
+      imports: [PgQueueModule.forRoot({ connection: 'billing', prisma: billingDb.prisma(1), autoStart: false }), PgQueueMetricsModule],
+    }).compile();
+    const err = await lone.init().then(
+      () => null,
+      (e: unknown) => e,
+    );
+    await lone.close();
+    expect(err).toBeInstanceOf(PgQueueError);
+    expect((err as Error).message).toMatch(/QueueMetrics needs PgQueueModule/);
   });
 
   it('a handler naming a connection nobody registered fails startup, as does a name used twice or a bad name', async () => {

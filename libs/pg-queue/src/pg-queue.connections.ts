@@ -1,6 +1,6 @@
 import { Inject } from '@nestjs/common';
 import { TaskQueue } from './client/task-queue.service';
-import { InvalidOptionsError } from './errors';
+import { InvalidOptionsError, PgQueueError } from './errors';
 
 /**
  * Several PgQueueModule registrations in one app, each with its own Prisma client (and so its own
@@ -38,6 +38,30 @@ export function InjectTaskQueue(connection: string = DEFAULT_CONNECTION): Parame
  * helpers, the dashboard) looks it up across the app (`strict: false`), where the class token
  * would be ambiguous once there are several registrations.
  */
-export function registrationToken(connection: string, what: 'options' | 'orchestrator'): string {
+export function registrationToken(connection: string, what: 'options' | 'orchestrator' | 'events'): string {
   return `PgQueue:${what}:${connection}`;
+}
+
+/**
+ * What the registration named `connection` provides as `what`, looked up across the app; a
+ * PgQueueError naming `user` (the module that needs it) when there is no such registration,
+ * instead of Nest's injection error.
+ */
+export function findRegistration<T>(
+  moduleRef: { get(token: string, options: { strict: false }): unknown },
+  connection: string,
+  what: 'options' | 'orchestrator' | 'events',
+  user: string,
+): T {
+  let found: unknown;
+  try {
+    found = moduleRef.get(registrationToken(validateConnectionName(connection), what), { strict: false });
+  } catch {
+    found = undefined;
+  }
+  if (found === undefined || found === null) {
+    const name = connection === DEFAULT_CONNECTION ? 'PgQueueModule (forRoot or forRootAsync, without a connection name)' : `PgQueueModule with connection '${connection}'`;
+    throw new PgQueueError(`pg-queue: ${user} needs ${name} in the same app`);
+  }
+  return found as T;
 }

@@ -28,6 +28,7 @@ function registration(definition: DynamicModule, extras: { isGlobal: boolean; co
     { provide: CONNECTION_NAME, useValue: connection },
     { provide: registrationToken(connection, 'options'), useExisting: RESOLVED_OPTIONS },
     { provide: registrationToken(connection, 'orchestrator'), useExisting: WorkerOrchestrator },
+    { provide: registrationToken(connection, 'events'), useExisting: TaskEvents },
   ];
   if (connection === DEFAULT_CONNECTION) {
     return {

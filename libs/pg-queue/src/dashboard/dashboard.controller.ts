@@ -1,5 +1,5 @@
 import { Body, Controller, Get, Inject, NotFoundException, Param, Post, Query, Redirect, Req, UseFilters, UseGuards, type Type } from '@nestjs/common';
-import { TaskQueue } from '../client/task-queue.service';
+import type { TaskQueue } from '../client/task-queue.service';
 import { DependenciesNotDoneError } from '../errors';
 import { DASHBOARD_CSS } from './assets/dashboard.css';
 import { DashboardActionGuard } from './dashboard.csrf';
@@ -39,9 +39,13 @@ export abstract class DashboardController {
 
   constructor(
     private readonly data: DashboardData,
-    private readonly queue: TaskQueue,
     @Inject(DASHBOARD_OPTIONS) private readonly options: ResolvedDashboardOptions,
   ) {}
+
+  /** The TaskQueue of the registration the dashboard shows. */
+  private get queue(): TaskQueue {
+    return this.data.queue;
+  }
 
   @Get()
   @HtmlPage()

@@ -1,8 +1,10 @@
-import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import { PgQueueError } from '../errors';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
-import { DEFAULT_CONNECTION, registrationToken } from '../pg-queue.connections';
+import type { TaskQueue } from '../client/task-queue.service';
+import { findRegistration, getTaskQueueToken } from '../pg-queue.connections';
+import type { ResolvedDashboardOptions } from './dashboard.options';
+import { DASHBOARD_OPTIONS } from './dashboard.tokens';
 import {
   DashboardRepository,
   type PipelineStage,
@@ -33,19 +35,19 @@ export interface Overview {
 @Injectable()
 export class DashboardData implements OnModuleInit {
   private db!: PrismaClientLike;
+  queue!: TaskQueue;
   private repo!: DashboardRepository;
 
-  constructor(private readonly moduleRef: ModuleRef) {}
+  constructor(
+    private readonly moduleRef: ModuleRef,
+    @Inject(DASHBOARD_OPTIONS) private readonly dashboard: ResolvedDashboardOptions,
+  ) {}
 
   onModuleInit(): void {
-    let options: ResolvedModuleOptions | undefined;
-    try {
-      // The default registration's (one app may have several, see pg-queue.connections.ts).
-      options = this.moduleRef.get<ResolvedModuleOptions>(registrationToken(DEFAULT_CONNECTION, 'options'), { strict: false });
-    } catch {
-      options = undefined;
-    }
-    if (!options) throw new PgQueueError('pg-queue: PgQueueDashboardModule needs PgQueueModule (forRoot or forRootAsync) in the same app');
+    // The registration the dashboard was given (one app may have several, see pg-queue.connections.ts).
+    const options = findRegistration<ResolvedModuleOptions>(this.moduleRef, this.dashboard.connection, 'options', 'PgQueueDashboardModule');
+    // Its operator actions go through that registration's TaskQueue, where their rules live.
+    this.queue = this.moduleRef.get<TaskQueue>(getTaskQueueToken(this.dashboard.connection), { strict: false });
     this.db = options.prisma;
     this.repo = new DashboardRepository(options.schema);
   }

@@ -1,6 +1,7 @@
 import { Logger, type CanActivate, type Type } from '@nestjs/common';
 import { createHmac, randomBytes } from 'node:crypto';
 import { InvalidOptionsError } from '../errors';
+import { DEFAULT_CONNECTION, validateConnectionName } from '../pg-queue.connections';
 import { rejectUnknownOptions } from '../option-keys';
 
 /**
@@ -22,6 +23,8 @@ export interface PgQueueDashboardOptions {
    * another instance than the page's GET.
    */
   csrfSecret?: string;
+  /** The PgQueueModule registration whose queues it shows (see pg-queue.connections.ts). Default: the default one. */
+  connection?: string;
 }
 
 /** Options that shape the module itself, given next to the others in forRoot and forRootAsync. */
@@ -35,9 +38,10 @@ export interface ResolvedDashboardOptions {
   readOnly: boolean;
   /** The token every action form carries and every action POST must return. */
   csrfToken: string;
+  connection: string;
 }
 
-const OPTION_KEYS = Object.keys({ guard: true, readOnly: true, csrfSecret: true } satisfies Record<keyof PgQueueDashboardOptions, true>);
+const OPTION_KEYS = Object.keys({ guard: true, readOnly: true, csrfSecret: true, connection: true } satisfies Record<keyof PgQueueDashboardOptions, true>);
 /** The module's own options (extras), which Nest takes out of forRoot's before these are resolved. */
 const EXTRAS = Object.fromEntries(
   Object.keys({ path: true } satisfies Record<keyof PgQueueDashboardExtras, true>).map((key) => [
@@ -71,6 +75,7 @@ export function resolveDashboardOptions(options: PgQueueDashboardOptions): Resol
     EXTRAS,
   );
   const { guard, readOnly, csrfSecret } = options;
+  const connection = validateConnectionName(options.connection ?? DEFAULT_CONNECTION, 'dashboard.connection');
   const isClass = typeof guard === 'function' && typeof (guard as Type<CanActivate>).prototype?.canActivate === 'function';
   const isInstance = typeof guard === 'object' && guard !== null && typeof (guard as CanActivate).canActivate === 'function';
   if (guard !== 'none' && !isClass && !isInstance) {
@@ -92,5 +97,6 @@ export function resolveDashboardOptions(options: PgQueueDashboardOptions): Resol
     csrfToken: csrfSecret
       ? createHmac('sha256', csrfSecret).update('pg-queue dashboard form token').digest('base64url')
       : randomBytes(32).toString('base64url'),
+    connection,
   };
 }

@@ -1,9 +1,11 @@
 import { Injectable } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { within } from '../core/within';
 import { InvalidArgumentError } from '../errors';
 import type { UnfinishedUpgrade } from '../sql/schema.installer';
-import { WorkerOrchestrator, type QueueHealth } from '../worker/worker.orchestrator';
+import { DEFAULT_CONNECTION, findRegistration } from '../pg-queue.connections';
+import type { QueueHealth, WorkerOrchestrator } from '../worker/worker.orchestrator';
 
 export interface PgQueueHealthOptions {
   /**
@@ -13,6 +15,8 @@ export interface PgQueueHealthOptions {
   maxOldestDueMs?: number | Record<string, number>;
   /** Down when the check itself takes longer (a database that does not answer). Default 5000 ms. */
   timeoutMs?: number;
+  /** The PgQueueModule registration to check (see pg-queue.connections.ts). Default: the default one. */
+  connection?: string;
 }
 
 /**
@@ -36,19 +40,20 @@ export interface PgQueueHealthOptions {
 export class PgQueueHealthIndicator {
   constructor(
     private readonly indicators: HealthIndicatorService,
-    private readonly orchestrator: WorkerOrchestrator,
+    private readonly moduleRef: ModuleRef,
   ) {}
 
   async isHealthy<const Key extends string = 'pg-queue'>(key: Key = 'pg-queue' as Key, options: PgQueueHealthOptions = {}): Promise<HealthIndicatorResult<Key>> {
     const limits = oldestDueLimits(options.maxOldestDueMs);
     const timeoutMs = options.timeoutMs ?? 5000;
     if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError('timeoutMs', `expected a positive integer, got ${String(timeoutMs)}`);
+    const orchestrator = findRegistration<WorkerOrchestrator>(this.moduleRef, options.connection ?? DEFAULT_CONNECTION, 'orchestrator', 'PgQueueHealthIndicator');
     const check = this.indicators.check(key);
     // The orchestrator bounds its database check by timeoutMs and still reports the workers; the
     // outer bound is a backstop.
     const [health, upgrades] = await Promise.all([
-      within(this.orchestrator.health(timeoutMs), timeoutMs + 1000, null),
-      within(this.orchestrator.schemaUpgrades(), timeoutMs, null),
+      within(orchestrator.health(timeoutMs), timeoutMs + 1000, null),
+      within(orchestrator.schemaUpgrades(), timeoutMs, null),
     ]);
     if (!health) return check.down({ problems: [`no answer within ${timeoutMs} ms`] });
     const problems = [...findProblems(health, limits), ...upgradeProblems(upgrades ?? [])];

@@ -1,10 +1,14 @@
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, Optional, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { TaskEvents } from '../observability/task-events';
+import { DEFAULT_CONNECTION, findRegistration } from '../pg-queue.connections';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
-import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { METRICS_COUNT_CAP } from '../sql/inspect.sql';
 import { OperatorRepository } from '../sql/operator.repository';
-import { TaskEvents } from '../observability/task-events';
+
+/** DI token of the registration QueueMetrics reports on (PgQueueMetricsModule.forRoot). */
+export const METRICS_CONNECTION = Symbol('PG_QUEUE_METRICS_CONNECTION');
 
 /** Run-time buckets of pgqueue_task_duration_seconds, in seconds. */
 const DURATION_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120];
@@ -30,17 +34,21 @@ const DURATION_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120];
  * ```
  */
 @Injectable()
-export class QueueMetrics implements OnModuleDestroy {
+export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
   readonly registry = new Registry();
-  private readonly stopCounting: () => void;
 
   /** Queues seen by an earlier scrape: reported at zero once the hot table no longer has them. */
   private readonly queues = new Set<string>();
 
+  /** The registration's options and its inspection statements (set by onModuleInit). */
+  private source!: { options: ResolvedModuleOptions; operator: OperatorRepository };
+  private stopCounting: () => void = () => undefined;
+  private readonly outcomes: Counter;
+  private readonly durations: Histogram;
+
   constructor(
-    private readonly operator: OperatorRepository,
-    @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
-    events: TaskEvents,
+    private readonly moduleRef: ModuleRef,
+    @Optional() @Inject(METRICS_CONNECTION) private readonly connection: string = DEFAULT_CONNECTION,
   ) {
     const outcomes = new Counter({
       name: 'pgqueue_task_outcomes_total',
@@ -86,6 +94,16 @@ export class QueueMetrics implements OnModuleDestroy {
       registers: [this.registry],
       collect,
     });
+    this.outcomes = outcomes;
+    this.durations = durations;
+  }
+
+  /** Finds the registration it reports on (a PgQueueError when the app has none of that name). */
+  onModuleInit(): void {
+    const options = findRegistration<ResolvedModuleOptions>(this.moduleRef, this.connection, 'options', 'QueueMetrics');
+    const events = findRegistration<TaskEvents>(this.moduleRef, this.connection, 'events', 'QueueMetrics');
+    this.source = { options, operator: new OperatorRepository(options.schema) };
+    const { outcomes, durations } = this;
     // One labelled child per (queue, outcome), looked up once: about 0.4 µs per finished attempt.
     const series = new Map<string, { count: Counter.Internal; duration: Histogram.Internal<'queue' | 'outcome'> }>();
     this.stopCounting = events.addCounter((type, queue, durationMs) => {
@@ -114,7 +132,7 @@ export class QueueMetrics implements OnModuleDestroy {
   }
 
   private async read(tasks: Gauge, oldest: Gauge[]): Promise<void> {
-    const rows = new Map((await this.operator.metrics(this.options.prisma)).map((r) => [r.queue, r]));
+    const rows = new Map((await this.source.operator.metrics(this.source.options.prisma)).map((r) => [r.queue, r]));
     for (const queue of rows.keys()) this.queues.add(queue);
     tasks.reset();
     for (const g of oldest) g.reset();
