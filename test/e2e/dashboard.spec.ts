@@ -3,7 +3,7 @@ import { Test } from '@nestjs/testing';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { NonRetryableError, PgQueueDashboardModule, TaskHandler, TaskQueue, type Task } from '@app/pg-queue';
+import { NonRetryableError, PgQueueDashboardModule, TaskHandler, TaskQueue, dashboardBasicAuth, type Task } from '@app/pg-queue';
 import { AppModule } from '../../src/app.module';
 import { DashboardTokenGuard } from '../../src/dashboard/dashboard-token.guard';
 import { PaymentGateway } from '../../src/payments/payment-gateway';
@@ -12,6 +12,7 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database'
 import { waitFor } from '../support/wait-for';
 
 const TOKEN = 'dashboard-spec-token-0123456789';
+const BASIC_PASSWORD = 'correct horse battery staple';
 const XSS_PAYLOAD = '<script>alert(1)</script>';
 const XSS_KEY = '"><script>alert(2)</script>';
 const XSS_GROUP = "<img src=x onerror='alert(3)'>";
@@ -66,7 +67,12 @@ describe('dashboard (headless Chromium)', () => {
     process.env.DATABASE_URL = db.url;
     process.env.DASHBOARD_TOKEN = TOKEN;
     const moduleRef = await Test.createTestingModule({
-      imports: [AppModule, PgQueueDashboardModule.forRoot({ path: '/ro', guard: DashboardTokenGuard, readOnly: true })],
+      imports: [
+        AppModule,
+        PgQueueDashboardModule.forRoot({ path: '/ro', guard: DashboardTokenGuard, readOnly: true }),
+        // The README's recipe for an app without sign-in of its own: HTTP Basic auth.
+        PgQueueDashboardModule.forRoot({ path: '/basic', guard: dashboardBasicAuth({ user: 'ops', password: BASIC_PASSWORD }) }),
+      ],
       providers: [DashboardSpecHandlers],
     }).compile();
     app = moduleRef.createNestApplication({ logger: ['error'] });
@@ -121,6 +127,28 @@ describe('dashboard (headless Chromium)', () => {
       expect({ path, status: res.status }).toEqual({ path, status: 403 });
       expect(res.headers.get('content-type')).toMatch(/^text\/html/);
       expect(body).not.toMatch(/dash\.|email\.send|order\.confirm|flaky|_csrf/);
+    }
+  });
+
+  it('Basic auth: a browser given the credentials opens every page, the stylesheet and the links; without them a 401 that asks for them', async () => {
+    const refused = await fetch(`${base}/basic`);
+    expect({ status: refused.status, challenge: refused.headers.get('www-authenticate'), body: await refused.text() }).toEqual({
+      status: 401,
+      challenge: 'Basic realm="pg-queue dashboard", charset="UTF-8"',
+      body: expect.not.stringMatching(/dash\.|email\.send/),
+    });
+    const wrong = await fetch(`${base}/basic`, { headers: { authorization: `Basic ${Buffer.from('ops:nope').toString('base64')}` } });
+    expect(wrong.status).toBe(401);
+    const withCredentials = await browser.newContext({ httpCredentials: { username: 'ops', password: BASIC_PASSWORD } });
+    try {
+      const p = await withCredentials.newPage();
+      expect((await p.goto(`${base}/basic`))!.status()).toBe(200);
+      expect(await p.evaluate('getComputedStyle(document.querySelector(".top")).backgroundColor')).toBe('rgb(29, 35, 48)');
+      await p.locator('a', { hasText: 'dash.flaky' }).first().click();
+      await p.waitForURL(/\/basic\/tasks\?queue=dash\.flaky/);
+      expect(await p.locator('table.tasks tbody tr').count()).toBe(3);
+    } finally {
+      await withCredentials.close();
     }
   });
 

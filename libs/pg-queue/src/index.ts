@@ -6,6 +6,7 @@ export { TaskHandler, TASK_HANDLER_METADATA, type HandlerMethodDecorator, type T
 export type { ScheduleDefinition, ScheduleOptions } from './schedules/schedule.definition';
 export { TaskQueue } from './client/task-queue.service';
 export { PgQueueDashboardModule } from './dashboard/dashboard.module';
+export { dashboardBasicAuth } from './dashboard/dashboard.basic-auth';
 export type { DashboardGuard, PgQueueDashboardExtras, PgQueueDashboardOptions } from './dashboard/dashboard.options';
 export { TaskHandlerRegistry, type RegisteredHandler } from './discovery/task-handler.registry';
 export { TaskEvents } from './observability/task-events';
