@@ -151,6 +151,9 @@ async function createAppDatabase(): Promise<{ name: string; url: string }> {
 
 const README = path.join(LIB, 'README.md');
 
+/** The connection budget's warning that the Prisma pool is smaller than the queue's work (worker/connection.budget.ts). */
+const BUDGET_WARNING = /pool connections at once .* but the Prisma pool's max is \d+/;
+
 /**
  * The app's Prisma schema: the README's (quick start), so the model its examples use and the one
  * these apps generate are one text. Prisma 6 adds the engine type and the datasource URL.
@@ -181,10 +184,10 @@ function readmeBlocks(markdown: string): { file: string; code: string }[] {
   return blocks;
 }
 
-/** The README's ```js blocks that start with `// jest.config.js (<transformer>)`: each is the app's jest.config.js in turn. */
+/** The README's ```js blocks that start with `// jest.config.cjs (<transformer>)`: each is the app's jest.config.cjs in turn. */
 function readmeJestConfigs(markdown: string): { transformer: string; code: string }[] {
   const configs: { transformer: string; code: string }[] = [];
-  const fence = /^```js\r?\n(\/\/ jest\.config\.js \(([^)]+)\)\r?\n[\s\S]*?)^```/gm;
+  const fence = /^```js\r?\n(\/\/ jest\.config\.cjs \(([^)]+)\)\r?\n[\s\S]*?)^```/gm;
   for (let m = fence.exec(markdown); m; m = fence.exec(markdown)) configs.push({ transformer: m[2], code: m[1] });
   return configs;
 }
@@ -431,6 +434,15 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
       db.name,
     );
     expect({ live, archived }).toEqual({ live: 0, archived: 1 });
+      // The README names the tables the queue owns (partitions of task_archive aside), and counts them right.
+    const owned = /^The queue owns (\w+) tables in its schema \(([^)]*)\)/m.exec(fs.readFileSync(README, 'utf8'));
+    const named = [...new Set([...(owned?.[2] ?? '').matchAll(/`(\w+)`/g)].map((m) => m[1]))].sort();
+    const tables = await admin(
+      async (c) => (await c.query("SELECT relname FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition ORDER BY relname")).rows.map((r) => r.relname as string),
+      db.name,
+    );
+    const words = ['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten', 'eleven', 'twelve'];
+    expect({ count: owned?.[1], named }).toEqual({ count: words[tables.length], named: tables });
   });
 
   it('runs as an ES module through Node\'s CommonJS interop (root and /testing entry points)', async () => {
@@ -479,6 +491,8 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
     expect(check.stdout).toContain('RESULT {"handlerDefaults":"match"}');
     // The README's quick start (PrismaService, AppModule) under the README's own test.
     const res = run(process.execPath, ['--test', 'dist/orders.test.js'], { cwd: app, env: childEnv({ DATABASE_URL: db.url }), timeoutMs: 90_000 });
+    // The quick start's pool fits its queue: the connection budget does not warn at startup.
+    expect(`${res.stdout}\n${res.stderr}`).not.toMatch(BUDGET_WARNING);
     expect(res.stdout).toMatch(/# pass 1\b/);
     expect(res.stdout).toMatch(/# fail 0\b/);
     const confirmed = await admin(async (c) => (await c.query("SELECT count(*)::int AS n FROM orders WHERE status = 'confirmed'")).rows[0].n, db.name);
@@ -494,7 +508,7 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
     for (const { transformer, code } of jestConfigs) {
       // A leak must show, not be cut off.
       expect(code).not.toMatch(/forceExit|detectOpenHandles/);
-      fs.writeFileSync(path.join(app, 'jest.config.js'), code);
+      fs.writeFileSync(path.join(app, 'jest.config.cjs'), code);
       const before = await confirmed();
       // `npx jest` as the README says, minus npx; the timeout only ends a Jest that hangs.
       const started = Date.now();
@@ -515,5 +529,117 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
       expect(outcome).toEqual({ transformer, status: 0, signal: null, tests: '2 passed, 2 total', didNotExit: false, openHandle: false });
       expect(await confirmed()).toBe(before + 1);
     }
+  });
+});
+
+/**
+ * The README's recipes in an app that the Nest CLI's own `nest new` wrote (its templates: Nest 11's
+ * is CommonJS and tested with Jest, Nest 12's is an ES module tested with Vitest), with the peers
+ * installed as the README's install lines say, unpinned where they are: the README's Prisma set-up
+ * (`prisma init`, its schema, `prisma generate`), its build advice, and its Jest recipe verbatim.
+ */
+const SCAFFOLDS = [
+  { nest: '11', cli: '@nestjs/cli@11', build: true },
+  // Nest 12's app is an ES module: the README's blocks import without `.js`, so `nest build` is not run there.
+  { nest: '12', cli: '@nestjs/cli@12', build: false },
+];
+
+/** The `npm install` lines of the README's Install block besides the tarball's: name → version (`latest` when unpinned), and whether --save-dev. */
+function readmeInstalls(markdown: string): { deps: Record<string, string>; devDeps: Record<string, string> } {
+  const install = /^## Install\r?\n[\s\S]*?^```bash\r?\n([\s\S]*?)^```/m.exec(markdown);
+  if (!install) throw new Error('README: no ```bash block under ## Install');
+  const deps: Record<string, string> = {};
+  const devDeps: Record<string, string> = {};
+  const lines = [...install[1].matchAll(/^npm install (.*)$/gm)].map((m) => m[1]);
+  const jest = /^npm install (--save-dev jest@.*)$/m.exec(markdown);
+  for (const line of [...lines, ...(jest ? [jest[1]] : [])]) {
+    const words = line.trim().split(/\s+/);
+    const into = words.includes('--save-dev') ? devDeps : deps;
+    for (const word of words) {
+      if (word.startsWith('-') || word.endsWith('.tgz')) continue;
+      const at = word.lastIndexOf('@');
+      if (at > 0) into[word.slice(0, at)] = word.slice(at + 1);
+      else into[word] = 'latest';
+    }
+  }
+  return { deps, devDeps };
+}
+
+describe.each(SCAFFOLDS)('an app that `nest new` wrote: Nest $nest', (scaffold) => {
+  let app: string;
+  let db: { name: string; url: string };
+  let markdown: string;
+
+  beforeAll(async () => {
+    markdown = fs.readFileSync(README, 'utf8');
+    const parent = tempDir(`nest${scaffold.nest}-new`);
+    db = await createAppDatabase();
+    // The CLI's own template; installing is left to the one install below (faster than two).
+    run('npx', ['-y', '-p', scaffold.cli, 'nest', 'new', 'app', '--skip-git', '--skip-install', '--package-manager', 'npm'], { cwd: parent });
+    app = path.join(parent, 'app');
+    const manifestPath = path.join(app, 'package.json');
+    const manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8'));
+    const { deps, devDeps } = readmeInstalls(markdown);
+    manifest.dependencies = { ...manifest.dependencies, '@pg-queue/nestjs': `file:${packed.tarball}`, ...deps };
+    manifest.devDependencies = { ...manifest.devDependencies, ...devDeps };
+    // "delete the `"jest"` key that `nest new` wrote into package.json"
+    delete manifest.jest;
+    fs.writeFileSync(manifestPath, `${JSON.stringify(manifest, null, 2)}\n`);
+    try {
+      run(NPM, ['install', '--no-audit', '--no-fund', '--prefer-offline'], { cwd: app, timeoutMs: 8 * 60_000 });
+    } catch (err) {
+      throw new Error(`npm install from the npm registry failed: this test needs the registry (or a warm npm cache)\n${(err as Error).message}`);
+    }
+    // Prisma as the README sets it up: `prisma init`, the README's schema, `prisma generate`.
+    run(process.execPath, [path.join(app, 'node_modules/prisma/build/index.js'), 'init'], { cwd: app, env: prismaGenerateEnv(db.url) });
+    fs.writeFileSync(path.join(app, 'prisma', 'schema.prisma'), prismaSchema(7));
+    run(process.execPath, [path.join(app, 'node_modules/prisma/build/index.js'), 'generate'], { cwd: app, env: prismaGenerateEnv(db.url) });
+    // The quick start's files replace the template's module; its other files stay.
+    for (const block of readmeBlocks(markdown)) {
+      if (['prisma.service.ts', 'app.module.ts', 'orders.spec.ts', 'health.controller.ts'].includes(block.file)) fs.writeFileSync(path.join(app, 'src', block.file), block.code);
+    }
+    fs.cpSync(path.join(FIXTURE, 'scaffold'), path.join(app, 'src'), { recursive: true });
+  });
+
+  it('has the Prisma config file where the README says `prisma init` writes it', () => {
+    const named = /the database URL's config in\s+`([\w.]+)`/.exec(markdown)?.[1];
+    expect(named).toBeDefined();
+    expect(fs.existsSync(path.join(app, named!))).toBe(true);
+  });
+
+  if (scaffold.build) it('builds with `nest build` into dist/main.js, with the README\'s tsconfig.build.json', () => {
+    const block = /^```jsonc\r?\n\/\/ tsconfig\.build\.json[^\n]*\n([\s\S]*?)^```/m.exec(markdown);
+    expect(block).not.toBeNull();
+    const template = JSON.parse(fs.readFileSync(path.join(app, 'tsconfig.build.json'), 'utf8'));
+    const readme = JSON.parse(block![1]);
+    // The README's is the template's, plus the Prisma config.
+    expect(readme.exclude).toEqual(expect.arrayContaining(template.exclude));
+    fs.writeFileSync(path.join(app, 'tsconfig.build.json'), block![1]);
+    run(path.join(app, 'node_modules/.bin/nest'), ['build'], { cwd: app });
+    expect(fs.existsSync(path.join(app, 'dist/main.js'))).toBe(true);
+  });
+
+  it('runs the README\'s Jest spec, and its health block, under each of its Jest configs, and Jest exits by itself', () => {
+    const configs = readmeJestConfigs(markdown);
+    expect(configs.map((c) => c.transformer)).toEqual(['ts-jest', '@swc/jest']);
+    const env = childEnv({ DATABASE_URL: db.url });
+    delete env.JEST_WORKER_ID;
+    const outcomes = configs.map(({ transformer, code }) => {
+      fs.writeFileSync(path.join(app, 'jest.config.cjs'), code);
+      const started = Date.now();
+      const res = spawnSync(path.join(app, 'node_modules/.bin/jest'), ['--ci'], { cwd: app, env, encoding: 'utf8', timeout: 120_000, maxBuffer: 64 * 1024 * 1024 });
+      timings.push(`nest${scaffold.nest}-new: jest (${transformer}) … ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      const output = `${res.stdout}\n${res.stderr}`.replace(/\u001b\[[0-9;]*m/g, '');
+      if (res.status !== 0) console.log(`jest (${transformer}) in ${app}:\n${output}`);
+      return {
+        transformer,
+        status: res.status,
+        failed: /^Tests:.*\b(\d+) failed/m.exec(output)?.[1] ?? null,
+        // the README's two, the health check, and the template's own spec
+        passed: Number(/^Tests:.*?\b(\d+) passed/m.exec(output)?.[1] ?? 0) >= 3,
+        didNotExit: output.includes('did not exit one second after the test run'),
+      };
+    });
+    expect(outcomes).toEqual(configs.map(({ transformer }) => ({ transformer, status: 0, failed: null, passed: true, didNotExit: false })));
   });
 });
