@@ -447,8 +447,8 @@ describe('follow-ups with dependsOn in a completion batch (finished: delete)', (
     newBarrier(Infinity);
     const splits = await app.queue.enqueueMany(named.map((also) => ({ queue: 'race.split', payload: { also } })));
     await waitFor('the three handlers enqueued', async () => raceBarrier.arrived === 3, { timeoutMs: 20_000, everyMs: 10 });
-    // Each named task's row is locked for 2.5, 5 and 7.5 s: each attempt's inserts wait at most
-    // 2.5 s, the batch's in all 7.5 s (Prisma's default transaction timeout is 5 s).
+    // The named tasks' rows are locked for 2.5, 5 and 7.5 s: the batch's inserts take 7.5 s in all
+    // (Prisma's default transaction timeout is 5 s), each attempt's less than the lock bound.
     const holding = raceDb.prisma(3);
     const holders = named.map((id, k) =>
       holding.$transaction(async (tx) => {

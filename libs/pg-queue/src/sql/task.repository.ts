@@ -46,11 +46,11 @@ const MAX_KEYED_RETRIES = 5;
 /**
  * Bounds of the transaction that completes one lease-mode attempt with follow-ups that have
  * dependencies (see complete): the wait for a pool connection, for a row lock (a named task's row
- * while its own completion holds it), idle time between statements and any one statement's run,
- * and the whole transaction: `transactionMs` plus `perRowMs` per follow-up (one or two statements
- * each).
+ * while its completion, or a business transaction that enqueued a dependant of it, holds it), idle
+ * time between statements and any one statement's run (lock wait included), and the whole
+ * transaction: `transactionMs` plus `perRowMs` per follow-up (one or two statements each).
  */
-export const FOLLOW_UP_BOUNDS = { maxWaitMs: 5000, lockWaitMs: 5000, idleMs: 5000, statementMs: 10_000, transactionMs: 15_000, perRowMs: 20 } as const;
+export const FOLLOW_UP_BOUNDS = { maxWaitMs: 5000, lockWaitMs: 10_000, idleMs: 5000, statementMs: 15_000, transactionMs: 20_000, perRowMs: 20 } as const;
 
 /** The error an attempt fails with when its follow-ups could not be inserted (see complete). */
 function followUpsFailed(taskId: string, cause: unknown): PgQueueError {
