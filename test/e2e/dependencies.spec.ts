@@ -16,7 +16,9 @@ import {
   type Task,
   type TaskContext,
 } from '@app/pg-queue';
+import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { taskRow } from '../support/task-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
 
@@ -470,4 +472,78 @@ describe('follow-ups with dependsOn in a completion batch (finished: delete)', (
     }
     for (const id of named) await app.queue.cancel(id);
   }, 30_000);
+});
+
+/**
+ * Results over jsonb's limit (268 435 455 bytes for one object): a completion batch whose results
+ * add up past it, and a fan-in whose parents' results do. 100 results of 2.8 MB (compressible: the
+ * tables stay small; the limit counts uncompressed bytes).
+ */
+const BIG = 2_800_000;
+const BIG_PARENTS = 100;
+
+@Injectable()
+class BigHandlers {
+  @TaskHandler('big.part', { mode: 'lease', concurrency: 4 })
+  part(task: Task<{ bytes: number }>) {
+    return 'x'.repeat(task.payload.bytes);
+  }
+
+  @TaskHandler('big.join', { mode: 'lease' })
+  async join(task: Task<unknown>, ctx: LeaseTaskContext) {
+    runs.push({ id: task.id, queue: task.queue, start: now(), end: now() });
+    return Object.keys(await ctx.parentResults()).length;
+  }
+}
+
+describe('results over jsonb\'s limit', () => {
+  let bigDb: TestDatabase;
+  let app: QueueApp;
+  const stateOf = async (id: string) => (await app.queue.get(id))?.state;
+
+  beforeAll(async () => {
+    bigDb = await createTestDatabase();
+    app = await bootQueueApp(bigDb.prisma(6), [BigHandlers], { databaseUrl: bigDb.url, maxPayloadBytes: 4 * 1024 * 1024, pollIntervalMs: 200 });
+  });
+  afterAll(async () => {
+    await app.close();
+    await bigDb.drop();
+  });
+
+  it('a completion batch whose results add up past it completes (sent in several statements)', async () => {
+    const repo = new TaskRepository('pgqueue', 'archive');
+    const prisma = bigDb.prisma(2);
+    const ids = await repo.insert(prisma, Array.from({ length: BIG_PARENTS }, () => taskRow('big.unhandled')));
+    const { rows } = await repo.claim(prisma, 'big.unhandled', BIG_PARENTS, 'w', 60_000, 5);
+    expect(rows).toHaveLength(BIG_PARENTS);
+    const result = JSON.stringify('y'.repeat(BIG));
+    const res = await repo.complete(prisma, rows.map((r) => ({ id: r.id, token: r.lease_token, startedAt: 0, finishedAt: 0, result })), []);
+    expect(res.done.size).toBe(BIG_PARENTS);
+    const [stored] = await bigDb.sql('SELECT count(*)::int AS n, min(length(result #>> \'{}\')) AS len FROM pgqueue.task_archive WHERE id = ANY ($1::bigint[])', [ids]);
+    expect(stored).toEqual({ n: BIG_PARENTS, len: BIG });
+  }, 120_000);
+
+  it('a fan-in whose parents\' results pass it fails only its own join, with a clear error; other joins keep settling', async () => {
+    const parents = await app.queue.enqueueMany(Array.from({ length: BIG_PARENTS }, () => ({ queue: 'big.part', payload: { bytes: BIG } })));
+    const [wide, after] = await app.queue.enqueueMany([
+      { queue: 'big.join', payload: {}, options: { dependsOn: parents } },
+      { queue: 'big.join', payload: {}, options: { dependsOn: [{ item: 0 }] } },
+    ]);
+    await waitFor('every parent is done', async () => (await bigDb.sql("SELECT count(*)::int AS n FROM pgqueue.task_archive WHERE queue = 'big.part'"))[0].n === BIG_PARENTS, {
+      timeoutMs: 90_000,
+      everyMs: 100,
+    });
+    // A small fan-in whose debts come after the wide join's.
+    const small = await app.queue.enqueue('big.part', { bytes: 10 });
+    const smallJoin = await app.queue.enqueue('big.join', {}, { dependsOn: [small] });
+    await waitFor('the small join ran', async () => (await stateOf(smallJoin)) === 'done', { timeoutMs: 90_000, everyMs: 100 });
+    expect(await app.queue.get(smallJoin)).toMatchObject({ result: 1 });
+    await waitFor('the wide join ended', async () => (await stateOf(wide)) === 'dead', { timeoutMs: 30_000, everyMs: 100 });
+    const info = await app.queue.get(wide);
+    expect(info).toMatchObject({ attempt: 0 });
+    expect(info!.lastError).toMatch(/the results of the tasks it depends on could not be merged.*total size of jsonb object elements exceeds the maximum/);
+    expect(runs.filter((r) => r.queue === 'big.join' && r.id === wide)).toHaveLength(0);
+    await waitFor('its dependant was cancelled', async () => (await stateOf(after)) === 'cancelled', { timeoutMs: 20_000, everyMs: 50 });
+    expect(await bigDb.sql('SELECT count(*)::int AS n FROM pgqueue.task_dependency_debt')).toEqual([{ n: 0 }]);
+  }, 240_000);
 });

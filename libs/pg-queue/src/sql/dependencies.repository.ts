@@ -5,6 +5,39 @@ import { parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
 
 /** How many debts one settle statement takes; a cascade of cancellations settles level by level. */
 const SETTLE_BATCH = 1000;
+/** How many bytes of results (as stored) one settle statement reads at most, beyond its first debt. */
+const SETTLE_BYTES = 32 * 1024 * 1024;
+
+interface Settled {
+  taken: number;
+  settled: number;
+  cascaded: number;
+}
+
+/**
+ * The SQLSTATE and message of a database error as Prisma reports it, or null for anything else
+ * (no connection, a Prisma timeout, ...).
+ */
+function databaseError(err: unknown): { code: string; message: string } | null {
+  const e = err as { code?: unknown; message?: unknown; meta?: { code?: unknown; message?: unknown; driverAdapterError?: { cause?: { originalCode?: unknown; originalMessage?: unknown } } } } | null;
+  const cause = e?.meta?.driverAdapterError?.cause;
+  const text = typeof e?.message === 'string' ? e.message : '';
+  const code = [cause?.originalCode, e?.meta?.code, /Code: `([0-9A-Z]{5})`/.exec(text)?.[1]].find((c): c is string => typeof c === 'string' && /^[0-9A-Z]{5}$/.test(c));
+  if (code === undefined) return null;
+  const message = [cause?.originalMessage, e?.meta?.message, /Message: `([\s\S]*)`/.exec(text)?.[1]].find((m): m is string => typeof m === 'string') ?? text;
+  return { code, message };
+}
+
+/**
+ * Whether a settle statement failed because of what it settles (data it cannot store: a merged
+ * parent_results over jsonb's limit, ...), not because of the moment (connection, deadlock,
+ * timeout, cancellation, resources): only then is the debt at fault looked for and quarantined.
+ */
+function dataFault(err: unknown): { message: string } | null {
+  const db = databaseError(err);
+  if (db === null || ['08', '25', '40', '53', '55', '57', '58'].includes(db.code.slice(0, 2))) return null;
+  return db;
+}
 
 /** Runs the statements of fan-in dependencies (see dependencies.sql.ts). */
 export class DependencyRepository {
@@ -43,13 +76,55 @@ export class DependencyRepository {
     if (missing.ids !== '') throw new DependencyNotFoundError(parseIds(missing.ids));
   }
 
-  /** Settles every dependency debt (cascades included); returns how many were settled. */
+  /**
+   * Settles every dependency debt (cascades included); returns how many were settled. A batch
+   * that fails on its data is bisected down to the debt at fault, which is quarantined (its
+   * dependant ends dead with the error): one such debt never holds up the others.
+   */
   async settle(db: SqlExecutor): Promise<number> {
     let total = 0;
+    // After a statement failed on its data, the next ones wait for the debts it locked (see settleWaiting).
+    let waiting = false;
     for (;;) {
-      const [res] = await db.$queryRawUnsafe<{ settled: number; cascaded: number }[]>(this.sql.settle, SETTLE_BATCH, this.channel);
+      let res: Settled;
+      try {
+        res = await this.settleBatch(db, SETTLE_BATCH, null, waiting);
+        waiting = false;
+      } catch (err) {
+        if (dataFault(err) === null) throw err;
+        waiting = true;
+        const [oldest] = await db.$queryRawUnsafe<{ ids: string }[]>(this.sql.oldestDebts, SETTLE_BATCH);
+        res = await this.settleIsolating(db, parseIds(oldest.ids));
+        res.taken = SETTLE_BATCH; // look again: the statement that failed may have taken other debts
+      }
       total += res.settled;
-      if (res.settled < SETTLE_BATCH && res.cascaded === 0) return total;
+      if (res.taken < SETTLE_BATCH && res.settled === res.taken && res.cascaded === 0) return total;
+    }
+  }
+
+  private async settleBatch(db: SqlExecutor, limit: number, ids: string[] | null, waiting: boolean): Promise<Settled> {
+    const [res] = await db.$queryRawUnsafe<Settled[]>(
+      waiting ? this.sql.settleWaiting : this.sql.settle, limit, this.channel, ids === null ? null : ids.join(','), SETTLE_BYTES,
+    );
+    return res;
+  }
+
+  /** Settles the debts `ids` in halves, down to the one a statement cannot settle, which is quarantined. */
+  private async settleIsolating(db: SqlExecutor, ids: string[]): Promise<Settled> {
+    if (ids.length === 0) return { taken: 0, settled: 0, cascaded: 0 };
+    try {
+      return await this.settleBatch(db, ids.length, ids, true);
+    } catch (err) {
+      const fault = dataFault(err);
+      if (fault === null) throw err;
+      if (ids.length === 1) {
+        const [res] = await db.$queryRawUnsafe<{ settled: number; cascaded: number }[]>(this.sql.quarantine, ids[0], fault.message, this.channel);
+        return { taken: 1, settled: res.settled, cascaded: res.cascaded };
+      }
+      const half = Math.ceil(ids.length / 2);
+      const first = await this.settleIsolating(db, ids.slice(0, half));
+      const second = await this.settleIsolating(db, ids.slice(half));
+      return { taken: first.taken + second.taken, settled: first.settled + second.settled, cascaded: first.cascaded + second.cascaded };
     }
   }
 

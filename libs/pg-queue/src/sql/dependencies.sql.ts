@@ -24,6 +24,42 @@ export const SETTLE_NOTICE = '!settle';
  */
 export function dependencyStatements(schema: string) {
   const s = quoteIdent(schema);
+  /** The settle statement (see `settle` below); `lock`: how it takes debts another statement locked. */
+  const settle = (lock: 'SKIP LOCKED' | '') => `
+WITH taken AS (
+  SELECT id, coalesce(pg_column_size(result), 0) AS bytes FROM ${s}.task_dependency_debt
+  WHERE $3::text IS NULL OR id = ANY (string_to_array($3::text, ',')::bigint[])
+  ORDER BY id LIMIT $1 FOR UPDATE ${lock}
+), due AS (
+  DELETE FROM ${s}.task_dependency_debt
+  WHERE id = ANY (ARRAY (SELECT id FROM (SELECT id, sum(bytes) OVER (ORDER BY id) - bytes AS before FROM taken) b WHERE before < $4))
+  RETURNING dependant, parent, outcome, result
+), per AS (
+  SELECT dependant, count(*) FILTER (WHERE outcome = 'done')::int AS done,
+         min(parent) FILTER (WHERE outcome <> 'done') AS failed_parent,
+         min(outcome) FILTER (WHERE outcome <> 'done') AS failed_outcome,
+         jsonb_object_agg(parent::text, coalesce(result, 'null')) FILTER (WHERE outcome = 'done') AS results
+  FROM due GROUP BY dependant
+), settled AS (
+  UPDATE ${s}.task w
+  SET deps_left = w.deps_left - p.done,
+      parent_results = coalesce(w.parent_results, '{}') || coalesce(p.results, '{}'),
+      state = CASE WHEN p.failed_parent IS NOT NULL THEN 'cancelled'
+                   WHEN w.deps_left - p.done <= 0 THEN 'pending' ELSE 'waiting' END,
+      last_error = CASE WHEN p.failed_parent IS NOT NULL
+                        THEN 'task ' || p.failed_parent || ', which it depends on, ended ' || p.failed_outcome
+                        ELSE w.last_error END,
+      finished_at = CASE WHEN p.failed_parent IS NOT NULL THEN now() ELSE w.finished_at END
+  FROM per p
+  WHERE w.id = p.dependant AND w.state = 'waiting'
+  RETURNING w.id, w.queue, w.state, w.run_at, w.dependants
+), cascaded AS (
+  INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome)
+  SELECT unnest(dependants), id, 'cancelled' FROM settled WHERE state = 'cancelled' AND dependants IS NOT NULL
+  RETURNING parent
+), ${notifyCte("SELECT queue, run_at FROM settled WHERE state = 'pending'", '$2')}
+SELECT (SELECT count(*) FROM taken)::int AS taken, (SELECT count(*) FROM due)::int AS settled,
+       (SELECT count(*) FROM cascaded)::int AS cascaded, (SELECT count(*) FROM notified)::int AS notified`;
   return marked({
     /** Ids among $1 (comma-separated) that are neither live nor archived. */
     missingParents: `
@@ -92,39 +128,50 @@ SELECT count(*)::int AS debts FROM debts`,
      * Settles up to $1 debts, oldest first: a done parent decrements its dependant's counter and
      * adds its result; a dead or cancelled one cancels the dependant, whose own dependants get debts
      * in turn (`cascaded`: settle again). SKIP LOCKED: two settlers never take the same debt.
-     * Parameters: $1 limit, $2 channel.
+     * `settleWaiting` waits for debts locked instead of passing over them: after a statement failed
+     * on its data, whose locks the server holds a while after the error reached us. The
+     * debts taken stop at $4 bytes of results as stored (pg_column_size; at least one debt), so
+     * one statement reads a bounded amount; `taken` counts the debts locked, `settled` those
+     * settled (fewer when the budget cut the batch).
+     * Parameters: $1 limit, $2 channel, $3 null, or the only debt ids to take (comma-separated:
+     * DependencyRepository's bisection), $4 the budget in bytes.
      */
-    settle: `
-WITH due AS (
-  DELETE FROM ${s}.task_dependency_debt
-  WHERE id = ANY (ARRAY (SELECT id FROM ${s}.task_dependency_debt ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
-  RETURNING dependant, parent, outcome, result
-), per AS (
-  SELECT dependant, count(*) FILTER (WHERE outcome = 'done')::int AS done,
-         min(parent) FILTER (WHERE outcome <> 'done') AS failed_parent,
-         min(outcome) FILTER (WHERE outcome <> 'done') AS failed_outcome,
-         jsonb_object_agg(parent::text, coalesce(result, 'null')) FILTER (WHERE outcome = 'done') AS results
-  FROM due GROUP BY dependant
-), settled AS (
+    settle: settle('SKIP LOCKED'),
+    settleWaiting: settle(''),
+
+
+    /** The ids of up to $1 debts, oldest first, unlocked (what a settle that failed had taken). */
+    oldestDebts: `
+SELECT coalesce(string_agg(id::text, ','), '') AS ids
+FROM (SELECT id FROM ${s}.task_dependency_debt ORDER BY id LIMIT $1) d`,
+
+    /**
+     * Quarantines debt $1, which cannot be settled even alone (its result does not fit in its
+     * dependant's parent_results: jsonb's size limit): its dependant ends dead with $2 (the
+     * database's error) in last_error, never having run, and all its debts go (it waits for
+     * nothing now); its own dependants get debts in turn. Its parent_results then lacks that
+     * parent, so no retry makes it runnable (see operate.sql.ts). Parameters: $1 debt id, $2
+     * error text, $3 channel.
+     */
+    quarantine: `
+WITH fault AS (
+  SELECT dependant, parent FROM ${s}.task_dependency_debt WHERE id = $1::bigint
+), dropped AS (
+  DELETE FROM ${s}.task_dependency_debt d WHERE d.dependant = (SELECT dependant FROM fault)
+  RETURNING d.id
+), failed AS (
   UPDATE ${s}.task w
-  SET deps_left = w.deps_left - p.done,
-      parent_results = coalesce(w.parent_results, '{}') || coalesce(p.results, '{}'),
-      state = CASE WHEN p.failed_parent IS NOT NULL THEN 'cancelled'
-                   WHEN w.deps_left - p.done <= 0 THEN 'pending' ELSE 'waiting' END,
-      last_error = CASE WHEN p.failed_parent IS NOT NULL
-                        THEN 'task ' || p.failed_parent || ', which it depends on, ended ' || p.failed_outcome
-                        ELSE w.last_error END,
-      finished_at = CASE WHEN p.failed_parent IS NOT NULL THEN now() ELSE w.finished_at END
-  FROM per p
-  WHERE w.id = p.dependant AND w.state = 'waiting'
-  RETURNING w.id, w.queue, w.state, w.run_at, w.dependants
+  SET state = 'dead', finished_at = now(),
+      last_error = 'pg-queue: the results of the tasks it depends on could not be merged (at task '
+                   || (SELECT parent FROM fault) || '): ' || $2::text
+  WHERE w.id = (SELECT dependant FROM fault) AND w.state = 'waiting'
+  RETURNING w.id, w.dependants
 ), cascaded AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome)
-  SELECT unnest(dependants), id, 'cancelled' FROM settled WHERE state = 'cancelled' AND dependants IS NOT NULL
-  RETURNING parent
-), ${notifyCte("SELECT queue, run_at FROM settled WHERE state = 'pending'", '$2')}
-SELECT (SELECT count(*) FROM due)::int AS settled, (SELECT count(*) FROM cascaded)::int AS cascaded,
-       (SELECT count(*) FROM notified)::int AS notified`,
+  SELECT unnest(dependants), id, 'dead' FROM failed WHERE dependants IS NOT NULL
+  RETURNING pg_notify($3, '${SETTLE_NOTICE}')
+)
+SELECT (SELECT count(*) FROM dropped)::int AS settled, (SELECT count(*) FROM cascaded)::int AS cascaded`,
 
     /** The results of a dependant's parents (done parents only). Parameters: $1 id. */
     parentResults: `SELECT coalesce(parent_results, '{}') AS results FROM ${s}.task WHERE id = $1::bigint`,

@@ -52,6 +52,36 @@ const MAX_KEYED_RETRIES = 5;
  */
 export const FOLLOW_UP_BOUNDS = { maxWaitMs: 5000, lockWaitMs: 10_000, idleMs: 5000, statementMs: 15_000, transactionMs: 20_000, perRowMs: 20 } as const;
 
+/**
+ * How many characters of handler results and follow-up payloads one completion statement carries
+ * at most (besides a single lease over it, which goes alone): the statement parses them as jsonb,
+ * whose objects and arrays stop at 256 MB, and holds them in memory. Characters, not bytes (one to
+ * three each in UTF-8): counting them is free and the bound stays well under the limit.
+ */
+const COMPLETION_CHARS = 32 * 1024 * 1024;
+
+/** `leases` in runs of at most COMPLETION_CHARS of results and follow-up payloads each; almost always one run. */
+function byCompletionBytes(leases: RanLease[], followUps: NewTaskRow[]): RanLease[][] {
+  let total = 0;
+  for (const l of leases) total += l.result?.length ?? 0;
+  for (const f of followUps) total += f.payloadJson.length;
+  if (total <= COMPLETION_CHARS) return [leases];
+  const followUpChars = new Map<string, number>();
+  for (const f of followUps) followUpChars.set(f.parentId!, (followUpChars.get(f.parentId!) ?? 0) + f.payloadJson.length);
+  const parts: RanLease[][] = [[]];
+  let chars = 0;
+  for (const l of leases) {
+    const size = (l.result?.length ?? 0) + (followUpChars.get(l.id) ?? 0);
+    if (chars + size > COMPLETION_CHARS && parts[parts.length - 1].length > 0) {
+      parts.push([]);
+      chars = 0;
+    }
+    parts[parts.length - 1].push(l);
+    chars += size;
+  }
+  return parts;
+}
+
 /** The error an attempt fails with when its follow-ups could not be inserted (see complete). */
 function followUpsFailed(taskId: string, cause: unknown): PgQueueError {
   const reason = cause instanceof Error ? cause.message : String(cause);
@@ -270,6 +300,19 @@ export class TaskRepository {
    */
   private async completeFenced(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
     if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set(), failed: new Map() };
+    const parts = byCompletionBytes(leases, followUps);
+    if (parts.length > 1) {
+      const followUpsOf = (part: RanLease[]) => {
+        const ids = new Set(part.map((l) => l.id));
+        return followUps.filter((f) => ids.has(f.parentId!));
+      };
+      const result = await this.completeFenced(db, parts[0], followUpsOf(parts[0]));
+      for (const part of parts.slice(1)) {
+        const more = await this.completeFenced(db, part, followUpsOf(part));
+        for (const key of ['done', 'cancelled', 'rerun'] as const) for (const id of more[key]) result[key].add(id);
+      }
+      return result;
+    }
     const result = await this.completeOnce(db, leases, followUps);
     if (result.done.size + result.rerun.size + result.cancelled.size === leases.length) return result;
     const unsettled = leases.filter((l) => !result.done.has(l.id) && !result.rerun.has(l.id) && !result.cancelled.has(l.id));
