@@ -7,7 +7,7 @@ import { Injectable, Logger } from '@nestjs/common';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { Pool } from 'pg';
 import { PgQueueError, TaskHandler, type Task } from '@app/pg-queue';
-import { prismaPoolMax } from '../../libs/pg-queue/src/worker/connection.budget';
+import { prismaPoolMax } from '../../libs/pg-queue/src/prisma-adapter';
 import { PrismaClient } from '../../src/generated/prisma/client';
 import { bootQueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';

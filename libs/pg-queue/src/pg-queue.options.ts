@@ -5,7 +5,7 @@ import { isOptionsObject, rejectUnknownOptions } from './option-keys';
 import { validateSchemaName } from './sql/identifiers';
 import type { ScheduleDefinition } from './schedules/schedule.definition';
 import type { FinishedRetention } from './sql/complete.sql';
-import type { BackoffOptions, HandlerMode, PrismaClientLike } from './types';
+import type { BackoffOptions, HandlerMode, PrismaClientLike, RateLimit } from './types';
 
 /** Per-handler settings; every field has a default (see DEFAULT_HANDLER_OPTIONS). */
 export interface HandlerOptions {
@@ -52,13 +52,7 @@ export interface HandlerOptions {
   rateLimit: RateLimit | null;
 }
 
-/** See HandlerOptions.rateLimit. */
-export interface RateLimit {
-  max: number;
-  perMs: number;
-  /** The limit holds for each partition on its own (default false: for the queue as a whole). */
-  perPartition?: boolean;
-}
+export type { RateLimit };
 
 const RATE_LIMIT_KEYS = Object.keys({ max: true, perMs: true, perPartition: true } satisfies Record<keyof RateLimit, true>);
 const BACKOFF_KEYS = Object.keys({ type: true, delayMs: true, maxDelayMs: true, jitter: true } satisfies Record<keyof BackoffOptions, true>);

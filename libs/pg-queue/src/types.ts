@@ -7,6 +7,14 @@ export interface SqlExecutor {
   $executeRawUnsafe(query: string, ...values: unknown[]): PromiseLike<number>;
 }
 
+/** A rate limit (see HandlerOptions.rateLimit). */
+export interface RateLimit {
+  max: number;
+  perMs: number;
+  /** The limit holds for each partition on its own (default false: for the queue as a whole). */
+  perPartition?: boolean;
+}
+
 export interface TransactionOptionsLike {
   maxWait?: number;
   timeout?: number;

@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import { DependenciesNotDoneError, InvalidArgumentError, InvalidEnqueueOptionsError } from '../errors';
 import { TaskEvents } from '../observability/task-events';
+import { currentTraceContext } from '../observability/tracing';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { OperatorRepository, type TaskState } from '../sql/operator.repository';
@@ -10,6 +11,7 @@ import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
 import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
 import { TASK_STATES } from '../core/task-states';
+import { isPriority, isTaskId } from '../core/task-rules';
 import { isOptionsObject, rejectUnknownOptions } from '../option-keys';
 
 
@@ -60,7 +62,7 @@ export class TaskQueue {
    */
   async enqueue<Q extends string>(queue: Q, payload: PayloadOf<Q>, options?: EnqueueOptions): Promise<string> {
     const { tx, ...rest } = options ?? {};
-    const row = buildTaskRow(queue, payload, rest, this.rowLimits);
+    const row = buildTaskRow(queue, payload, rest, this.rowLimits, null, currentTraceContext());
     const [id] = await this.repo.insert(this.executor(tx), [row]);
     return id;
   }
@@ -72,7 +74,8 @@ export class TaskQueue {
   async enqueueMany<const Q extends readonly string[]>(items: { [K in keyof Q]: EnqueueItemOf<Q[K]> }, options?: Pick<EnqueueOptions, 'tx'>): Promise<string[]> {
     if (!Array.isArray(items)) throw new InvalidEnqueueOptionsError('items', 'expected an array');
     checkEnqueueManyKeys(items, options);
-    const rows = items.map((item) => buildTaskRow(item?.queue, item?.payload, item?.options, this.rowLimits));
+    const traceContext = currentTraceContext();
+    const rows = items.map((item) => buildTaskRow(item?.queue, item?.payload, item?.options, this.rowLimits, null, traceContext));
     return this.repo.insert(this.executor(options?.tx), rows);
   }
 
@@ -183,7 +186,7 @@ export class TaskQueue {
 
   /** Changes a pending task's priority (lower runs first); false when it is not pending. */
   async setPriority(id: string, priority: number): Promise<boolean> {
-    if (!Number.isInteger(priority) || priority < -2_147_483_648 || priority > 2_147_483_647) {
+    if (!isPriority(priority)) {
       throw new InvalidArgumentError('priority', `expected a 32-bit integer, got ${shown(priority)}`);
     }
     return this.operator.setPriority(this.options.prisma, taskId(id), priority);
@@ -245,8 +248,7 @@ export class TaskQueue {
 
 /** A task id: a positive bigint as a canonical decimal string (what the API hands out). */
 function taskId(id: unknown, argument = 'id'): string {
-  // 19 digits can still exceed bigint's maximum; equal-length digit strings compare like numbers.
-  if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id) || (id.length === 19 && id > '9223372036854775807')) {
+  if (!isTaskId(id)) {
     throw new InvalidArgumentError(argument, `expected a task id (a positive bigint as a decimal string), got ${shown(id)}`);
   }
   return id;

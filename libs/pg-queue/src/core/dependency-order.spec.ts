@@ -1,5 +1,5 @@
 import { InvalidEnqueueOptionsError } from '../errors';
-import type { DependsOnRef, NewTaskRow } from '../sql/statement-values';
+import type { DependsOnRef, NewTaskRow } from './task-row';
 import { dependantOrder } from './dependency-order';
 
 const row = (dependsOn: DependsOnRef[] | null) => ({ dependsOn }) as NewTaskRow;

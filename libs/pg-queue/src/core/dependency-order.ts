@@ -1,5 +1,5 @@
 import { InvalidEnqueueOptionsError } from '../errors';
-import type { NewTaskRow } from '../sql/statement-values';
+import type { NewTaskRow } from './task-row';
 
 /**
  * The order in which one enqueue call inserts its rows that have `dependsOn`: a row after every

@@ -4,21 +4,18 @@ import {
   InvalidQueueNameError,
   PayloadTooLargeError,
 } from '../errors';
-import { currentTraceContext } from '../observability/tracing';
 import { rejectUnknownOptions } from '../option-keys';
-import type { DependsOnRef, NewTaskDebounce, NewTaskRow } from '../sql/statement-values';
+import type { DependsOnRef, NewTaskDebounce, NewTaskRow } from './task-row';
+import { isPriority, isQueueName } from './task-rules';
 import type { DebounceOptions, EnqueueItem, EnqueueOptions } from '../types';
 
-const QUEUE_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
-const INT32_MAX = 2_147_483_647;
-const INT32_MIN = -2_147_483_648;
 /** Delays beyond a century are mistakes, and far beyond it Postgres intervals overflow. */
 const MAX_DELAY_MS = 100 * 365 * 86_400_000;
 /** An unpaired UTF-16 surrogate: JSON.stringify escapes it, and jsonb refuses the escape. */
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 export function validateQueueName(queue: unknown): string {
-  if (typeof queue !== 'string' || !QUEUE_NAME.test(queue)) throw new InvalidQueueNameError(queue);
+  if (!isQueueName(queue)) throw new InvalidQueueNameError(queue);
   return queue;
 }
 
@@ -100,6 +97,8 @@ export function buildTaskRow(
   options: Omit<EnqueueOptions, 'tx'> | undefined,
   limits: RowLimits,
   parentId: string | null = null,
+  /** The enqueuer's trace context as JSON text (the caller reads it: see observability/tracing.ts). */
+  traceContext: string | null = null,
 ): NewTaskRow {
   const name = validateQueueName(queue);
   const o = options ?? {};
@@ -111,7 +110,7 @@ export function buildTaskRow(
         : "a follow-up is written in its parent's transaction, with the parent's completion",
   });
   const priority = o.priority ?? 0;
-  if (!Number.isInteger(priority) || priority < INT32_MIN || priority > INT32_MAX) {
+  if (!isPriority(priority)) {
     throw new InvalidEnqueueOptionsError('priority', `expected a 32-bit integer, got ${JSON.stringify(priority)}`);
   }
   let runAt: Date | null = null;
@@ -154,7 +153,7 @@ export function buildTaskRow(
     dedupKey,
     groupKey,
     onConflict,
-    traceContext: currentTraceContext(),
+    traceContext,
     partitionKey,
     debounce,
     dependsOn,

@@ -1,3 +1,4 @@
+import { isPriority, isQueueName, isTaskId, PRIORITY_MAX, PRIORITY_MIN } from '../core/task-rules';
 import { TASK_STATES } from '../core/task-states';
 import type { DashboardTaskState, TaskListFilter } from '../sql/dashboard.repository';
 import { BadDashboardInput } from './dashboard.filter';
@@ -7,15 +8,13 @@ import { BadDashboardInput } from './dashboard.filter';
  * query parser may hand over arrays or objects for `a[]=` or `a[b]=`); anything unusable is a 400
  * whose message names the field, never the value.
  */
-const QUEUE = /^[A-Za-z0-9_.:-]{1,128}$/;
-const ID = /^[1-9][0-9]{0,18}$/;
 const MAX_TEXT = 500;
 
 type Fields = Record<string, unknown> | undefined;
 
 /** A task id: a positive bigint as a decimal string. */
 export function taskIdParam(value: unknown, field = 'id'): string {
-  if (typeof value !== 'string' || !ID.test(value) || (value.length === 19 && value > '9223372036854775807')) {
+  if (!isTaskId(value)) {
     throw new BadDashboardInput(field, 'a task id');
   }
   return value;
@@ -45,7 +44,7 @@ export function queueName(fields: Fields, name: string, required: boolean): stri
     if (required) throw new BadDashboardInput(name, 'a queue name');
     return null;
   }
-  if (!QUEUE.test(value)) throw new BadDashboardInput(name, 'a queue name of 1-128 characters from [A-Za-z0-9_.:-]');
+  if (!isQueueName(value)) throw new BadDashboardInput(name, 'a queue name of 1-128 characters from [A-Za-z0-9_.:-]');
   return value;
 }
 
@@ -53,7 +52,7 @@ export function queueName(fields: Fields, name: string, required: boolean): stri
 export function priorityField(fields: Fields): number {
   const value = text(fields, 'priority');
   const n = value !== null && /^-?[0-9]{1,10}$/.test(value) ? Number(value) : NaN;
-  if (!Number.isInteger(n) || n < -2_147_483_648 || n > 2_147_483_647) throw new BadDashboardInput('priority', 'an integer between -2147483648 and 2147483647');
+  if (!isPriority(n)) throw new BadDashboardInput('priority', `an integer between ${PRIORITY_MIN} and ${PRIORITY_MAX}`);
   return n;
 }
 

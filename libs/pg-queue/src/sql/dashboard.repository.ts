@@ -1,6 +1,6 @@
 import type { PrismaClientLike, SqlExecutor, TaskInfo, TaskState } from '../types';
 import { dashboardStatements } from './dashboard.sql';
-import { JIT_OFF } from './fragments.sql';
+import { JIT_OFF } from './inspect.fragments';
 
 /** Hot-table states and archive states, as the dashboard's filters name them. */
 export type DashboardTaskState = TaskState;

@@ -1,3 +1,4 @@
+import type { ConflictMode } from '../core/task-row';
 import { quoteIdent } from './identifiers';
 import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, idList, notifyCte, taskInput, marked } from './fragments.sql';
 
@@ -11,7 +12,7 @@ import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, idList, notifyCte, taskInput, 
  * Parameters (all statements): $1 the rows (JSON: queue, payload, priority, run_at_in — NULL =
  * now + delay_ms —, delay_ms, max_attempts, parent_id, dedup_key, group_key), $2 notify channel.
  */
-export type ConflictMode = 'ignore' | 'replace' | 'rerun';
+export type { ConflictMode } from '../core/task-row';
 
 const NOTIFY = `, ${notifyCte('SELECT queue, run_at FROM inserted', '$2')}`;
 

@@ -1,4 +1,5 @@
-import { liveQueues, marked, pipelineWalk } from './fragments.sql';
+import { marked } from './fragments.sql';
+import { liveQueues, pipelineWalk } from './inspect.fragments';
 import { quoteIdent } from './identifiers';
 
 /**

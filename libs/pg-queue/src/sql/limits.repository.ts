@@ -1,5 +1,4 @@
-import type { RateLimit } from '../pg-queue.options';
-import type { PrismaClientLike, SqlExecutor } from '../types';
+import type { PrismaClientLike, RateLimit, SqlExecutor } from '../types';
 import { claimStatements } from './claim.sql';
 import { limitStatements } from './limits.sql';
 import type { Claim, ClaimedRow } from './statement-values';

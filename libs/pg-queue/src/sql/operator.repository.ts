@@ -1,5 +1,5 @@
 import type { PrismaClientLike, SqlExecutor, TaskState } from '../types';
-import { JIT_OFF } from './fragments.sql';
+import { JIT_OFF } from './inspect.fragments';
 import { notifyChannel } from './identifiers';
 import { inspectStatements } from './inspect.sql';
 import { operateStatements } from './operate.sql';

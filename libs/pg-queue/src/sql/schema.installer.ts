@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import { PgQueueError } from '../errors';
 import type { PrismaClientLike, SqlExecutor } from '../types';
-import { prismaPoolMax } from '../worker/connection.budget';
+import { prismaPoolMax } from '../prisma-adapter';
 import { quoteIdent } from './identifiers';
 import { migrationStepPlans, schemaBootstrapSql, schemaMigrations, type SchemaMigration, type StepMode } from './schema.sql';
 import { splitSqlScript } from './sql-script';

@@ -1,4 +1,4 @@
-import type { ConflictMode } from './enqueue.sql';
+import type { NewTaskRow } from '../core/task-row';
 
 /**
  * The values that travel between the worker and the statements: the shapes of rows and leases,
@@ -7,40 +7,8 @@ import type { ConflictMode } from './enqueue.sql';
  * tens of thousands of tasks a second that was a large share of the library's Node time.
  */
 
-/** A row to insert; the payload is already serialised and size-checked. */
-export interface NewTaskRow {
-  queue: string;
-  payloadJson: string;
-  priority: number;
-  runAt: Date | null;
-  delayMs: number;
-  /** The enqueuer's explicit limit; null: the handler that claims the task decides. */
-  maxAttempts: number | null;
-  parentId: string | null;
-  dedupKey: string | null;
-  groupKey: string | null;
-  /** What to do when `dedupKey` is live already; only read when dedupKey is set. */
-  onConflict: ConflictMode;
-  /** The enqueuer's trace context as JSON text (see observability/tracing.ts), or null. */
-  traceContext: string | null;
-  /** The enqueue option `partition` (flow control, see limits.sql.ts), or null. */
-  partitionKey: string | null;
-  /** The enqueue option `debounce` (see debounce.sql.ts), or null. */
-  debounce: NewTaskDebounce | null;
-  /** The enqueue option `dependsOn` (see dependencies.sql.ts), checked; null without. */
-  dependsOn: DependsOnRef[] | null;
-}
-
-/** A parent: an existing task, or another row of the same enqueue call (its index). */
-export type DependsOnRef = { id: string } | { item: number };
-
-export interface NewTaskDebounce {
-  key: string;
-  delayMs: number;
-  /** null: no bound. */
-  maxDelayMs: number | null;
-  leading: boolean;
-}
+// The rows an enqueue produces are core's (core/task-row.ts); the statements' callers find them here too.
+export type { DependsOnRef, NewTaskDebounce, NewTaskRow } from '../core/task-row';
 
 export interface ClaimedRow {
   id: string;

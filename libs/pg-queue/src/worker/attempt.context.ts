@@ -1,3 +1,4 @@
+import { currentTraceContext } from '../observability/tracing';
 import { InvalidEnqueueOptionsError, PgQueueError } from '../errors';
 import { buildTaskRow, type RowLimits } from '../core/task-input';
 import type { FollowUpOptions, FollowUpRef, HandlerMode, SqlExecutor, TaskContextBase } from '../types';
@@ -84,7 +85,7 @@ async function enqueueFollowUp(
     if (attempt.finished) throw new PgQueueError(`pg-queue: ctx.enqueue called after task ${attempt.task.id}'s handler returned`);
   };
   refuseIfFinished();
-  const row = buildTaskRow(queue, payload, options, scope.rowLimits, attempt.task.id);
+  const row = buildTaskRow(queue, payload, options, scope.rowLimits, attempt.task.id, currentTraceContext());
   if (row.dependsOn !== null) {
     for (const [i, ref] of row.dependsOn.entries()) {
       // Only earlier follow-ups can be named, so follow-ups never form a cycle.

@@ -1,5 +1,5 @@
 import { PgQueueError } from '../errors';
-import { prismaServer } from './connection.budget';
+import { prismaServer } from '../prisma-adapter';
 
 /** What each connection failure Prisma's driver adapter recognises says, at startup. */
 const UNREACHABLE: Record<string, string> = {

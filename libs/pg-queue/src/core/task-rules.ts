@@ -1,0 +1,25 @@
+/**
+ * The rules for the values that name and order tasks, one function each: every entry point (the
+ * API, handlers, the dashboard, the CLI) checks with these and throws its own kind of error.
+ */
+
+/** 1-128 characters from [A-Za-z0-9_.:-]. */
+const QUEUE_NAME = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+export function isQueueName(value: unknown): value is string {
+  return typeof value === 'string' && QUEUE_NAME.test(value);
+}
+
+/** A task id: a positive bigint as a canonical decimal string (what the API hands out). */
+export function isTaskId(value: unknown): value is string {
+  // 19 digits can still exceed bigint's maximum; equal-length digit strings compare like numbers.
+  return typeof value === 'string' && /^[1-9][0-9]{0,18}$/.test(value) && !(value.length === 19 && value > '9223372036854775807');
+}
+
+export const PRIORITY_MIN = -2_147_483_648;
+export const PRIORITY_MAX = 2_147_483_647;
+
+/** A priority: a 32-bit integer (the column's type); lower runs first. */
+export function isPriority(value: unknown): value is number {
+  return typeof value === 'number' && Number.isInteger(value) && value >= PRIORITY_MIN && value <= PRIORITY_MAX;
+}
