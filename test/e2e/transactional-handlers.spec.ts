@@ -176,6 +176,9 @@ describe('transactional handlers', () => {
     expect(await drainQueue(qa.app, 'tx.probe')).toBe(120);
     const perTransaction = new Map<string, number>();
     for (const xid of probe.txOf.values()) perTransaction.set(xid, (perTransaction.get(xid) ?? 0) + 1);
-    expect([...perTransaction.values()].sort((a, b) => b - a)).toEqual([48, 48, 24]);
+    // Every transaction stays at or under the cap; a slow machine also splits them by time (see
+    // batchTransactionFull, whose unit spec checks the cap alone), so only the bound is asserted here.
+    const sizes = [...perTransaction.values()];
+    expect({ total: sizes.reduce((a, b) => a + b, 0), largest: Math.max(...sizes) <= 48 }).toEqual({ total: 120, largest: true });
   });
 });

@@ -23,3 +23,12 @@ export const SETTLE_GRACE_MS = 250;
  * for when the cancel of a stuck handler's statement cannot be sent.
  */
 export const STATEMENT_GRACE_MS = 2000;
+
+/**
+ * Whether a batch transaction that has run `ran` tasks stops starting more (they get the next
+ * transaction): past its time budget, at MAX_SAVEPOINTS, or when the worker is stopping. The first
+ * task always runs.
+ */
+export function batchTransactionFull(s: { ran: number; elapsedMs: number; savepoints: number; stopping: boolean }): boolean {
+  return s.ran > 0 && (s.elapsedMs > TX_BUDGET_MS || s.savepoints >= MAX_SAVEPOINTS || s.stopping);
+}

@@ -7,7 +7,7 @@ import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced } from './handler.invoker';
 import { TransactionGate } from './transaction.gate';
-import { IDLE_GRACE_MS, MAX_SAVEPOINTS, SETTLE_GRACE_MS, STATEMENT_GRACE_MS, TX_BUDGET_MS, TX_START_WAIT_MS } from './transaction.limits';
+import { batchTransactionFull, IDLE_GRACE_MS, SETTLE_GRACE_MS, STATEMENT_GRACE_MS, TX_BUDGET_MS, TX_START_WAIT_MS } from './transaction.limits';
 import { failureOf, publish, publishOutcome, releaseAttempts, type Outcome, type WorkerDeps } from './worker.deps';
 
 type Result = { ok: true } | { ok: false; failure: Failure };
@@ -116,7 +116,7 @@ export class TransactionalRunner {
               publish(this.deps, a, 'lease-lost');
               continue;
             }
-            if (results.size > 0 && (performance.now() - began > TX_BUDGET_MS || usage.savepoints >= MAX_SAVEPOINTS || this.isStopping())) {
+            if (batchTransactionFull({ ran: results.size, elapsedMs: performance.now() - began, savepoints: usage.savepoints, stopping: this.isStopping() })) {
               later.push(a);
               continue;
             }
