@@ -1,14 +1,15 @@
-import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import { PgQueueError } from '../errors';
 import type { PrismaClientLike, SqlExecutor } from '../types';
 import { prismaPoolMax } from '../prisma-adapter';
 import { quoteIdent } from './identifiers';
 import { migrationStepPlans, schemaBootstrapSql, schemaMigrations, type SchemaMigration, type StepMode } from './schema.sql';
+import { runConcurrently } from './schema.index-builds';
+import { INSTALL_LOCK_NAMESPACE } from './schema.upgrade-state';
 import { splitSqlScript } from './sql-script';
 
-/** Namespace of the installer's advisory lock; the second key is hashtext(schema). */
-const INSTALL_LOCK_NAMESPACE = 0x70_67_71; // "pgq"
+export { schemaUpgradeState, type UnfinishedUpgrade } from './schema.upgrade-state';
+
 
 /** Statement bound of an ordinary step: catalog changes, index builds on a fresh install. */
 const STEP_STATEMENT_TIMEOUT = '60s';
@@ -259,84 +260,6 @@ async function undoTransient(prisma: PrismaClientLike, schema: string, step: Cur
   );
 }
 
-/**
- * A `concurrently` step: one CREATE INDEX or DROP INDEX, run CONCURRENTLY outside the caller's
- * transaction (which holds the install lock and no lock on the table). An index of that name left
- * invalid by an interrupted build is dropped first; a valid one is kept.
- */
-async function runConcurrently(prisma: PrismaClientLike, schema: string, sql: string, o: Resolved): Promise<void> {
-  const statements = splitSqlScript(sql);
-  const body = statements.length === 1 ? withoutLeadingComments(statements[0]) : '';
-  const create = /^CREATE\s+(UNIQUE\s+)?INDEX\s+(?:CONCURRENTLY\s+)?(?:IF\s+NOT\s+EXISTS\s+)?([a-z_][a-z0-9_]*)\s+ON\s+([\s\S]+)$/i.exec(body);
-  if (create) {
-    const [, unique = '', name, rest] = create;
-    const index = `${quoteIdent(schema)}.${quoteIdent(name)}`;
-    const validity = async () =>
-      (await prisma.$queryRawUnsafe<{ valid: boolean }[]>('SELECT indisvalid AS valid FROM pg_index WHERE indexrelid = to_regclass($1)', index))[0]?.valid;
-    const before = await validity();
-    if (before === true) return;
-    if (before === false) {
-      o.logger.warn(`schema install: index ${index} is invalid (an interrupted CONCURRENTLY build left it): dropping it and building it again`);
-      await watched(prisma, `DROP INDEX CONCURRENTLY IF EXISTS ${index}`, o);
-    }
-    await watched(prisma, `CREATE ${unique}INDEX CONCURRENTLY IF NOT EXISTS ${quoteIdent(name)} ON ${rest}`, o);
-    if ((await validity()) !== true) throw new PgQueueError(`pg-queue: schema install: index ${index} is not valid after its CONCURRENTLY build`);
-    return;
-  }
-  const drop = /^DROP\s+INDEX\s+(?:CONCURRENTLY\s+)?(IF\s+EXISTS\s+)?([\s\S]+)$/i.exec(body);
-  if (drop) return watched(prisma, `DROP INDEX CONCURRENTLY ${drop[1] ?? ''}${drop[2]}`, o);
-  throw new PgQueueError(`pg-queue: schema install: a 'concurrently' step must be one CREATE INDEX or DROP INDEX statement, got: ${sql.trim().slice(0, 80)}`);
-}
-
-/**
- * Runs a statement that cannot run in a transaction (so no SET LOCAL lock_timeout), tagged, and
- * cancels it if it waits for a lock longer than concurrentLockWaitMs.
- */
-async function watched(prisma: PrismaClientLike, statement: string, o: Resolved): Promise<void> {
-  const tag = `/* pg-queue schema install ${randomUUID()} */`;
-  let settled = false;
-  let cancelled: string | null = null;
-  const run = Promise.resolve(prisma.$executeRawUnsafe(`${tag} ${statement}`)).finally(() => (settled = true));
-  const watch = (async () => {
-    let waitingSince: number | null = null;
-    while (!settled) {
-      await Promise.race([run.catch(() => undefined), sleep(500)]);
-      if (settled) return;
-      const [row] = await Promise.resolve(
-        prisma.$queryRawUnsafe<{ pid: number; waiting: boolean; blockers: number[] }[]>(
-          `SELECT pid, wait_event_type = 'Lock' AS waiting, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity
-           WHERE starts_with(query, $1) AND pid <> pg_backend_pid()`,
-          tag,
-        ),
-      ).catch(() => []);
-      if (!row?.waiting) {
-        waitingSince = null;
-        continue;
-      }
-      waitingSince ??= Date.now();
-      if (Date.now() - waitingSince > o.concurrentLockWaitMs) {
-        cancelled = `waited more than ${o.concurrentLockWaitMs} ms for older transactions (pids ${row.blockers.join(', ') || '?'})`;
-        await Promise.resolve(prisma.$queryRawUnsafe('SELECT pg_cancel_backend($1::int)', row.pid)).catch(() => undefined);
-        return;
-      }
-    }
-  })();
-  try {
-    await run;
-  } catch (err) {
-    if (cancelled) {
-      throw new PgQueueError(`pg-queue: schema install: ${statement} ${cancelled} and was cancelled; start again once they ended (an index it left invalid is rebuilt)`);
-    }
-    throw err;
-  } finally {
-    await watch;
-  }
-}
-
-function withoutLeadingComments(statement: string): string {
-  return statement.replace(/^(?:\s+|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*/, '').trim();
-}
-
 function describe(step: CurrentStep | null): string {
   if (!step) return 'a step';
   const what = `migration ${step.migration.version} (${step.migration.name})`;
@@ -356,33 +279,4 @@ function sleep(ms: number): Promise<void> {
 /** Statement by statement: a named (prepared) statement may hold only one. */
 async function runScript(tx: SqlExecutor, sql: string): Promise<void> {
   for (const statement of splitSqlScript(sql)) await tx.$executeRawUnsafe(statement);
-}
-
-/** A migration recorded as unfinished in `schema_version` (see schemaUpgradeState). */
-export interface UnfinishedUpgrade {
-  version: number;
-  name: string;
-  stepsDone: number;
-  /** When its last step was recorded. */
-  since: Date;
-  /** Whether an installer holds the schema's install lock now (one working on it). */
-  installing: boolean;
-}
-
-/**
- * Migrations left unfinished in the database (steps_done not NULL), for the health check: an
- * upgrade that another instance runs now, or one that stopped part-way (a killed process) and
- * waits for the next start. One small read of schema_version and pg_locks.
- */
-export async function schemaUpgradeState(prisma: SqlExecutor, schema: string): Promise<UnfinishedUpgrade[]> {
-  const rows = await prisma.$queryRawUnsafe<{ version: number; name: string; steps_done: number; applied_at: Date; installing: boolean }[]>(
-    `SELECT v.version, v.name, v.steps_done, v.applied_at,
-            EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-                    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                    AND l.classid = $1::int::oid AND l.objid = hashtext($2)::oid) AS installing
-     FROM ${quoteIdent(schema)}.schema_version v WHERE v.steps_done IS NOT NULL ORDER BY v.version`,
-    INSTALL_LOCK_NAMESPACE,
-    schema,
-  );
-  return rows.map((r) => ({ version: r.version, name: r.name, stepsDone: r.steps_done, since: r.applied_at, installing: r.installing }));
 }
