@@ -17,6 +17,12 @@ export interface PgQueueHealthOptions {
   timeoutMs?: number;
   /** The PgQueueModule registration to check (see pg-queue.connections.ts). Default: the default one. */
   connection?: string;
+  /**
+   * Include the database's own error texts (a failed claim's, the database check's) in the
+   * response. Default true; false for an endpoint anyone can reach: the texts can name tables,
+   * roles and hosts, and the logs have them anyway.
+   */
+  errorText?: boolean;
 }
 
 /**
@@ -56,11 +62,17 @@ export class PgQueueHealthIndicator {
       within(orchestrator.schemaUpgrades(), timeoutMs, null),
     ]);
     if (!health) return check.down({ problems: [`no answer within ${timeoutMs} ms`] });
-    const problems = [...findProblems(health, limits), ...upgradeProblems(upgrades ?? [])];
+    const problems = [...findProblems(health, limits, options.errorText ?? true), ...upgradeProblems(upgrades ?? [])];
     const details = {
       database: health.database.up ? 'up' : 'down',
       listen: health.listen,
-      workers: health.workers.map((w) => ({ queue: w.queue, alive: w.alive, state: w.state, running: w.running, lastClaimError: w.lastClaimError })),
+      workers: health.workers.map((w) => ({
+        queue: w.queue,
+        alive: w.alive,
+        state: w.state,
+        running: w.running,
+        ...(options.errorText === false ? {} : { lastClaimError: w.lastClaimError }),
+      })),
       queues: health.queues.map((q) => ({ queue: q.queue, due: q.due, running: q.running, dead: q.dead, waiting: q.waiting, oldestDueMs: q.oldestDueMs })),
       // Only while a migration is unfinished: another instance upgrading, or an upgrade stopped part-way.
       ...(upgrades?.length ? { schemaUpgrades: upgrades.map((u) => ({ version: u.version, name: u.name, stepsDone: u.stepsDone, since: u.since, installing: u.installing })) } : {}),
@@ -69,12 +81,13 @@ export class PgQueueHealthIndicator {
   }
 }
 
-function findProblems(health: QueueHealth, limits: (queue: string) => number | undefined): string[] {
+/** What is wrong, one line each; without `errorText`, no text that came from the database. */
+export function findProblems(health: QueueHealth, limits: (queue: string) => number | undefined, errorText = true): string[] {
   const problems: string[] = [];
-  if (!health.database.up) problems.push(`database: ${health.database.error}`);
+  if (!health.database.up) problems.push(errorText ? `database: ${health.database.error}` : 'database: down (see the logs)');
   if (health.listen === 'disconnected') problems.push('LISTEN connection lost (workers poll until it is back)');
   for (const w of health.workers) {
-    if (!w.alive) problems.push(`worker "${w.queue}": ${w.state !== 'running' ? w.state : `claims fail: ${w.lastClaimError}`}`);
+    if (!w.alive) problems.push(`worker "${w.queue}": ${w.state !== 'running' ? w.state : errorText ? `claims fail: ${w.lastClaimError}` : 'claims fail (see the logs)'}`);
   }
   for (const q of health.queues) {
     const limit = limits(q.queue);

@@ -1,3 +1,4 @@
+import { PgQueueError } from '../errors';
 import type { NewTaskRow } from '../core/task-row';
 
 /**
@@ -135,7 +136,7 @@ export function parseIds(list: string): string[] {
  */
 export function assertOneLeasePerTask(leases: Lease[]): void {
   if (new Set(leases.map((l) => l.id)).size !== leases.length) {
-    throw new Error('pg-queue: internal error: two leases of one task in one statement');
+    throw new PgQueueError('pg-queue: internal error: two leases of one task in one statement');
   }
 }
 
