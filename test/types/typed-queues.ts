@@ -43,6 +43,12 @@ export class TypedQueueHandlers {
     await ctx.enqueue('typed.receipt', { invoiceId: task.payload.invoiceId });
     // @ts-expect-error ctx.enqueue checks a declared queue's payload too
     await ctx.enqueue('typed.receipt', { invoice: task.payload.invoiceId });
+    // The parents' results: unknown unless the handler states their type.
+    const untyped = await ctx.parentResults();
+    // @ts-expect-error unknown values cannot be used as numbers
+    void (untyped['1'] + 1);
+    const pages: number = (await ctx.parentResults<{ pages: number }>())['1'].pages;
+    void pages;
   }
 
   // @ts-expect-error the method's task type does not match the queue's declared payload

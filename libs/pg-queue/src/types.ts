@@ -229,8 +229,10 @@ export interface TaskContextBase {
   /**
    * The results of the tasks this one depends on (enqueue option dependsOn), by task id: what
    * each parent's handler returned (null for nothing). Empty for a task without dependencies.
+   * `R` states what the parents return when the handler knows (they are JSON, as stored):
+   * `ctx.parentResults<{ pages: number }>()`; unknown otherwise.
    */
-  parentResults(): Promise<Record<string, unknown>>;
+  parentResults<R = unknown>(): Promise<Record<string, R>>;
 }
 
 /**

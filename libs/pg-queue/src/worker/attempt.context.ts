@@ -60,8 +60,9 @@ export class AttemptContext implements TaskContextBase {
     return this.#attempt.signal;
   }
 
-  parentResults(): Promise<Record<string, unknown>> {
-    return this.#scope.parentResults(this.#attempt.task.id, this.#gate?.client<SqlExecutor>() ?? null);
+  parentResults<R = unknown>(): Promise<Record<string, R>> {
+    // Stored JSON: the handler states its type (see TaskContextBase.parentResults).
+    return this.#scope.parentResults(this.#attempt.task.id, this.#gate?.client<SqlExecutor>() ?? null) as Promise<Record<string, R>>;
   }
 
   get workerId(): string {
