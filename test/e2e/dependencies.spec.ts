@@ -5,6 +5,7 @@
  * race their parents' completions.
  */
 import { Injectable } from '@nestjs/common';
+import { PrismaPg } from '@prisma/adapter-pg';
 import {
   DependenciesNotDoneError,
   DependencyNotFoundError,
@@ -17,7 +18,9 @@ import {
   type TaskContext,
 } from '@app/pg-queue';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
+import { PrismaClient } from '../../src/generated/prisma/client';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { StallProxy } from '../support/stall-proxy';
 import { taskRow } from '../support/task-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
@@ -82,6 +85,15 @@ class GraphHandlers {
 
   @TaskHandler('dep.join', { concurrency: 4 })
   async join(task: Task<unknown>, ctx: TaskContext) {
+    const run: Run = { id: task.id, queue: task.queue, start: now(), end: Number.NaN, results: await ctx.parentResults() };
+    runs.push(run);
+    run.end = now();
+    return Object.keys(run.results!).length;
+  }
+
+  /** dep.join in lease mode, wider: for the 2 000-join fan-out. */
+  @TaskHandler('dep.join.wide', { mode: 'lease', concurrency: 16 })
+  async joinWide(task: Task<unknown>, ctx: LeaseTaskContext) {
     const run: Run = { id: task.id, queue: task.queue, start: now(), end: Number.NaN, results: await ctx.parentResults() };
     runs.push(run);
     run.end = now();
@@ -340,6 +352,63 @@ describe('fan-in dependencies', () => {
     expect(await count()).toBe(before + 1); // only `parent`
     await queue().cancel(parent);
   });
+
+  it('one enqueueMany of 2 000 joins and their fan-in, through a database 3 ms away: one transaction within its bounds, each parent\'s dependants written once, every join run once with its parents\' results', async () => {
+    const JOINS = 2000;
+    const done = await queue().enqueue('dep.part', { n: 7 });
+    await waitFor('the done parent is archived', async () => (await stateOf(done)) === 'done', { timeoutMs: 20_000, everyMs: 20 });
+    // Runs at once: it may end before, while or after the joins go in (each way must be seen).
+    const racing = await queue().enqueue('dep.part', { n: 8, ms: 0 });
+    const proxy = new StallProxy(Number(new URL(db.url).port));
+    await proxy.start();
+    proxy.delayMs = 3;
+    const slow = new PrismaClient({ adapter: new PrismaPg({ connectionString: proxy.url(db.url), max: 2 }) });
+    let ids: string[];
+    try {
+      const repo = new TaskRepository('pgqueue', 'archive');
+      ids = await repo.insert(slow, [
+        // Three parents in the same call, held back until the joins are checked.
+        ...[0, 1, 2].map((n) => taskRow('dep.part', { payloadJson: JSON.stringify({ n }), delayMs: 600_000 })),
+        ...Array.from({ length: JOINS }, (_, j) =>
+          taskRow('dep.join.wide', { payloadJson: JSON.stringify({ j }), dependsOn: [{ item: j % 3 }, { item: (j + 1) % 3 }, { id: done }, { id: racing }] })),
+        taskRow('dep.join', { payloadJson: '{"fanIn":true}', dependsOn: Array.from({ length: JOINS }, (_, j) => ({ item: 3 + j })) }),
+      ]);
+    } finally {
+      await slow.$disconnect();
+      await proxy.close();
+    }
+    const parents = ids.slice(0, 3);
+    const joins = ids.slice(3, 3 + JOINS);
+    const fanIn = ids[3 + JOINS];
+    const parentsOf = (j: number) => [parents[j % 3], parents[(j + 1) % 3], done, racing];
+    const byNumber = (a: string, b: string) => Number(a) - Number(b);
+    const rows = await db.sql<{ id: string; state: string; deps_left: number; depends_on: string[]; dependants: string[] | null; parent_results: Record<string, unknown> | null }>(
+      'SELECT id::text, state, deps_left, depends_on::text[], dependants::text[], parent_results FROM pgqueue.task WHERE id = ANY ($1::bigint[])',
+      [ids],
+    );
+    const row = new Map(rows.map((r) => [r.id, r]));
+    for (const [k, p] of parents.entries()) {
+      const want = joins.filter((_, j) => j % 3 === k || (j + 1) % 3 === k);
+      expect({ parent: k, dependants: row.get(p)!.dependants }).toEqual({ parent: k, dependants: want });
+    }
+    for (const [j, id] of joins.entries()) {
+      const r = row.get(id)!;
+      // The racing parent counts as open until its debt is settled, or not at all when it was archived first.
+      expect({ j, state: r.state, depsLeft: [2, 3].includes(r.deps_left), dependsOn: r.depends_on, dependants: r.dependants, done: r.parent_results?.[done] })
+        .toEqual({ j, state: 'waiting', depsLeft: true, dependsOn: [...parentsOf(j)].sort(byNumber), dependants: [fanIn], done: { n: 7, square: 49 } });
+    }
+    expect(row.get(fanIn)).toMatchObject({ state: 'waiting', deps_left: JOINS, depends_on: joins, dependants: null, parent_results: null });
+
+    await db.sql("UPDATE pgqueue.task SET run_at = now() WHERE id = ANY ($1::bigint[])", [parents]);
+    await waitFor('the fan-in ran', async () => byId(fanIn).length > 0 && Number.isFinite(byId(fanIn)[0].end), { timeoutMs: 90_000, everyMs: 100 });
+    for (const [j, id] of joins.entries()) {
+      const [run, ...again] = byId(id);
+      const want = Object.fromEntries(parentsOf(j).map((p) => [p, byId(p)[0]?.end <= run.start ? { n: p === done ? 7 : p === racing ? 8 : parents.indexOf(p), square: (p === done ? 49 : p === racing ? 64 : parents.indexOf(p) ** 2) } : 'ran after']));
+      expect({ j, again: again.length, results: run.results }).toEqual({ j, again: 0, results: want });
+    }
+    const [run, ...again] = byId(fanIn);
+    expect({ again: again.length, results: run.results }).toEqual({ again: 0, results: Object.fromEntries(joins.map((id) => [id, 4])) });
+  }, 180_000);
 
   it('a handler result that cannot be stored fails the task as dead with a clear error', async () => {
     const id = await queue().enqueue('dep.bad.result', {});

@@ -106,8 +106,8 @@ describe('archive partitioning migration', () => {
       ['dashboard task', dashboard.task, ['text'], [`'12345'`]],
       ['dashboard chain', dashboard.chain, ['text', 'int'], [`'12345'`, '200']],
       ['missingParents', deps.missingParents, ['text'], [`'100,200'`]],
-      ['insertDependant', deps.insertDependant, ['text', 'text', 'text'], [row, `'ch'`, `'100,200'`]],
-      ['debtsOfEnded', deps.debtsOfEnded, ['text', 'text', 'text'], [`'1'`, `'100,200'`, `'ch'`]],
+      ['insertDependants', deps.insertDependants, ['text', 'text', 'text', 'text'], [row, `'ch'`, `'[{"c":1,"p":"100"},{"c":1,"p":"200"}]'`, `'[]'`]],
+      ['debtsOfEnded', deps.debtsOfEnded, ['text', 'text', 'text'], [`'1,1'`, `'100,200'`, `'ch'`]],
     ];
     for (const [name, sql, types, args] of cases) {
       const plan = await genericPlan(db, sql, types, args);

@@ -7,12 +7,16 @@ import * as net from 'node:net';
  * firewall silently black-holes a flow. Bytes are held, not dropped, as TCP retransmission would
  * deliver them once the path heals: `resume()` forwards everything held, then carries on.
  * Connections opened during a stall are accepted and held the same way.
+ * `delayMs` makes a distant database instead: what the client sends reaches the server that much
+ * later (order kept), so every statement pays a round trip's latency.
  */
 export class StallProxy {
   private server: net.Server | null = null;
   private readonly sockets = new Set<net.Socket>();
   private stalled = false;
   port = 0;
+  /** Milliseconds by which each chunk from a client is held before it is forwarded (0: at once). */
+  delayMs = 0;
 
   constructor(private readonly targetPort: number, private readonly targetHost = '127.0.0.1') {}
 
@@ -65,8 +69,9 @@ export class StallProxy {
       this.sockets.add(from);
       from.setNoDelay(true);
       // Paused sockets emit no 'data' and no 'end' until resumed: nothing leaks through a stall.
-      from.on('data', (chunk) => to.write(chunk));
-      from.on('end', () => to.end());
+      const fromClient = from === client;
+      from.on('data', (chunk) => (fromClient && this.delayMs > 0 ? setTimeout(() => to.write(chunk), this.delayMs) : to.write(chunk)));
+      from.on('end', () => (fromClient && this.delayMs > 0 ? setTimeout(() => to.end(), this.delayMs) : to.end()));
       from.on('error', () => to.destroy());
       from.on('close', () => {
         this.sockets.delete(from);

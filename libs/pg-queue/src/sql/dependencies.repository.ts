@@ -53,19 +53,30 @@ export class DependencyRepository {
   /**
    * Inserts the rows that have dependsOn, in `order` (see dependantOrder), after the call's other
    * rows: `ids` holds those rows' ids and receives these. Every named task must exist, checked
-   * before the first insert. Run inside a transaction (several statements).
+   * before the insert. A constant number of statements, whatever the number of rows (see
+   * insertDependants in dependencies.sql.ts); run inside a transaction.
    */
   async insertDependants(db: SqlExecutor, rows: readonly NewTaskRow[], order: number[], ids: string[]): Promise<void> {
     const named = [...new Set(order.flatMap((i) => rows[i].dependsOn!.flatMap((ref) => ('id' in ref ? [ref.id] : []))))];
     await this.assertExist(db, named);
-    for (const index of order) {
-      const parents = rows[index].dependsOn!.map((ref) => ('id' in ref ? ref.id : ids[ref.item]));
-      const [res] = await db.$queryRawUnsafe<{ id: string; unsettled: string }[]>(
-        this.sql.insertDependant, taskRowsJson([rows[index]]), this.channel, parents.join(','),
-      );
-      ids[index] = res.id;
-      // A parent that ended while this row went in: how it ended is read with a fresh snapshot.
-      if (res.unsettled !== '') await db.$queryRawUnsafe(this.sql.debtsOfEnded, res.id, res.unsettled, this.channel);
+    // Rows of the call that have dependsOn are named by position in the statement's input; the others have ids already.
+    const position = new Map(order.map((index, k) => [index, k + 1]));
+    const outer: string[] = [];
+    const inner: string[] = [];
+    order.forEach((index, k) => {
+      for (const ref of rows[index].dependsOn!) {
+        const internal = 'item' in ref ? position.get(ref.item) : undefined;
+        if (internal !== undefined) inner.push(`{"c":${k + 1},"i":${internal}}`);
+        else outer.push(`{"c":${k + 1},"p":${JSON.stringify('id' in ref ? ref.id : ids[ref.item])}}`);
+      }
+    });
+    const [res] = await db.$queryRawUnsafe<{ ids: string; unsettled_dependants: string; unsettled_parents: string }[]>(
+      this.sql.insertDependants, taskRowsJson(order.map((i) => rows[i])), this.channel, `[${outer.join(',')}]`, `[${inner.join(',')}]`,
+    );
+    parseIds(res.ids).forEach((id, k) => (ids[order[k]] = id));
+    // Parents that ended while these rows went in: how they ended is read with a fresh snapshot.
+    if (res.unsettled_dependants !== '') {
+      await db.$queryRawUnsafe(this.sql.debtsOfEnded, res.unsettled_dependants, res.unsettled_parents, this.channel);
     }
   }
 

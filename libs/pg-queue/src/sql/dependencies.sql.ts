@@ -9,11 +9,12 @@ export const SETTLE_NOTICE = '!settle';
  * `deps_left` parents still unfinished; each parent's row lists its dependants (`dependants`).
  *
  * Lock decisions:
- * - The dependant's insert appends its id to every live parent's `dependants` with an UPDATE, so
- *   the parent's row lock orders it against the parent's end: a completion that ends the parent
- *   after that update waits for the enqueuing transaction and then reads the row again, list
- *   included; a parent that ended first is no longer there to update, and the insert learns how it
- *   ended in a second statement (a fresh snapshot sees the archive row).
+ * - The dependants' insert appends their ids to every live parent's `dependants` with an UPDATE
+ *   (one per call and parent, whatever the number of dependants), so the parent's row lock orders
+ *   it against the parent's end: a completion that ends the parent after that update waits for the
+ *   enqueuing transaction and then reads the row again, list included; a parent that ended first
+ *   is no longer there to update, and the insert learns how it ended in a second statement (a
+ *   fresh snapshot sees the archive row).
  * - A statement that ends a parent (complete, fail, rescue, release, cancel) cannot update the
  *   dependants itself: its snapshot predates a dependant whose enqueue it waited for. It records a
  *   debt per dependant instead (task_dependency_debt, in the same statement, so the debt commits
@@ -69,56 +70,97 @@ WHERE NOT EXISTS (SELECT 1 FROM ${s}.task t WHERE t.id = w.id)
   AND NOT EXISTS (SELECT 1 FROM ${s}.task_archive a WHERE a.id = w.id)`,
 
     /**
-     * Inserts one dependant. Its state: `cancelled` if a parent is dead or cancelled, `waiting`
-     * while any parent is unfinished (or ended concurrently: `unsettled`, for debtsOfEnded), else
-     * `pending`. Done parents found in the archive give their results at once.
-     * Parameters: $1 the row (JSON, one row as in enqueue.sql.ts), $2 channel, $3 parent ids.
+     * Inserts the dependants of one enqueue call, all at once. Each one's state: `cancelled` if a
+     * parent is dead or cancelled (a parent of the same call cancelled for that reason included,
+     * transitively), `waiting` while any parent is unfinished (or ended concurrently: `unsettled`,
+     * for debtsOfEnded), else `pending`. Done parents found in the archive give their results at
+     * once. Each live parent outside the call gets all its new dependants in one UPDATE (its row
+     * lock orders the link against its end, see above); a parent of the same call is inserted with
+     * its dependants listed. Ids are drawn in input order.
+     * Parameters: $1 the rows (JSON, as in enqueue.sql.ts), in dependency order (a row after the
+     * rows of the call it names); $2 channel; $3 links to tasks outside $1, JSON [{c, p}]: row c
+     * (1-based position in $1) depends on task p; $4 links within $1, JSON [{c, i}]: row c depends
+     * on row i. (Two lists, not one with a NULL column: the planner's guesses stay joins by hash.)
+     * Returns the ids in input order and the (dependant, parent) pairs left unsettled, as two
+     * parallel comma-separated lists.
      */
-    insertDependant: `
-WITH input AS (${taskInput(1)}
+    insertDependants: `
+WITH RECURSIVE input AS (${taskInput(1)}
 ), new AS (
-  SELECT nextval(pg_get_serial_sequence('${s}.task', 'id')) AS id
-), wanted AS (
-  SELECT DISTINCT unnest(string_to_array($3, ',')::bigint[]) AS id
+  SELECT o.ord, nextval(pg_get_serial_sequence('${s}.task', 'id')) AS id FROM (SELECT ord FROM input ORDER BY ord) o
+), outer_link AS (
+  SELECT DISTINCT e.c AS ord, e.p AS parent FROM json_to_recordset($3::json) AS e(c bigint, p bigint)
+), inner_link AS (
+  SELECT DISTINCT e.c AS ord, n.id AS parent, e.i AS parent_ord
+  FROM json_to_recordset($4::json) AS e(c bigint, i bigint) JOIN new n ON n.ord = e.i
 ), linked AS (
-  UPDATE ${s}.task p SET dependants = coalesce(p.dependants, '{}') || (SELECT id FROM new)
-  WHERE p.id = ANY (ARRAY (SELECT id FROM wanted))
+  UPDATE ${s}.task p SET dependants = coalesce(p.dependants, '{}') || k.children
+  FROM (SELECT o.parent, array_agg(n.id ORDER BY n.id) AS children FROM outer_link o JOIN new n ON n.ord = o.ord GROUP BY o.parent) k
+  WHERE p.id = k.parent AND p.id = ANY (ARRAY (SELECT parent FROM outer_link)) -- by primary key, whatever the guesses
   RETURNING p.id, p.state
 ), archived AS (
-  SELECT a.id, a.state, a.result FROM ${s}.task_archive a WHERE a.id = ANY (ARRAY (SELECT id FROM wanted))
+  SELECT a.id, a.state, a.result FROM ${s}.task_archive a WHERE a.id = ANY (ARRAY (SELECT parent FROM outer_link))
+), parent_stand AS (
+  -- How each named task outside the call stands, once per task (NOT IN a hashed subplan).
+  SELECT id AS parent, NULL::jsonb AS result,
+         CASE WHEN state IN ('pending', 'running', 'waiting') THEN 'open' WHEN state IN ('dead', 'cancelled') THEN 'failed' END AS stand
+  FROM linked
+  UNION ALL
+  SELECT w.parent, a.result,
+         CASE WHEN a.id IS NULL THEN 'unsettled' WHEN a.state = 'cancelled' THEN 'failed archived' WHEN a.state = 'done' THEN 'done' END
+  FROM (SELECT DISTINCT parent FROM outer_link) w LEFT JOIN archived a ON a.id = w.parent
+  WHERE w.parent NOT IN (SELECT id FROM linked)
+), outside AS (
+  SELECT o.ord, o.parent, ps.result, ps.stand FROM outer_link o JOIN parent_stand ps ON ps.parent = o.parent
+), doomed (ord) AS (
+  SELECT ord FROM outside WHERE stand IN ('failed', 'failed archived')
+  UNION
+  SELECT l.ord FROM inner_link l JOIN doomed d ON l.parent_ord = d.ord
+), stand AS (
+  SELECT ord, parent, stand, result FROM outside
+  UNION ALL
+  SELECT l.ord, l.parent, CASE WHEN l.parent_ord IN (SELECT ord FROM doomed) THEN 'failed' ELSE 'open' END, NULL FROM inner_link l
 ), verdict AS (
-  SELECT (SELECT count(*) FROM linked WHERE state IN ('pending', 'running', 'waiting'))::int AS open,
-         (SELECT min(id) FROM linked WHERE state IN ('dead', 'cancelled')) AS failed_live,
-         (SELECT min(id) FROM archived WHERE state = 'cancelled' AND id NOT IN (SELECT id FROM linked)) AS failed_archived,
-         ARRAY (SELECT id FROM wanted WHERE id NOT IN (SELECT id FROM linked) AND id NOT IN (SELECT id FROM archived)) AS unsettled,
-         (SELECT jsonb_object_agg(id::text, coalesce(result, 'null')) FROM archived
-          WHERE state = 'done' AND id NOT IN (SELECT id FROM linked)) AS results
+  SELECT n.ord, n.id,
+         count(x.parent) FILTER (WHERE x.stand IN ('open', 'unsettled'))::int AS deps_left,
+         coalesce(min(x.parent) FILTER (WHERE x.stand = 'failed'), min(x.parent) FILTER (WHERE x.stand = 'failed archived')) AS failed,
+         jsonb_object_agg(x.parent::text, coalesce(x.result, 'null')) FILTER (WHERE x.stand = 'done') AS results,
+         array_agg(x.parent ORDER BY x.parent) FILTER (WHERE x.parent IS NOT NULL) AS depends_on
+  FROM new n LEFT JOIN stand x ON x.ord = n.ord
+  GROUP BY n.ord, n.id
+), children AS (
+  SELECT l.parent_ord AS ord, array_agg(n.id ORDER BY n.id) AS ids FROM inner_link l JOIN new n ON n.ord = l.ord GROUP BY l.parent_ord
 ), inserted AS (
-  INSERT INTO ${s}.task (id, ${TASK_COLUMNS}, state, depends_on, deps_left, parent_results, last_error, finished_at)
+  INSERT INTO ${s}.task (id, ${TASK_COLUMNS}, state, depends_on, deps_left, parent_results, last_error, finished_at, dependants)
   OVERRIDING SYSTEM VALUE
-  SELECT (SELECT id FROM new), queue, payload, priority, due_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key,
-         CASE WHEN coalesce(v.failed_live, v.failed_archived) IS NOT NULL THEN 'cancelled'
-              WHEN v.open + cardinality(v.unsettled) > 0 THEN 'waiting' ELSE 'pending' END,
-         (SELECT array_agg(id ORDER BY id) FROM wanted), v.open + cardinality(v.unsettled), v.results,
-         'task ' || coalesce(v.failed_live, v.failed_archived) || ', which it depends on, ended dead or cancelled',
-         CASE WHEN coalesce(v.failed_live, v.failed_archived) IS NOT NULL THEN now() END
-  FROM input CROSS JOIN verdict v
+  SELECT v.id, queue, payload, priority, due_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key,
+         CASE WHEN v.failed IS NOT NULL THEN 'cancelled' WHEN v.deps_left > 0 THEN 'waiting' ELSE 'pending' END,
+         v.depends_on, v.deps_left, v.results,
+         'task ' || v.failed || ', which it depends on, ended dead or cancelled',
+         CASE WHEN v.failed IS NOT NULL THEN now() END, c.ids
+  FROM input i JOIN verdict v ON v.ord = i.ord LEFT JOIN children c ON c.ord = i.ord
+  ORDER BY i.ord
   RETURNING id, queue, state, run_at
-), ${notifyCte("SELECT queue, run_at FROM inserted WHERE state = 'pending'", '$2')}
-SELECT i.id::text AS id, i.state, array_to_string((SELECT unsettled FROM verdict), ',') AS unsettled,
-       (SELECT count(*) FROM notified)::int AS notified
-FROM inserted i`,
+), ${notifyCte("SELECT queue, run_at FROM inserted WHERE state = 'pending'", '$2')},
+unsettled AS (
+  SELECT n.id AS dependant, x.parent FROM stand x JOIN new n ON n.ord = x.ord WHERE x.stand = 'unsettled'
+)
+SELECT (SELECT string_agg(id::text, ',' ORDER BY ord) FROM new) AS ids,
+       (SELECT coalesce(string_agg(dependant::text, ',' ORDER BY dependant, parent), '') FROM unsettled) AS unsettled_dependants,
+       (SELECT coalesce(string_agg(parent::text, ',' ORDER BY dependant, parent), '') FROM unsettled) AS unsettled_parents,
+       (SELECT count(*) FROM inserted)::int AS inserted, (SELECT count(*) FROM notified)::int AS notified`,
 
     /**
-     * Debts for parents that ended while a dependant was being inserted (`unsettled` above), read
+     * Debts for parents that ended while dependants were being inserted (`unsettled` above), read
      * with a fresh snapshot: cancelled in the archive, or done (archived, or gone without a trace
-     * under `finished: 'delete'`). Parameters: $1 dependant id, $2 parent ids, $3 channel.
+     * under `finished: 'delete'`). Parameters: $1 dependant ids, $2 parent ids (parallel
+     * comma-separated lists: dependant k waits for parent k), $3 channel.
      */
     debtsOfEnded: `
 WITH debts AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome, result)
-  SELECT $1::bigint, w.id, coalesce(a.state, 'done'), a.result
-  FROM unnest(string_to_array($2, ',')::bigint[]) AS w(id)
+  SELECT w.dependant, w.id, coalesce(a.state, 'done'), a.result
+  FROM unnest(string_to_array($1, ',')::bigint[], string_to_array($2, ',')::bigint[]) AS w(dependant, id)
   LEFT JOIN ${s}.task_archive a ON a.id = w.id
   RETURNING pg_notify($3, '${SETTLE_NOTICE}')
 )

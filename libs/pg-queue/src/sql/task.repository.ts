@@ -44,6 +44,16 @@ function splitByConflictMode(rows: NewTaskRow[]): Map<InsertPart, { index: numbe
 const MAX_KEYED_RETRIES = 5;
 
 /**
+ * Bounds of the transaction of an enqueue call with dependants (see insert), instead of Prisma's
+ * defaults (5 s in all): the wait for a pool connection, and the whole transaction, `transactionMs`
+ * plus `perRowMs` per row. The dependants take a constant number of statements, but each one's
+ * work grows with the rows, a debounced row still takes a statement (a round trip) of its own, and
+ * the links wait for their parents' row locks while a completion holds one. READ COMMITTED: every
+ * statement takes a fresh snapshot, which the lock order relies on (see dependencies.sql.ts).
+ */
+export const DEPENDANTS_BOUNDS = { maxWaitMs: 5000, transactionMs: 20_000, perRowMs: 5 } as const;
+
+/**
  * Bounds of the transaction that completes one lease-mode attempt with follow-ups that have
  * dependencies (see complete): the wait for a pool connection, for a row lock (a named task's row
  * while its completion, or a business transaction that enqueued a dependant of it, holds it), idle
@@ -128,10 +138,16 @@ export class TaskRepository {
     const root = db as Partial<PrismaClientLike>;
     if (parts.size === 1 && parts.has('plain')) return this.insertPlain(db, rows);
     const dependants = parts.has('dependant') ? dependantOrder(rows) : [];
-    // Debounced rows and dependants take a statement each (dependants two or three).
+    // Debounced rows take a statement each; dependants three or four in all.
     const oneStatement = parts.size === 1 && dependants.length === 0 && (parts.get('debounce')?.length ?? 1) === 1;
     if (!oneStatement && typeof root.$transaction === 'function') {
-      return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants));
+      if (dependants.length === 0) return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants));
+      const b = DEPENDANTS_BOUNDS;
+      return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants), {
+        maxWait: b.maxWaitMs,
+        timeout: b.transactionMs + b.perRowMs * rows.length,
+        isolationLevel: 'ReadCommitted',
+      });
     }
     return this.insertParts(db, rows, parts, dependants);
   }
