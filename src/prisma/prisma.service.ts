@@ -9,10 +9,12 @@ export class PrismaService extends PrismaClient implements OnModuleDestroy {
   constructor() {
     const url = process.env.DATABASE_URL;
     if (!url) throw new Error('DATABASE_URL is not set');
-    // The queue's statements run as named prepared statements: planned once per connection.
+    // The queue's statements run as named prepared statements: planned once per connection. The
+    // pool: this app's handlers can use 26 connections at once (the connection budget counts them
+    // at startup and warns when the pool is smaller), plus a few for the HTTP requests.
     super({
       adapter: new PrismaPg(
-        { connectionString: url, max: Number(process.env.DB_POOL_SIZE ?? 20) },
+        { connectionString: url, max: Number(process.env.DB_POOL_SIZE ?? 30) },
         { statementNameGenerator: queueStatementName },
       ),
     });

@@ -2,6 +2,7 @@
  * `npm run demo` as users run it: repeatable against the same database (it checks only its own
  * run's orders), and a DATABASE_URL it cannot use is one line naming host and port.
  */
+import { Logger } from '@nestjs/common';
 import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
 import { runDemo } from '../../src/demo/run-demo';
@@ -25,13 +26,17 @@ describe('the demo', () => {
     process.env.DATABASE_URL = db.url;
     const output: string[] = [];
     const log = jest.spyOn(console, 'log').mockImplementation((...args: unknown[]) => void output.push(args.join(' ')));
+    const warn = jest.spyOn(Logger.prototype, 'warn');
     try {
       const first = await runDemo({ orders: 20, httpConcurrency: 4, pings: 3 });
       const second = await runDemo({ orders: 20, httpConcurrency: 4, pings: 3 });
       expect({ first, second, failed: output.filter((l) => l.includes('FAILED')) }).toEqual({ first: 0, second: 0, failed: [] });
+      // The example app's pool fits its queues: no connection budget warning at startup.
+      expect(warn.mock.calls.map(([m]) => String(m)).filter((m) => m.startsWith('connection budget'))).toEqual([]);
       expect((await db.sql('SELECT count(*)::int AS n FROM orders'))[0].n).toBe(40);
     } finally {
       log.mockRestore();
+      warn.mockRestore();
       process.env.DATABASE_URL = saved;
     }
   }, 120_000);
