@@ -168,11 +168,12 @@ describe('dashboard (headless Chromium)', () => {
     const row = (queueName: string) => page.locator('tbody tr', { has: page.locator(`th a:text-is("${queueName}")`) }).locator('td');
     expect((await row('dash.flaky').allTextContents())[4]).toBe('3'); // dead
     expect((await row('dash.later').allTextContents())[1]).toBe('60'); // later
+    expect((await row('dash.later').allTextContents())[9]).toBe('1'); // handlers: this app's instance
     expect((await row('dash.join').allTextContents())[2]).toBe('1'); // waiting for its dependency
     const email = await row('email.send').allTextContents();
     expect(email[5]).toBe('3'); // done in the last hour
-    expect(email[9]).toMatch(/ms|s$/); // p50
-    expect(email[10]).toMatch(/ms|s$/); // p95
+    expect(email[10]).toMatch(/ms|s$/); // p50
+    expect(email[11]).toMatch(/ms|s$/); // p95
     expect(await page.locator('svg.chart rect.done').count()).toBeGreaterThan(0);
     expect(await page.locator('svg.chart rect.failed').count()).toBeGreaterThan(0);
     // The stylesheet came from the dashboard itself, under its CSP.

@@ -16,6 +16,7 @@ describe('schema installation', () => {
     const tables = await db.sql("SELECT table_name FROM information_schema.tables WHERE table_schema = 'jobs_a' ORDER BY 1");
     expect(tables.map((t) => t.table_name)).toEqual([
       'partition_rate',
+      'queue_handler',
       'queue_state',
       'schedule',
       'schema_version',

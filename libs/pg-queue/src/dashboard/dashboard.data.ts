@@ -19,7 +19,8 @@ import type { MinuteCounts } from './views/throughput.chart';
 
 /** The overview page's figures. */
 export interface Overview {
-  queues: (QueueCounts & { done: number; cancelled: number; failed: number; p50Ms: number | null; p95Ms: number | null })[];
+  /** `handlers` null: a queue with finished tasks only (not counted). */
+  queues: (Omit<QueueCounts, 'handlers'> & { handlers: number | null; done: number; cancelled: number; failed: number; p50Ms: number | null; p95Ms: number | null })[];
   /** 60 minutes, oldest first; the last is the current minute. */
   minutes: MinuteCounts[];
   /** When the archive sample hit its cap: the time it reaches back to, and that minute's index. */
@@ -55,7 +56,7 @@ export class DashboardData implements OnModuleInit {
   async overview(): Promise<Overview> {
     const { queues: counts, recent } = await this.db.$transaction((tx: SqlExecutor) => this.repo.overview(tx), { maxWait: 10_000, timeout: 30_000 });
     const byQueue = new Map<string, Overview['queues'][number]>();
-    const none = { due: 0, later: 0, waiting: 0, running: 0, dead: 0, oldestDueMs: null, done: 0, cancelled: 0, failed: 0, p50Ms: null, p95Ms: null };
+    const none = { due: 0, later: 0, waiting: 0, running: 0, dead: 0, oldestDueMs: null, handlers: null, unhandledMs: null, done: 0, cancelled: 0, failed: 0, p50Ms: null, p95Ms: null };
     for (const q of counts) byQueue.set(q.queue, { ...none, ...q });
     const minutes: MinuteCounts[] = Array.from({ length: 60 }, () => ({ done: 0, failed: 0 }));
     let sampledFrom: Date | null = null;

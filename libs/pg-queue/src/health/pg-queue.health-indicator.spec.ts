@@ -17,6 +17,22 @@ describe('findProblems: what a health check reports', () => {
     ]);
   });
 
+  it('names a queue with due tasks and no running handler past maxUnhandledMs, and only then', () => {
+    const queue = { due: 2, running: 0, dead: 0, waiting: 0, oldestDueMs: 9000, handlers: 0 };
+    const health: QueueHealth = {
+      database: { up: true, error: null },
+      listen: 'connected',
+      workers: [],
+      queues: [
+        { queue: 'typo.queue', ...queue, unhandledMs: 9000 },
+        { queue: 'real.queue', ...queue, handlers: 1, unhandledMs: null },
+      ],
+    };
+    expect(findProblems(health, none, true, 5000)).toEqual(['queue "typo.queue": 2 due tasks and no running instance has handled it for 9000 ms (limit 5000)']);
+    expect(findProblems(health, none, true, 10_000)).toEqual([]);
+    expect(findProblems(health, none)).toEqual([]);
+  });
+
   it('without errorText, says what is wrong and nothing the database said', () => {
     expect(findProblems(failing, none, false)).toEqual(['database: down (see the logs)', 'worker "q": claims fail (see the logs)']);
   });

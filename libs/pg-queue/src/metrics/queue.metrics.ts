@@ -21,6 +21,8 @@ const DURATION_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120];
  * - `pgqueue_task_duration_seconds{queue, outcome}` handler run time per attempt;
  * - `pgqueue_tasks{queue, state}` (due, running, dead, waiting) and `pgqueue_oldest_due_seconds{queue}`
  *   (also as `pgqueue_oldest_pending_seconds`, its deprecated first name),
+ *   and `pgqueue_queue_handlers{queue}` (running instances handling a queue with live tasks: 0 with
+ *   due tasks is a queue nothing will run, such as a typo in a @TaskHandler queue name),
  *   read from the database at scrape time (one statement), so every instance reports the same
  *   queue-wide figures. The statement's cost does not grow with the archive or with delayed
  *   tasks (every scrape of every instance runs it): it counts neither, and stops counting due and
@@ -67,7 +69,7 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     // gauges wait for the one statement of this scrape.
     let reading: Promise<void> | null = null;
     const collect = (): Promise<void> =>
-      (reading ??= this.read(tasks, [oldest, oldestDeprecated]).finally(() => {
+      (reading ??= this.read(tasks, [oldest, oldestDeprecated], handlers).finally(() => {
         reading = null;
       }));
     const tasks: Gauge = new Gauge({
@@ -90,6 +92,15 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     const oldestDeprecated: Gauge = new Gauge({
       name: 'pgqueue_oldest_pending_seconds',
       help: 'Deprecated: pgqueue_oldest_due_seconds under its former name',
+      labelNames: ['queue'],
+      registers: [this.registry],
+      collect,
+    });
+    const handlers: Gauge = new Gauge({
+      name: 'pgqueue_queue_handlers',
+      help:
+        'Running instances that handle the queue (with autoStart), per queue with live tasks. 0 with due tasks: ' +
+        'nothing will run them (a typo in a @TaskHandler queue name, or no worker deployed)',
       labelNames: ['queue'],
       registers: [this.registry],
       collect,
@@ -131,11 +142,13 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     this.stopCounting();
   }
 
-  private async read(tasks: Gauge, oldest: Gauge[]): Promise<void> {
+  private async read(tasks: Gauge, oldest: Gauge[], handlers: Gauge): Promise<void> {
     const rows = new Map((await this.source.operator.metrics(this.source.options.prisma)).map((r) => [r.queue, r]));
     for (const queue of rows.keys()) this.queues.add(queue);
     tasks.reset();
     for (const g of oldest) g.reset();
+    handlers.reset(); // only for queues with live tasks: a queue that has none has no series
+    for (const r of rows.values()) handlers.set({ queue: r.queue }, r.handlers);
     for (const queue of this.queues) {
       const r = rows.get(queue);
       tasks.set({ queue, state: 'due' }, r?.due ?? 0);

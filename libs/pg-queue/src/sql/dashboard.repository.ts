@@ -18,6 +18,10 @@ export interface QueueCounts {
   running: number;
   dead: number;
   oldestDueMs: number | null;
+  /** Running instances that handle the queue. */
+  handlers: number;
+  /** How long it has had due tasks and no running instance handling it; null when it has one or nothing is due. */
+  unhandledMs: number | null;
 }
 
 /** One group of the last hour: a queue (`minutesAgo` null) or a minute of every queue (`queue` null). */

@@ -1,5 +1,5 @@
 import { marked } from './fragments.sql';
-import { liveQueues, pipelineWalk } from './inspect.fragments';
+import { liveQueues, oldestDueAndHandlers, pipelineWalk, unhandledMs } from './inspect.fragments';
 import { quoteIdent } from './identifiers';
 
 /**
@@ -36,6 +36,8 @@ export function dashboardStatements(schema: string) {
      * Queues are found by loose index scans of the pending (task_due_idx), dead (task_dead_idx) and
      * waiting (task_waiting_idx) rows; running rows are few (leases) and
      * read whole from their partial index. Due and later are the two sides of now() in task_due_idx.
+     * With the running instances handling each queue and how long it has had due tasks and none
+     * (see unhandledMs), from the few rows of queue_handler.
      * Parameters: $1 count cap.
      */
     queues: `
@@ -46,10 +48,11 @@ SELECT q.queue,
        ${capped(`${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting'`)} AS waiting,
        coalesce((SELECT r.running FROM running r WHERE r.queue = q.queue), 0) AS running,
        ${capped(`${s}.task t WHERE t.queue = q.queue AND t.state = 'dead'`)} AS dead,
-       (extract(epoch FROM now() - (
-          SELECT min(t.run_at) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now()
-        )) * 1000)::float8 AS "oldestDueMs"
-FROM queues q ORDER BY q.queue`,
+       (extract(epoch FROM now() - o.run_at) * 1000)::float8 AS "oldestDueMs",
+       h.live AS handlers, ${unhandledMs('h', 'o.run_at')} AS "unhandledMs"
+FROM queues q
+${oldestDueAndHandlers(s)}
+ORDER BY q.queue`,
 
     /**
      * The last $2 ms, in one pass and two groupings: per queue (done, cancelled, failed attempts,

@@ -7,12 +7,7 @@
  * a queue's rows: what a scrape or the overview may run often.
  */
 export function liveQueues(s: string): string {
-  const queuesIn = (name: string, state: string) => `${name} AS (
-  (SELECT queue FROM ${s}.task WHERE state = '${state}' ORDER BY queue LIMIT 1)
-  UNION ALL
-  SELECT (SELECT t.queue FROM ${s}.task t WHERE t.state = '${state}' AND t.queue > p.queue ORDER BY t.queue LIMIT 1)
-  FROM ${name} p WHERE p.queue IS NOT NULL
-)`;
+  const queuesIn = (name: string, state: string) => queuesWith(s, name, state);
   return `${queuesIn('pending_queues', 'pending')}, ${queuesIn('dead_queues', 'dead')}, ${queuesIn('waiting_queues', 'waiting')}, running AS (
   SELECT queue, count(*)::int AS running FROM ${s}.task WHERE state = 'running' GROUP BY queue
 ), queues AS (
@@ -21,6 +16,52 @@ export function liveQueues(s: string): string {
   UNION SELECT queue FROM waiting_queues WHERE queue IS NOT NULL
   UNION SELECT queue FROM running
 )`;
+}
+
+/**
+ * CTE `name` (queue): each queue with rows in `state`, by a loose index scan of that state's partial
+ * index (one probe per queue); its last row is NULL. Needs WITH RECURSIVE.
+ */
+export function queuesWith(s: string, name: string, state: string): string {
+  return `${name} AS (
+  (SELECT queue FROM ${s}.task WHERE state = '${state}' ORDER BY queue LIMIT 1)
+  UNION ALL
+  SELECT (SELECT t.queue FROM ${s}.task t WHERE t.state = '${state}' AND t.queue > p.queue ORDER BY t.queue LIMIT 1)
+  FROM ${name} p WHERE p.queue IS NOT NULL
+)`;
+}
+
+/**
+ * Who handles queue `queue` (an SQL expression), as a LATERAL subquery of one row (`live`: running
+ * instances whose row in queue_handler has not expired; `gone_at`: when the last one's expired, or
+ * NULL), by the primary key of queue_handler (a few rows per queue).
+ */
+export function queueHandlers(s: string, queue: string): string {
+  return `(SELECT count(*) FILTER (WHERE h.expires_at > now())::int AS live, max(h.expires_at) AS gone_at
+   FROM ${s}.queue_handler h WHERE h.queue = ${queue})`;
+}
+
+/**
+ * Joins, for each queue `q` of a FROM list, `o` (run_at: its oldest due task's, or NULL) and `h`
+ * (see queueHandlers): what oldest-due ages and unhandledMs('h', 'o.run_at') read. The oldest due
+ * task is the first entry of task_due_idx (queue, run_at <= now()).
+ */
+export function oldestDueAndHandlers(s: string): string {
+  return `CROSS JOIN LATERAL (
+  SELECT min(t.run_at) AS run_at FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now()
+) o
+CROSS JOIN LATERAL ${queueHandlers(s, 'q.queue')} h`;
+}
+
+/**
+ * How long a queue with due tasks has had no live handler, in ms (NULL when it has one or nothing is
+ * due): since its oldest due task became due, or since its last handler's row expired if later.
+ * A handler's row is kept a day after it expired: past that, since the oldest due task.
+ * `handlers`: the alias of queueHandlers; `oldestDue`: the oldest due task's run_at.
+ */
+export function unhandledMs(handlers: string, oldestDue: string): string {
+  return `CASE WHEN ${handlers}.live = 0 AND ${oldestDue} IS NOT NULL
+            THEN (extract(epoch FROM now() - greatest(${oldestDue}, ${handlers}.gone_at)) * 1000)::float8 END`;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { marked } from './fragments.sql';
-import { liveQueues, pipelineWalk } from './inspect.fragments';
+import { liveQueues, oldestDueAndHandlers, pipelineWalk, unhandledMs } from './inspect.fragments';
 import { quoteIdent } from './identifiers';
 
 /**
@@ -54,7 +54,9 @@ SELECT queue, state, count(*)::int, NULL FROM ${s}.task_archive GROUP BY queue, 
      * task_archive. Queues are enumerated by a loose index scan (one probe per queue) of the
      * pending rows (task_due_idx) and the dead rows (task_dead_idx); running rows are few (leases)
      * and read whole from task_running_idx. The due figures are range scans of task_due_idx
-     * (queue, run_at <= now()), which never reach the not-yet-due rows.
+     * (queue, run_at <= now()), which never reach the not-yet-due rows. With, per queue, the
+     * running instances that handle it and how long it has had due tasks and none (see
+     * unhandledMs), from the few rows of queue_handler.
      */
     /**
      * What the server accepts, for the connection budget checked when workers start (see
@@ -77,10 +79,11 @@ SELECT q.queue,
        (SELECT count(*) FROM (
           SELECT 1 FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting' LIMIT ${METRICS_COUNT_CAP}
         ) waiting)::int AS waiting,
-       (extract(epoch FROM now() - (
-          SELECT min(t.run_at) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now()
-        )) * 1000)::float8 AS oldest_due_ms
-FROM queues q ORDER BY q.queue`,
+       (extract(epoch FROM now() - o.run_at) * 1000)::float8 AS oldest_due_ms,
+       h.live AS handlers, ${unhandledMs('h', 'o.run_at')} AS unhandled_ms
+FROM queues q
+${oldestDueAndHandlers(s)}
+ORDER BY q.queue`,
 
     /** One task wherever it lives. Parameters: $1 id. */
     get: both('id = $1::bigint'),

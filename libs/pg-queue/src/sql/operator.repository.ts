@@ -34,6 +34,20 @@ export interface TaskRow {
   result: unknown;
 }
 
+/** One queue of the metrics scrape (see `metrics` in inspect.sql.ts). */
+export interface MetricsRow {
+  queue: string;
+  due: number;
+  running: number;
+  dead: number;
+  waiting: number;
+  oldest_due_ms: number | null;
+  /** Running instances that handle the queue (rows of queue_handler not expired). */
+  handlers: number;
+  /** How long it has had due tasks and no running instance handling it; null when it has one or nothing is due. */
+  unhandled_ms: number | null;
+}
+
 /** Runs the operator and inspection statements (never on the claim/complete hot path). */
 export class OperatorRepository {
   private readonly inspectSql;
@@ -59,7 +73,7 @@ export class OperatorRepository {
   metrics(db: PrismaClientLike) {
     return db.$transaction(async (tx: SqlExecutor) => {
       await tx.$executeRawUnsafe(JIT_OFF);
-      return tx.$queryRawUnsafe<{ queue: string; due: number; running: number; dead: number; waiting: number; oldest_due_ms: number | null }[]>(this.inspectSql.metrics);
+      return tx.$queryRawUnsafe<MetricsRow[]>(this.inspectSql.metrics);
     });
   }
 

@@ -1,6 +1,7 @@
 import { quoteIdent } from './identifiers';
 import { archiveMigrations } from './migrations/archive.migrations';
 import { flowMigrations } from './migrations/flow.migrations';
+import { handlerMigrations } from './migrations/handlers.migrations';
 import { inspectMigrations } from './migrations/inspect.migrations';
 import { taskMigrations } from './migrations/tasks.migrations';
 
@@ -68,7 +69,7 @@ export function migrationStepPlans(m: SchemaMigration): readonly { sql: string; 
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
   const s = quoteIdent(schema);
-  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s)];
+  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s)];
 }
 
 /** Everything needed to create the schema from nothing, including the version bookkeeping. */

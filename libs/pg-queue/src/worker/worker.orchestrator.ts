@@ -7,6 +7,7 @@ import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { ScheduleTicker } from '../schedules/schedule.ticker';
 import { DrainRepository } from '../sql/drain.repository';
+import { HandlerRepository } from '../sql/handlers.repository';
 import { within } from '../core/within';
 import { LimitsRepository } from '../sql/limits.repository';
 import { OperatorRepository } from '../sql/operator.repository';
@@ -17,6 +18,7 @@ import { prismaPoolMax } from '../prisma-adapter';
 import { connectionBudget } from './connection.budget';
 import { startupConnectionError } from './startup.errors';
 import { DatabaseClock } from './database.clock';
+import { HandlerPresence } from './handler.presence';
 import { LeaseRescuer } from './lease.rescuer';
 import { DependencySettler } from './dependency.settler';
 import { RetentionPruner } from './retention.pruner';
@@ -37,8 +39,20 @@ export interface QueueHealth {
    */
   listen: 'connected' | 'disconnected' | 'poll-only' | 'off';
   workers: WorkerStatus[];
-  /** Per queue with live tasks: due (capped at 10 000), running, dead (capped), oldest due age in ms. */
-  queues: { queue: string; due: number; running: number; dead: number; waiting: number; oldestDueMs: number | null }[];
+  /**
+   * Per queue with live tasks: due (capped at 10 000), running, dead (capped), oldest due age in ms,
+   * running instances handling it, and how long it has had due tasks and none (null: it has one, or nothing is due).
+   */
+  queues: {
+    queue: string;
+    due: number;
+    running: number;
+    dead: number;
+    waiting: number;
+    oldestDueMs: number | null;
+    handlers: number;
+    unhandledMs: number | null;
+  }[];
 }
 
 /**
@@ -49,8 +63,8 @@ export interface QueueHealth {
  *   any later hook), or without installSchema check that the database can be reached: an
  *   unreachable one fails startup here, with one line naming host and port;
  * - onApplicationBootstrap: unless autoStart is false, the LISTEN connection, the schedule ticker,
- *   one QueueWorker per registered handler, the lease rescuer and the pruner (a start that fails
- *   part-way stops what it started);
+ *   one QueueWorker per registered handler, the lease rescuer, the pruner, and the record of the
+ *   queues this instance handles (HandlerPresence; a start that fails part-way stops what it started);
  * - onModuleDestroy: drain. Nest may destroy the app's PrismaService before this module, so the
  *   client's `$disconnect` is wrapped to wait for the drain first: work never loses its pool.
  */
@@ -62,6 +76,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private rescuer: LeaseRescuer | null = null;
   private ticker: ScheduleTicker | null = null;
   private pruner: RetentionPruner | null = null;
+  private presence: HandlerPresence | null = null;
   private readonly settler: DependencySettler;
   private readonly drainer: QueueDrainer;
   private started = false;
@@ -134,6 +149,9 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       this.pruner = new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger);
       this.pruner.start();
       ticker.start();
+      const queues = this.registry.all().map((h) => h.queue);
+      this.presence = new HandlerPresence(this.options.prisma, new HandlerRepository(this.options.schema), this.options.workerId, queues, this.options.rescueIntervalMs, this.logger);
+      this.presence.start();
     } catch (err) {
       await this.shutdown(); // Nest calls no destroy hook after a failed bootstrap: nothing may stay open
       throw err;
@@ -162,7 +180,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       // Each part starts nothing once stopped and resolves when what it had under way ended: once
       // shutdown resolves, nothing of the queue's touches the Prisma client.
       const stopping = (async () => {
-        const maintenance = Promise.all([this.rescuer?.stop(), this.pruner?.stop()]);
+        const maintenance = Promise.all([this.rescuer?.stop(), this.pruner?.stop(), this.presence?.stop()]);
         await this.ticker?.stop();
         await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
         await this.listener?.stop();
@@ -235,7 +253,16 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       // Bounded: a database that does not answer is reported, with this process's workers.
       const rows = await within(this.operator.metrics(this.options.prisma), databaseTimeoutMs, null);
       if (rows === null) return { database: { up: false, error: `no answer within ${databaseTimeoutMs} ms` }, listen, workers, queues: [] };
-      const queues = rows.map((r) => ({ queue: r.queue, due: r.due, running: r.running, dead: r.dead, waiting: r.waiting, oldestDueMs: r.oldest_due_ms }));
+      const queues = rows.map((r) => ({
+        queue: r.queue,
+        due: r.due,
+        running: r.running,
+        dead: r.dead,
+        waiting: r.waiting,
+        oldestDueMs: r.oldest_due_ms,
+        handlers: r.handlers,
+        unhandledMs: r.unhandled_ms,
+      }));
       return { database: { up: true, error: null }, listen, workers, queues };
     } catch (err) {
       return { database: { up: false, error: (err as Error).message }, listen, workers, queues: [] };

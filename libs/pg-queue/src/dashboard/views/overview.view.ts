@@ -12,6 +12,7 @@ export function overviewPage(ctx: PageContext, o: Overview, notice: { key?: stri
   const sum = (pick: (q: Overview['queues'][number]) => number) => o.queues.reduce((a, q) => a + pick(q), 0);
   const waits = o.queues.flatMap((q) => (q.oldestDueMs === null ? [] : [q.oldestDueMs]));
   const oldest = waits.length > 0 ? Math.max(...waits) : null;
+  const unhandled = o.queues.filter((q) => q.unhandledMs !== null).length;
   const card = (label: string, value: string, cls = '') => html`<div class="card ${cls}"><div class="value">${value}</div><div class="label">${label}</div></div>`;
   const rows = o.queues.map(
     (q) => html`<tr>
@@ -25,6 +26,13 @@ export function overviewPage(ctx: PageContext, o: Overview, notice: { key?: stri
 <td class="num">${q.failed > 0 ? html`<span class="failed">${q.failed}</span>` : '0'}</td>
 <td class="num">${q.cancelled}</td>
 <td class="num">${duration(q.oldestDueMs)}</td>
+<td class="num">${
+      q.unhandledMs !== null
+        ? html`<span class="failed" title="due tasks and no running instance handles this queue for ${duration(q.unhandledMs)}: a typo in a @TaskHandler queue name, or no worker deployed?">none</span>`
+        : q.handlers === null
+          ? ''
+          : String(q.handlers)
+    }</td>
 <td class="num">${duration(q.p50Ms)}</td>
 <td class="num">${duration(q.p95Ms)}</td>
 </tr>`,
@@ -37,6 +45,7 @@ ${card('dead', capped(sum((q) => q.dead), cap), sum((q) => q.dead) > 0 ? 'bad' :
 ${card('done, last hour', String(sum((q) => q.done)), 'good')}
 ${card('failed attempts, last hour', String(sum((q) => q.failed)), sum((q) => q.failed) > 0 ? 'bad' : '')}
 ${card('oldest due task waiting', duration(oldest))}
+${unhandled > 0 ? card('queues nobody handles', String(unhandled), 'bad') : ''}
 </section>
 <section class="panel">
 <h2>Last hour, per minute</h2>
@@ -51,7 +60,7 @@ ${o.queues.length === 0
     ? html`<p class="empty">No tasks yet.</p>`
     : html`<table class="grid-table">
 <thead><tr><th>queue</th><th class="num" title="pending, due">due</th><th class="num" title="pending, run_at in the future">later</th><th class="num" title="waiting for the tasks it depends on">waiting</th><th class="num">running</th><th class="num">dead</th>
-<th class="num">done 1 h</th><th class="num">failed 1 h</th><th class="num">cancelled 1 h</th><th class="num">oldest due</th><th class="num">run p50</th><th class="num">run p95</th></tr></thead>
+<th class="num">done 1 h</th><th class="num">failed 1 h</th><th class="num">cancelled 1 h</th><th class="num">oldest due</th><th class="num" title="running instances that handle the queue">handlers</th><th class="num">run p50</th><th class="num">run p95</th></tr></thead>
 <tbody>${rows}</tbody>
 </table>
 <p class="hint">Counts of pending, waiting and dead tasks stop at ${cap}. Run times are over the tasks that finished done in the last hour.</p>`}
