@@ -1,0 +1,129 @@
+import { dependantOrder } from '../core/dependency-order';
+import { PgQueueError } from '../errors';
+import type { PrismaClientLike, SqlExecutor } from '../types';
+import { debounceStatements } from './debounce.sql';
+import type { DependencyRepository } from './dependencies.repository';
+import { enqueueStatements, type ConflictMode } from './enqueue.sql';
+import { parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
+
+type InsertPart = ConflictMode | 'plain' | 'debounce' | 'dependant';
+
+/** Rows of one enqueue call, split by the statement that inserts them, with their input positions. */
+function splitByConflictMode(rows: NewTaskRow[]): Map<InsertPart, { index: number; row: NewTaskRow }[]> {
+  const parts = new Map<InsertPart, { index: number; row: NewTaskRow }[]>();
+  rows.forEach((row, index) => {
+    const part = row.dependsOn !== null ? 'dependant' : row.debounce !== null ? 'debounce' : row.dedupKey === null ? 'plain' : row.onConflict;
+    const list = parts.get(part);
+    if (list) list.push({ index, row });
+    else parts.set(part, [{ index, row }]);
+  });
+  return parts;
+}
+
+const MAX_KEYED_RETRIES = 5;
+
+/**
+ * Bounds of the transaction of an enqueue call with dependants (see insert), instead of Prisma's
+ * defaults (5 s in all): the wait for a pool connection, and the whole transaction, `transactionMs`
+ * plus `perRowMs` per row. The dependants take a constant number of statements, but each one's
+ * work grows with the rows, a debounced row still takes a statement (a round trip) of its own, and
+ * the links wait for their parents' row locks while a completion holds one. READ COMMITTED: every
+ * statement takes a fresh snapshot, which the lock order relies on (see dependencies.sql.ts).
+ */
+export const DEPENDANTS_BOUNDS = { maxWaitMs: 5000, transactionMs: 20_000, perRowMs: 5 } as const;
+
+/**
+ * Enqueue's inserts (TaskRepository.insert): plain rows in one statement; keyed rows by conflict
+ * mode; debounced rows one statement each; dependants last, linked to their parents (see
+ * DependencyRepository).
+ */
+export class TaskInserter {
+  private readonly enqueueSql;
+  private readonly debounceSql;
+
+  constructor(
+    schema: string,
+    private readonly channel: string,
+    private readonly dependencies: DependencyRepository,
+  ) {
+    this.enqueueSql = enqueueStatements(schema);
+    this.debounceSql = debounceStatements(schema);
+  }
+
+  /**
+   * Inserts tasks and returns their ids in input order; for a live dedup key, the existing task's
+   * id. Several statements (plain rows and each conflict mode) run in one transaction: the caller's
+   * when `db` is a transaction client, else a new one.
+   */
+  async insert(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
+    if (rows.length === 0) return [];
+    const parts = splitByConflictMode(rows);
+    const root = db as Partial<PrismaClientLike>;
+    if (parts.size === 1 && parts.has('plain')) return this.insertPlain(db, rows);
+    const dependants = parts.has('dependant') ? dependantOrder(rows) : [];
+    // Debounced rows take a statement each; dependants three or four in all.
+    const oneStatement = parts.size === 1 && dependants.length === 0 && (parts.get('debounce')?.length ?? 1) === 1;
+    if (!oneStatement && typeof root.$transaction === 'function') {
+      if (dependants.length === 0) return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants));
+      const b = DEPENDANTS_BOUNDS;
+      return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants), {
+        maxWait: b.maxWaitMs,
+        timeout: b.transactionMs + b.perRowMs * rows.length,
+        isolationLevel: 'ReadCommitted',
+      });
+    }
+    return this.insertParts(db, rows, parts, dependants);
+  }
+
+  private async insertPlain(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
+    const [res] = await db.$queryRawUnsafe<{ ids: string }[]>(this.enqueueSql.insertMany, taskRowsJson(rows), this.channel);
+    return parseIds(res.ids);
+  }
+
+  private async insertParts(db: SqlExecutor, rows: NewTaskRow[], parts: ReturnType<typeof splitByConflictMode>, dependants: number[]): Promise<string[]> {
+    const ids: string[] = new Array(rows.length);
+    for (const [mode, part] of parts) {
+      if (mode === 'dependant') {
+        continue; // last: they may name the other rows
+      } else if (mode === 'plain') {
+        const got = await this.insertPlain(db, part.map((p) => p.row));
+        part.forEach((p, i) => (ids[p.index] = got[i]));
+      } else if (mode === 'debounce') {
+        // One statement per request: each folds into what the previous one left (see debounce.sql.ts).
+        for (const p of part) ids[p.index] = await this.insertDebounced(db, p.row);
+      } else {
+        await this.insertKeyed(db, mode, part, ids);
+      }
+    }
+    if (dependants.length > 0) await this.dependencies.insertDependants(db, rows, dependants, ids);
+    return ids;
+  }
+
+  private async insertDebounced(db: SqlExecutor, row: NewTaskRow): Promise<string> {
+    const d = row.debounce!;
+    const [res] = await db.$queryRawUnsafe<{ id: string }[]>(
+      this.debounceSql.debounce, taskRowsJson([row]), this.channel, d.key, d.delayMs, d.maxDelayMs, d.leading,
+    );
+    return res.id;
+  }
+
+  /**
+   * A conflicting task that committed after the statement's snapshot is invisible to it and comes
+   * back without an id; such rows are simply sent again (the key is then either visible or free).
+   * replace/rerun may not touch one row twice in a statement, so duplicates in the input collapse
+   * onto their last occurrence.
+   */
+  private async insertKeyed(db: SqlExecutor, mode: ConflictMode, part: { index: number; row: NewTaskRow }[], ids: string[]): Promise<void> {
+    const last = new Map<string, { index: number; row: NewTaskRow }>();
+    for (const p of part) last.set(`${p.row.queue}\u0000${p.row.dedupKey}`, p);
+    let todo = mode === 'ignore' ? part : [...last.values()];
+    for (let attempt = 0; todo.length > 0; attempt++) {
+      if (attempt === MAX_KEYED_RETRIES) throw new PgQueueError(`pg-queue: could not settle dedup keys after ${attempt} tries`);
+      const res = await db.$queryRawUnsafe<{ id: string | null }[]>(this.enqueueSql.keyed[mode], taskRowsJson(todo.map((p) => p.row)), this.channel);
+      const missing: typeof todo = [];
+      todo.forEach((p, i) => (res[i].id === null ? missing.push(p) : (ids[p.index] = res[i].id!)));
+      todo = missing;
+    }
+    for (const p of part) ids[p.index] ??= ids[last.get(`${p.row.queue}\u0000${p.row.dedupKey}`)!.index];
+  }
+}
