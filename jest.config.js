@@ -3,6 +3,8 @@ module.exports = {
   rootDir: '.',
   testEnvironment: 'node',
   testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/**/*.spec.ts', '<rootDir>/src/**/*.spec.ts'],
+  // The consumer test's app files (a spec among them) are copied into a scaffolded app and run there.
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/consumer/app/'],
   transform: {
     '^.+\\.(t|j|mj)s$': ['@swc/jest', {
       jsc: {
