@@ -23,37 +23,15 @@ import { LeaseRescuer } from './lease.rescuer';
 import { DependencySettler } from './dependency.settler';
 import { RetentionPruner } from './retention.pruner';
 import { QueueDrainer, type DrainOptions, type DrainReport } from './queue.drainer';
-import { QueueWorker, type WorkerStatus } from './queue.worker';
+import { QueueWorker } from './queue.worker';
 import { WakeupListener } from './wakeup.listener';
 import type { WorkerDeps } from './worker.deps';
+import { readQueueHealth, type QueueHealth } from './queue.health';
 
+export type { QueueHealth } from './queue.health';
 
 /** How long past shutdownTimeoutMs shutdown still waits for aborted work to roll back or be released. */
 const SHUTDOWN_GRACE_MS = 2000;
-/** See WorkerOrchestrator.health. */
-export interface QueueHealth {
-  database: { up: boolean; error: string | null };
-  /**
-   * 'poll-only' when no databaseUrl was given (no LISTEN connection by design); 'off' while no
-   * listener runs in this process (workers not started, or shut down).
-   */
-  listen: 'connected' | 'disconnected' | 'poll-only' | 'off';
-  workers: WorkerStatus[];
-  /**
-   * Per queue with live tasks: due (capped at 10 000), running, dead (capped), oldest due age in ms,
-   * running instances handling it, and how long it has had due tasks and none (null: it has one, or nothing is due).
-   */
-  queues: {
-    queue: string;
-    due: number;
-    running: number;
-    dead: number;
-    waiting: number;
-    oldestDueMs: number | null;
-    handlers: number;
-    unhandledMs: number | null;
-  }[];
-}
 
 /**
  * Starts and stops the queue machinery with the Nest application:
@@ -249,24 +227,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
         : this.listening
           ? 'connected'
           : 'disconnected';
-    try {
-      // Bounded: a database that does not answer is reported, with this process's workers.
-      const rows = await within(this.operator.metrics(this.options.prisma), databaseTimeoutMs, null);
-      if (rows === null) return { database: { up: false, error: `no answer within ${databaseTimeoutMs} ms` }, listen, workers, queues: [] };
-      const queues = rows.map((r) => ({
-        queue: r.queue,
-        due: r.due,
-        running: r.running,
-        dead: r.dead,
-        waiting: r.waiting,
-        oldestDueMs: r.oldest_due_ms,
-        handlers: r.handlers,
-        unhandledMs: r.unhandled_ms,
-      }));
-      return { database: { up: true, error: null }, listen, workers, queues };
-    } catch (err) {
-      return { database: { up: false, error: (err as Error).message }, listen, workers, queues: [] };
-    }
+    return readQueueHealth(this.operator, this.options.prisma, databaseTimeoutMs, { listen, workers });
   }
 
   /**
