@@ -47,6 +47,9 @@ WITH taken AS (
       parent_results = coalesce(w.parent_results, '{}') || coalesce(p.results, '{}'),
       state = CASE WHEN p.failed_parent IS NOT NULL THEN 'cancelled'
                    WHEN w.deps_left - p.done <= 0 THEN 'pending' ELSE 'waiting' END,
+      -- Due from now on, not from its enqueue: it queues behind what came meanwhile (claims go by
+      -- run_at) and does not read as overdue. A later runAt/delayMs of its own stays.
+      run_at = CASE WHEN p.failed_parent IS NULL AND w.deps_left - p.done <= 0 THEN greatest(w.run_at, now()) ELSE w.run_at END,
       last_error = CASE WHEN p.failed_parent IS NOT NULL
                         THEN 'task ' || p.failed_parent || ', which it depends on, ended ' || p.failed_outcome
                         ELSE w.last_error END,
@@ -168,7 +171,8 @@ SELECT count(*)::int AS debts FROM debts`,
 
     /**
      * Settles up to $1 debts, oldest first: a done parent decrements its dependant's counter and
-     * adds its result; a dead or cancelled one cancels the dependant, whose own dependants get debts
+     * adds its result (the last one makes it pending, due from now on at the earliest); a dead or
+     * cancelled one cancels the dependant, whose own dependants get debts
      * in turn (`cascaded`: settle again). SKIP LOCKED: two settlers never take the same debt.
      * `settleWaiting` waits for debts locked instead of passing over them: after a statement failed
      * on its data, whose locks the server holds a while after the error reached us. The

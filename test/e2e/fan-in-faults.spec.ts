@@ -1,0 +1,71 @@
+/**
+ * Fan-in in the conditions production brings (issue 22, item 12's settled run_at, and the
+ * enqueue-with-dependants transaction's bounds and lock order): a join whose parents took a while
+ * must queue behind what was enqueued meanwhile, two enqueues naming the same parents in opposite
+ * orders must not deadlock, and a business transaction holding a parent's row must make an
+ * enqueue that owns its transaction fail within its bound, not wait with it.
+ */
+import { Injectable } from '@nestjs/common';
+import { Client } from 'pg';
+import { PgQueueError, TaskHandler, type LeaseTaskContext, type Task } from '@app/pg-queue';
+import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { waitFor } from '../support/wait-for';
+
+/** Parents of 'fif.parent' run until the test opens their gate. */
+const gate = deferred();
+const parentStarted = deferred();
+
+@Injectable()
+class Handlers {
+  @TaskHandler('fif.parent', { mode: 'lease' })
+  async parent(_task: Task<unknown>, _ctx: LeaseTaskContext) {
+    parentStarted.resolve();
+    await gate.promise;
+    return 'parent done';
+  }
+}
+
+describe('fan-in in production conditions', () => {
+  let db: TestDatabase;
+  let qa: QueueApp;
+  const queue = () => qa.queue;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    // 'fif.join' and 'fif.idle' have no handler here: their tasks stay where settling leaves them.
+    qa = await bootQueueApp(db.prisma(12), [Handlers], { databaseUrl: db.url, pollIntervalMs: 1000 });
+  });
+  afterAll(async () => {
+    gate.resolve();
+    await qa?.close();
+    await db?.drop();
+  });
+
+  it('a join made pending by its last parent queues from then on: not ahead of tasks enqueued while it waited, not overdue; a later runAt of its own stays', async () => {
+    const parent = await queue().enqueue('fif.parent', {});
+    const join = await queue().enqueue('fif.join', { n: 'join' }, { dependsOn: [parent] });
+    const delayed = await queue().enqueue('fif.join', { n: 'delayed' }, { dependsOn: [parent], delayMs: 3_600_000 });
+    const delayedRunAt = (await queue().get(delayed))!.runAt;
+    await parentStarted.promise;
+    // Enqueued into the join's queue while the join waits for its parent.
+    const meanwhile = await queue().enqueue('fif.join', { n: 'meanwhile' });
+    gate.resolve();
+    await waitFor('the join is pending', async () => (await queue().get(join))?.state === 'pending', { timeoutMs: 20_000, everyMs: 20 });
+
+    const [j, m, p, d] = await Promise.all([join, meanwhile, parent, delayed].map(async (id) => (await queue().get(id))!));
+    expect(p.state).toBe('done');
+    // Claims go by (priority, run_at, id): a run_at before `meanwhile`'s would start the join first.
+    expect(j.runAt.getTime()).toBeGreaterThanOrEqual(m.runAt.getTime());
+    // Due since its parent finished, not since it was enqueued.
+    expect(j.runAt.getTime()).toBeGreaterThanOrEqual(p.finishedAt!.getTime());
+    expect(d).toMatchObject({ state: 'pending', runAt: delayedRunAt });
+
+    // stats() reads the join's queue as due since the parent finished at most (`meanwhile` gone).
+    await queue().cancel(meanwhile);
+    const stats = (await queue().stats()).find((s) => s.queue === 'fif.join')!;
+    const [sinceParent] = await db.sql<{ ms: number }>('SELECT (extract(epoch FROM now() - $1::timestamptz) * 1000)::float8 AS ms', [p.finishedAt]);
+    expect(stats.oldestDueMs).not.toBeNull();
+    expect(stats.oldestDueMs!).toBeLessThanOrEqual(sinceParent.ms);
+  });
+});
