@@ -1,5 +1,5 @@
 /**
- * Retention (maintain.sql.ts, archive_partition_step in migration 11): the archive is partitioned
+ * Retention (maintain.sql.ts, archive_partition_step in runtime-functions.ts): the archive is partitioned
  * by finish time; the pruner drops whole partitions past archiveMs and creates the coming ones,
  * deletes the default partition's old rows and dead tasks row by row, one instance at a time, and
  * never keeps the archive's writers waiting behind its DDL for longer than its lock timeout.

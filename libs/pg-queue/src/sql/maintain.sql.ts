@@ -70,10 +70,10 @@ SELECT pg_cancel_backend(pid) AS cancelled FROM pg_stat_activity
 WHERE pid = $1::int AND backend_xid = $2::xid`,
 
     /**
-     * Retention of the archive's partitions (archive_partition_step, migration 11): one change per
-     * call, dropping a partition wholly older than $3 ms or creating the next of width $1 ms while
-     * fewer than $2 widths lie ahead; `action` is NULL when nothing is left to do, `busy` when the
-     * DDL gave up waiting for its locks. One instance at a time: the function takes the pruner's
+     * Retention of the archive's partitions (archive_partition_step, runtime-functions.ts): one
+     * change per call, dropping a partition wholly older than $3 ms or creating the next of width
+     * $1 ms while fewer than $2 widths lie ahead; `action` is NULL when nothing is left to do,
+     * `busy` when the DDL gave up waiting for its locks. One instance at a time: the function takes the pruner's
      * advisory lock first (`ran` false: another instance holds it). Each call is its own
      * transaction, so a DDL's ACCESS EXCLUSIVE lock lasts a catalog change, not a round. Not DETACH
      * PARTITION CONCURRENTLY: it cannot run in a transaction, so neither under this

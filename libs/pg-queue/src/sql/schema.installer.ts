@@ -5,6 +5,8 @@ import { prismaPoolMax } from '../prisma-adapter';
 import { quoteIdent } from './identifiers';
 import { migrationStepPlans, schemaBootstrapSql, schemaMigrations, type SchemaMigration, type StepMode } from './schema.sql';
 import { runConcurrently } from './schema.index-builds';
+import { runtimeFunctions, type RuntimeFunction } from './runtime-functions';
+import { syncRuntimeFunctions } from './schema.runtime-functions';
 import { INSTALL_LOCK_NAMESPACE } from './schema.upgrade-state';
 import { splitSqlScript } from './sql-script';
 
@@ -38,6 +40,8 @@ export interface InstallOptions {
   concurrentLockWaitMs?: number;
   /** Where progress, retries and unfinished upgrades are reported. Default: Nest's Logger('PgQueue'). */
   logger?: { log(message: string): void; warn(message: string): void };
+  /** For tests: the functions put in place once the schema is current. Default: the library's. */
+  runtimeFunctions?: readonly RuntimeFunction[];
 }
 
 type Resolved = Required<InstallOptions>;
@@ -50,6 +54,9 @@ interface CurrentStep {
   of: number;
   run: StepMode;
 }
+
+/** What the installer's transaction is doing: a migration's step, or `what` else. */
+type At = { step: CurrentStep | null; what?: string };
 
 type Outcome = { kind: 'busy' } | { kind: 'current' } | { kind: 'undone' } | { kind: 'step'; version: number; finished: boolean };
 
@@ -74,6 +81,8 @@ interface RunState {
  * name; `long` steps (VALIDATE) run without a transaction or statement timeout; `concurrently`
  * steps build or drop an index CONCURRENTLY outside the transaction, while it holds the advisory
  * lock. A migration's `transient` state (migration 11's CHECK) is undone when a step in it fails.
+ * The transaction that finds the schema current also puts the runtime functions in place
+ * (schema.runtime-functions.ts), under the same lock, lock_timeout and retries.
  *
  * `migrations` is for tests; by default the library's own.
  */
@@ -90,6 +99,7 @@ export async function installSchema(
     longStepTimeoutMs: options.longStepTimeoutMs ?? 6 * 3_600_000,
     concurrentLockWaitMs: options.concurrentLockWaitMs ?? 600_000,
     logger: options.logger ?? new Logger('PgQueue'),
+    runtimeFunctions: options.runtimeFunctions ?? runtimeFunctions(schema),
   };
   const state: RunState = { fresh: null, known: new Set(), poolOfOne: prismaPoolMax(prisma) === 1 };
   const applied: number[] = [];
@@ -97,7 +107,7 @@ export async function installSchema(
   let waitingSince: number | null = null;
   let waitLogged = 0;
   for (;;) {
-    const at: { step: CurrentStep | null } = { step: null };
+    const at: At = { step: null };
     let outcome: Outcome;
     try {
       outcome = await prisma.$transaction((tx: SqlExecutor) => applyNextStep(prisma, tx, schema, migrations, o, state, at), {
@@ -108,13 +118,13 @@ export async function installSchema(
       const lockTimeout = isLockTimeout(err);
       if (lockTimeout && ++tries < o.maxTries) {
         const pause = Math.min(o.backoffMs * 2 ** (tries - 1), 5000);
-        o.logger.warn(`schema install: ${describe(at.step)} gave up waiting for its locks (lock_timeout ${o.lockTimeoutMs} ms, try ${tries} of ${o.maxTries}): another transaction holds its table; retrying in ${pause} ms`);
+        o.logger.warn(`schema install: ${at.what ?? describe(at.step)} gave up waiting for its locks (lock_timeout ${o.lockTimeoutMs} ms, try ${tries} of ${o.maxTries}): another transaction holds its table; retrying in ${pause} ms`);
         await sleep(pause);
         continue;
       }
       const failure = lockTimeout
         ? new PgQueueError(
-            `pg-queue: schema install: ${describe(at.step)} could not get its locks in ${o.maxTries} tries (lock_timeout ${o.lockTimeoutMs} ms each): ` +
+            `pg-queue: schema install: ${at.what ?? describe(at.step)} could not get its locks in ${o.maxTries} tries (lock_timeout ${o.lockTimeoutMs} ms each): ` +
               'a long transaction holds its table (see pg_stat_activity, pg_locks). Nothing of the step was applied; start again once it ended',
           )
         : err;
@@ -147,7 +157,7 @@ async function applyNextStep(
   migrations: SchemaMigration[],
   o: Resolved,
   state: RunState,
-  at: { step: CurrentStep | null },
+  at: At,
 ): Promise<Outcome> {
   const s = quoteIdent(schema);
   // Tried, not awaited: a waiting instance polls in short transactions. One blocked in a statement
@@ -167,7 +177,12 @@ async function applyNextStep(
   state.fresh ??= rows.length === 0;
   const progress = new Map(rows.map((r) => [r.version, r.steps_done]));
   const next = migrations.find((m) => progress.get(m.version) !== null);
-  if (!next) return { kind: 'current' };
+  if (!next) {
+    at.what = 'the runtime functions';
+    // On a fresh install they come with the tables: nothing to report.
+    await syncRuntimeFunctions(tx, o.runtimeFunctions, (v) => progress.get(v) === null, state.fresh ? { log: () => undefined } : o.logger);
+    return { kind: 'current' };
+  }
   const plans = migrationStepPlans(next);
   const done = progress.get(next.version) ?? 0;
   if (progress.has(next.version) && !state.known.has(next.version)) {

@@ -4,6 +4,7 @@ import { flowMigrations } from './migrations/flow.migrations';
 import { handlerMigrations } from './migrations/handlers.migrations';
 import { inspectMigrations } from './migrations/inspect.migrations';
 import { taskMigrations } from './migrations/tasks.migrations';
+import { printRuntimeFunctions } from './runtime-functions';
 
 /**
  * The queue's tables, as an ordered list of migrations. The installer applies the ones a database
@@ -86,7 +87,10 @@ CREATE TABLE IF NOT EXISTS ${s}.schema_version (
 ALTER TABLE ${s}.schema_version ADD COLUMN IF NOT EXISTS steps_done integer;`;
 }
 
-/** The full SQL, for `prisma/migrations` users: bootstrap plus every migration, each recorded. */
+/**
+ * The full SQL, for `prisma/migrations` users: bootstrap plus every migration, each recorded, then
+ * the runtime functions (runtime-functions.ts).
+ */
 export function printSchemaSql(schema: string): string {
   const s = quoteIdent(schema);
   const parts = [`-- pg-queue schema "${schema}"`, schemaBootstrapSql(schema).trim()];
@@ -100,6 +104,9 @@ export function printSchemaSql(schema: string): string {
     });
     parts.push(`INSERT INTO ${s}.schema_version (version, name) VALUES (${m.version}, '${m.name}') ON CONFLICT DO NOTHING;`);
   }
+  // Recorded in their comments, which the installer compares: it then finds them current.
+  parts.push('-- runtime functions: no schema version; apply this section again whenever a release changes it');
+  parts.push(...printRuntimeFunctions(schema));
   return parts.join('\n\n') + '\n';
 }
 

@@ -32,7 +32,8 @@ import type { SchemaMigration } from '../schema.sql';
  *   and the health indicator report an unfinished upgrade).
  *   On a fresh install the legacy partition is just the first one (the archive's first day or two).
  * - Partitions from T on are created ahead, and dropped, by the retention pruner through
- *   archive_partition_step (step 4; maintain.sql.ts says which locks it takes and why).
+ *   archive_partition_step (created by step 4, since replaced by a runtime function:
+ *   runtime-functions.ts; maintain.sql.ts says which locks it takes and why).
  */
 export function archiveMigrations(s: string): SchemaMigration[] {
   return [
@@ -108,23 +109,9 @@ FROM ${s}.schema_version v WHERE v.version = 11`,
 }
 
 /**
- * `archive_partition_step(lock_space, lock_name, width_ms, ahead, keep_ms, lock_timeout_ms)`: one
- * change to the archive's partitions per call, or none, so each DDL commits, and drops its locks,
- * on its own. First the advisory lock (lock_space, hashtext(lock_name)), tried, not awaited, and
- * held to the end of the transaction: `ran` false means another instance holds it and nothing was
- * done. (Taken here, not in the calling statement: the planner is free to run a function in FROM
- * before a filter on the lock's result.) Then, in order:
- * - drop the oldest range partition whose upper bound is older than keep_ms (its rows are counted
- *   first, by a scan that takes no lock writers wait for);
- * - else create the next partition, `width_ms` wide and aligned to multiples of it since the epoch
- *   (daily: UTC midnights), while the ranges end less than `ahead` widths from now. It starts where
- *   the last one ends (so a changed width never overlaps), or at the current period; a period the
- *   default partition already holds rows of is left to it, as attaching it would fail.
- * Creation is CREATE TABLE (LIKE ...) plus ATTACH PARTITION: ATTACH takes SHARE UPDATE EXCLUSIVE on
- * task_archive, which completions' inserts do not wait for, and ACCESS EXCLUSIVE on the new table
- * and the default partition (which it scans: empty, as a rule), where CREATE TABLE ... PARTITION OF
- * takes ACCESS EXCLUSIVE on task_archive. Both it and DROP wait at most lock_timeout_ms for their
- * locks; past it the step gives up (`busy`, its DDL rolled back) and the next round tries again.
+ * Step 4 as migration 11 ran it, kept as it was: the functions' current bodies, and what they do,
+ * are in runtime-functions.ts, which the installer puts in place over these (same names and
+ * signatures) once the schema is current.
  */
 function archivePartitionStep(s: string): string {
   return `
