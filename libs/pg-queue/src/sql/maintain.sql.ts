@@ -79,10 +79,12 @@ WHERE pid = $1::int AND backend_xid = $2::xid`,
      * PARTITION CONCURRENTLY: it cannot run in a transaction, so neither under this
      * transaction-scoped lock nor through a transaction-pooling PgBouncer (a session lock would be
      * held by whichever client got the connection), and a detach it left half done would need
-     * FINALIZE. Parameters: $1 width ms, $2 periods ahead, $3 archive age ms, $4 schema name (lock key).
+     * FINALIZE. `rowsEstimate`: a dropped partition's rows as the planner estimates them (NULL:
+     * never analyzed), not counted. Parameters: $1 width ms, $2 periods ahead, $3 archive age ms,
+     * $4 schema name (lock key).
      */
     archivePartitionStep: `
-SELECT ran, action, partition_name AS "partition", tasks::float8 AS tasks
+SELECT ran, action, partition_name AS "partition", tasks::float8 AS "rowsEstimate"
 FROM ${s}.archive_partition_step(${PRUNE_LOCK_NAMESPACE}, $4, $1::bigint, $2::int, $3::bigint, ${PARTITION_DDL_LOCK_TIMEOUT_MS})`,
 
     /**

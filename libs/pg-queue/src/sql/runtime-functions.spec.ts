@@ -6,7 +6,7 @@ describe('runtime functions', () => {
     // one release and two bodies would replace each other's at every start of a rolling deploy.
     expect(runtimeFunctions('pgqueue').map((f) => [f.name, f.release, f.hash])).toEqual([
       ['archive_partitions', 1, 'dc941d6210e4c1af'],
-      ['archive_partition_step', 1, 'e30c9404cad5dfb2'],
+      ['archive_partition_step', 2, '73f5986b01bdd34a'],
     ]);
   });
 

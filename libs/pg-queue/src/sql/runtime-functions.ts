@@ -93,8 +93,9 @@ $fn$`,
  * held to the end of the transaction: `ran` false means another instance holds it and nothing was
  * done. (Taken here, not in the calling statement: the planner is free to run a function in FROM
  * before a filter on the lock's result.) Then, in order:
- * - drop the oldest range partition whose upper bound is older than keep_ms (its rows are counted
- *   first, by a scan that takes no lock writers wait for);
+ * - drop the oldest range partition whose upper bound is older than keep_ms. `tasks` is then the
+ *   planner's estimate of its rows (pg_class.reltuples, as of its last ANALYZE or VACUUM; NULL if
+ *   it never had one), not a count: that would read the whole partition just before dropping it;
  * - else create the next partition, `width_ms` wide and aligned to multiples of it since the epoch
  *   (daily: UTC midnights), while the ranges end less than `ahead` widths from now. It starts where
  *   the last one ends (so a changed width never overlaps), or at the current period; a period the
@@ -104,13 +105,14 @@ $fn$`,
  * and the default partition (which it scans: empty, as a rule), where CREATE TABLE ... PARTITION OF
  * takes ACCESS EXCLUSIVE on task_archive. Both it and DROP wait at most lock_timeout_ms for their
  * locks; past it the step gives up (`busy`, its DDL rolled back) and the next round tries again.
- * Release 1 is migration 11's text.
+ * Release 1 was migration 11's text; release 2 estimates a dropped partition's rows instead of
+ * counting them (instances of release 1 add the estimate to what they report: harmless).
  */
 const archivePartitionStep: RuntimeFunctionDefinition = {
   name: 'archive_partition_step',
   args: 'integer, text, bigint, integer, bigint, integer',
   requires: 11,
-  release: 1,
+  release: 2,
   body: (s) => `
 CREATE OR REPLACE FUNCTION ${s}.archive_partition_step(lock_space integer, lock_name text, width_ms bigint, ahead integer,
   keep_ms bigint, lock_timeout_ms integer, OUT ran boolean, OUT action text, OUT partition_name text, OUT tasks bigint)
@@ -129,7 +131,7 @@ BEGIN
     WHERE p.upper_bound <= now() - keep_ms * interval '1 millisecond' ORDER BY p.upper_bound LIMIT 1;
     IF FOUND THEN
       partition_name := expired.relname;
-      EXECUTE format('SELECT count(*) FROM %s', expired.rel) INTO tasks;
+      SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint END INTO tasks FROM pg_class c WHERE c.oid = expired.rel;
       EXECUTE format('DROP TABLE %s', expired.rel);
       action := 'dropped';
       RETURN;

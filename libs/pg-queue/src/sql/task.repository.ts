@@ -284,7 +284,8 @@ export class TaskRepository {
 
   /**
    * One change to the archive's partitions (see archivePartitionStep): `action` null when none is
-   * due, `busy` when its DDL gave up waiting for locks; `tasks` the rows of a dropped partition.
+   * due, `busy` when its DDL gave up waiting for locks; `rowsEstimate` the planner's estimate of a
+   * dropped partition's rows (null when never analyzed).
    */
   async archivePartitionStep(db: SqlExecutor, widthMs: number, ahead: number, archiveMs: number): Promise<ArchivePartitionStep> {
     const [res] = await db.$queryRawUnsafe<ArchivePartitionStep[]>(this.maintainSql.archivePartitionStep, widthMs, ahead, archiveMs, this.schema);
@@ -296,5 +297,5 @@ export interface ArchivePartitionStep {
   ran: boolean;
   action: 'created' | 'dropped' | 'busy' | null;
   partition: string | null;
-  tasks: number | null;
+  rowsEstimate: number | null;
 }

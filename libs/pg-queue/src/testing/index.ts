@@ -1,6 +1,7 @@
 import type { INestApplicationContext } from '@nestjs/common';
 import { DEFAULT_CONNECTION, registrationToken } from '../pg-queue.connections';
 import type { DrainReport } from '../worker/queue.drainer';
+import type { PruneResult } from '../worker/retention.pruner';
 import type { WorkerOrchestrator } from '../worker/worker.orchestrator';
 
 /** The orchestrator of the PgQueueModule registration named `connection`. */
@@ -9,7 +10,7 @@ function orchestrator(app: INestApplicationContext, connection: string): WorkerO
 }
 
 export { DrainTimeoutError } from '../worker/queue.drainer';
-export type { DrainReport };
+export type { DrainReport, PruneResult };
 
 /** Options of `drainQueue(app, options)`. */
 export interface DrainQueueOptions {
@@ -78,8 +79,9 @@ export function tickSchedules(app: INestApplicationContext, connection = DEFAULT
 
 /**
  * Runs a retention round now: drops archive partitions past retention.archiveMs (creating the
- * coming ones), deletes dead and cancelled tasks past retention.deadMs.
+ * coming ones), deletes dead and cancelled tasks past retention.deadMs. See PruneResult for what
+ * is counted and what estimated.
  */
-export function pruneHistory(app: INestApplicationContext, connection = DEFAULT_CONNECTION): Promise<{ archived: number; dead: number; partitionsDropped: number }> {
+export function pruneHistory(app: INestApplicationContext, connection = DEFAULT_CONNECTION): Promise<PruneResult> {
   return orchestrator(app, connection).pruneHistory();
 }

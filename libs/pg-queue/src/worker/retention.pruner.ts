@@ -5,6 +5,19 @@ import type { SqlExecutor } from '../types';
 /** The most partition changes one round makes (normally none or one: a period begins or ends). */
 const MAX_PARTITION_STEPS = 100;
 
+/**
+ * What a round removed. `archived`: rows deleted one by one (the default partition), counted;
+ * `droppedRowsEstimate`: the rows of the `partitionsDropped` dropped partitions as the planner
+ * estimates them (pg_class.reltuples; a partition never analyzed counts 0), since counting them
+ * would read each whole partition before dropping it.
+ */
+export interface PruneResult {
+  archived: number;
+  dead: number;
+  partitionsDropped: number;
+  droppedRowsEstimate: number;
+}
+
 export interface RetentionSettings {
   archiveMs: number;
   deadMs: number;
@@ -57,10 +70,10 @@ export class RetentionPruner {
 
   /**
    * One round: the archive's partitions, then batch after batch of rows until one deletes nothing
-   * (or another instance holds the lock). `archived` counts the rows of dropped partitions too.
+   * (or another instance holds the lock).
    */
-  async pruneAll(): Promise<{ archived: number; dead: number; partitionsDropped: number }> {
-    const total = { archived: 0, dead: 0, partitionsDropped: 0 };
+  async pruneAll(): Promise<PruneResult> {
+    const total: PruneResult = { archived: 0, dead: 0, partitionsDropped: 0, droppedRowsEstimate: 0 };
     try {
       await this.maintainPartitions(total);
     } catch (err) {
@@ -79,7 +92,7 @@ export class RetentionPruner {
     return total;
   }
 
-  private async maintainPartitions(total: { archived: number; partitionsDropped: number }): Promise<void> {
+  private async maintainPartitions(total: PruneResult): Promise<void> {
     const { archivePartitionMs: width, intervalMs, archiveMs } = this.retention;
     // Enough periods ahead that two missed rounds still find theirs created.
     const ahead = Math.min(30, Math.max(3, Math.ceil((2 * intervalMs) / width)));
@@ -91,10 +104,11 @@ export class RetentionPruner {
         return;
       }
       if (step.action === 'dropped') {
-        total.archived += step.tasks ?? 0;
+        total.droppedRowsEstimate += step.rowsEstimate ?? 0;
         total.partitionsDropped++;
-      }
-      this.logger.debug(`archive partition ${step.partition} ${step.action}`);
+        const rows = step.rowsEstimate === null ? 'never analyzed' : `about ${step.rowsEstimate} rows, the planner's estimate`;
+        this.logger.debug(`archive partition ${step.partition} dropped (${rows})`);
+      } else this.logger.debug(`archive partition ${step.partition} ${step.action}`);
     }
   }
 }

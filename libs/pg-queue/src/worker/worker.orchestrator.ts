@@ -21,7 +21,7 @@ import { DatabaseClock } from './database.clock';
 import { HandlerPresence } from './handler.presence';
 import { LeaseRescuer } from './lease.rescuer';
 import { DependencySettler } from './dependency.settler';
-import { RetentionPruner } from './retention.pruner';
+import { RetentionPruner, type PruneResult } from './retention.pruner';
 import { QueueDrainer, type DrainOptions, type DrainReport } from './queue.drainer';
 import { QueueWorker } from './queue.worker';
 import { WakeupListener } from './wakeup.listener';
@@ -193,7 +193,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   }
 
   /** Deletes expired history now (the pruner also does it every retention.intervalMs). */
-  pruneHistory(): Promise<{ archived: number; dead: number; partitionsDropped: number }> {
+  pruneHistory(): Promise<PruneResult> {
     return new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger).pruneAll();
   }
 
