@@ -15,6 +15,7 @@ interface AdapterCause {
   port?: number;
   db?: string;
   originalMessage?: string;
+  reason?: string;
 }
 
 /**
@@ -23,6 +24,12 @@ interface AdapterCause {
  * reports these as `meta.driverAdapterError.cause` ({ kind: 'DatabaseNotReachable', host, port },
  * { kind: 'DatabaseDoesNotExist', db }, { kind: 'DatabaseAccessDenied', originalMessage }); the
  * server's address and role, when the cause lacks them, come from the client's adapter config.
+ *
+ * The error is the whole report: it carries no `cause`. The line already says what the driver
+ * reported, and a `cause` is printed again beside it: Jest reports it as a second failure ("Cause:
+ * PrismaClientKnownRequestError: Can't reach database server at …", under a second copy of the
+ * spec's failing line), and Node, for a `main.ts` whose bootstrap rejects, prints Prisma's whole
+ * error after the line (its meta and stacks into Prisma's minified runtime).
  */
 export function startupConnectionError(err: unknown, prisma: unknown): PgQueueError | null {
   const cause = (err as { meta?: { driverAdapterError?: { cause?: AdapterCause } } })?.meta?.driverAdapterError?.cause;
@@ -33,7 +40,8 @@ export function startupConnectionError(err: unknown, prisma: unknown): PgQueueEr
   const at = host ? ` at ${host}${port ? `:${port}` : ''}` : '';
   let message: string;
   if (cause.kind in UNREACHABLE) {
-    message = `${UNREACHABLE[cause.kind]}${at} at startup; is the server running and the connection string right?`;
+    const reason = cause.reason ? ` (${cause.reason})` : '';
+    message = `${UNREACHABLE[cause.kind]}${at}${reason} at startup; is the server running and the connection string right?`;
   } else if (cause.kind === 'DatabaseDoesNotExist') {
     message = `PostgreSQL${at} has no database ${JSON.stringify(cause.db ?? server?.database ?? '?')} (at startup); is the connection string right?`;
   } else if (cause.kind === 'DatabaseAccessDenied' || cause.kind === 'AuthenticationFailed') {
@@ -42,7 +50,5 @@ export function startupConnectionError(err: unknown, prisma: unknown): PgQueueEr
   } else {
     return null;
   }
-  const error = new PgQueueError(`pg-queue: ${message}`);
-  (error as Error & { cause?: unknown }).cause = err;
-  return error;
+  return new PgQueueError(`pg-queue: ${message}`);
 }
