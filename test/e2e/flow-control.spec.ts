@@ -167,7 +167,7 @@ describe('flow control across three instances', () => {
     expect(busiest(of('fc.prate'))).toBeGreaterThan(3); // the partitions do not share one window
     // 9 starts at 3 per 500 ms need two full windows after the first.
     expect(Math.max(...of('fc.prate').map((r) => r.start)) - t0).toBeGreaterThanOrEqual(1000 - 50);
-    const [{ n }] = await db.sql("SELECT count(*)::int AS n FROM pgqueue.partition_rate WHERE queue = 'fc.prate'");
+    const [{ n }] = await db.sql("SELECT count(*)::int AS n FROM pgqueue.rate_window WHERE queue = 'fc.prate'");
     expect(n).toBe(3);
   });
 

@@ -2,9 +2,15 @@
  * The flow-controlled claims (limits.sql.ts) against a real backlog: planned from row estimates,
  * their cost passes Postgres' jit_above_cost on a queue of some thousands of tasks, and compiling
  * took ~80 ms of a ~4 ms claim (bench scenario 9: 286 partitioned claims' tasks per second).
+ * Their rate windows (rate-window.sql.ts): a few numbers per queue or partition, exact (never more
+ * than `max` claims in any window), a freed slot seen at most one step (perMs / RATE_STEPS) late;
+ * the arithmetic checked with the clock given, against a log of every claim, and the claims made
+ * from several clients at once, each with its own pool, as instances would.
  */
 import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
+import { RATE_STEPS, windowAdd, windowCount, windowFreesInMs } from '../../libs/pg-queue/src/sql/rate-window.sql';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
+import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 describe('limited claims', () => {
@@ -30,7 +36,7 @@ describe('limited claims', () => {
       const claim = await repo.claim(prisma, 'lc.q', 5, 'w', 60_000, 5, { globalConcurrency: 10, partitionConcurrency: 2, rateLimit: { max: 100, perMs: 1000 } });
       await prisma.$queryRawUnsafe("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'lc.q'");
       const rows = await db.sql<{ query: string; jit_functions: number }>(
-        "SELECT query, jit_functions::int FROM pg_stat_statements WHERE query LIKE '%walk AS (%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%' OR query LIKE '%rate_starts%'",
+        "SELECT query, jit_functions::int FROM pg_stat_statements WHERE query LIKE '%walk AS (%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%' OR query LIKE '%rate_at%'",
       );
       const control = rows.filter((r) => r.query.includes('count(*)::int AS n FROM pgqueue.task WHERE queue'));
       const limited = rows.filter((r) => !control.includes(r));
@@ -41,5 +47,130 @@ describe('limited claims', () => {
       await prisma.$disconnect();
       await db.sql(`ALTER DATABASE ${db.name} RESET jit_above_cost`);
     }
+  });
+
+  /**
+   * The state a rate window keeps, as text (every element, however stored): the largest row of the
+   * queue's window in each table that holds rate windows.
+   */
+  async function windowTextBytes(queue: string): Promise<number> {
+    let most = 0;
+    for (const table of ['queue_state', 'partition_rate', 'rate_window']) {
+      const [{ exists }] = await db.sql<{ exists: boolean }>('SELECT to_regclass($1) IS NOT NULL AS exists', [`pgqueue.${table}`]);
+      if (!exists) continue;
+      const [{ bytes }] = await db.sql<{ bytes: number | null }>(`SELECT max(octet_length(r::text))::int AS bytes FROM pgqueue.${table} r WHERE queue = $1`, [queue]);
+      most = Math.max(most, bytes ?? 0);
+    }
+    return most;
+  }
+
+  it('keep a rate window of a few hundred bytes, however large max is (issue 22, item 12)', async () => {
+    const prisma = db.prisma(2);
+    const repo = new LimitsRepository('pgqueue');
+    const rateLimit = { max: 100_000, perMs: 60_000 };
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'lc.rate', '{}' FROM generate_series(1, 20000)`);
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.prate', '{}', 'p' || (g % 4) FROM generate_series(1, 4000) g`);
+    let claimed = 0;
+    let partitionClaimed = 0;
+    try {
+      // Many claims inside one window: 20 000 starts queue-wide, about 1 000 per partition.
+      for (let i = 0; i < 200; i++) claimed += (await repo.claim(prisma, 'lc.rate', 100, 'w', 60_000, 5, { globalConcurrency: null, partitionConcurrency: null, rateLimit })).rows.length;
+      for (let i = 0; i < 40; i++) {
+        partitionClaimed += (await repo.claim(prisma, 'lc.prate', 100, 'w', 60_000, 5, { globalConcurrency: null, partitionConcurrency: null, rateLimit: { ...rateLimit, perPartition: true } })).rows.length;
+      }
+    } finally {
+      await prisma.$disconnect();
+    }
+    expect({ claimed, partitionClaimed }).toEqual({ claimed: 20_000, partitionClaimed: 4000 });
+    // Stored as timestamps, one per start, these were ~650 kB and ~33 kB, rewritten by every claim.
+    const [{ stored }] = await db.sql<{ stored: number }>("SELECT pg_column_size(q.*) AS stored FROM pgqueue.queue_state q WHERE queue = 'lc.rate'");
+    // Each size, or 'small' when under its bound (a failure shows the sizes).
+    const small = (bytes: number, bound: number) => (bytes > 0 && bytes < bound ? 'small' : bytes);
+    expect({ queueWide: small(await windowTextBytes('lc.rate'), 2000), perPartition: small(await windowTextBytes('lc.prate'), 2000), stored: small(stored, 1000) }).toEqual({
+      queueWide: 'small',
+      perPartition: 'small',
+      stored: 'small',
+    });
+  }, 120_000);
+
+  it('keep rate windows that never hold more than max claims in any window, and lag a log of every claim by at most one step', async () => {
+    const W = 1000;
+    const MAX = 40;
+    const STEP = W / RATE_STEPS;
+    // One statement per claim: the count and when the window frees, then the entries after it.
+    // $1, $2 the entries, $3 the time (epoch ms), $4 the claims wanted.
+    const now = 'to_timestamp($3::float8 / 1000)';
+    const room = `(${MAX} - ${windowCount('$1::timestamptz[]', '$2::int[]', String(W), now)})`;
+    const sql = `
+      SELECT ${windowCount('$1::timestamptz[]', '$2::int[]', String(W), now)} AS count,
+             ${windowFreesInMs('$1::timestamptz[]', '$2::int[]', String(W), now)} AS frees_in_ms,
+             (SELECT array_to_json(a)::text FROM ${windowAdd('$1::timestamptz[]', '$2::int[]', String(W), `greatest(0, least($4::int, ${room}))`, now)} AS w(a, n)) AS at,
+             (SELECT n FROM ${windowAdd('$1::timestamptz[]', '$2::int[]', String(W), `greatest(0, least($4::int, ${room}))`, now)} AS w(a, n)) AS n`;
+    let at: string[] = [];
+    let n: number[] = [];
+    const log: { t: number; k: number }[] = [];
+    const inLog = (from: number, to: number) => log.filter((c) => c.t > from && c.t <= to).reduce((sum, c) => sum + c.k, 0);
+    let seed = 7;
+    const random = () => (seed = (seed * 48271) % 2147483647) / 2147483647;
+    const problems: string[] = [];
+    let t = Date.UTC(2026, 0, 1);
+    let mostEntries = 0;
+    for (let i = 0; i < 800; i++) {
+      // Bursts and trickles: gaps from 0 to 40 ms, now and then a pause of up to a window.
+      t += random() < 0.03 ? Math.floor(random() * W) : Math.floor(random() * 40);
+      const want = 1 + Math.floor(random() * 6);
+      const [r] = await db.sql<{ count: number; frees_in_ms: number | null; at: string | null; n: number[] }>(sql, [`{${at.map((a) => `"${a}"`).join(',')}}`, `{${n.join(',')}}`, t, want]);
+      // Never fewer than the claims inside the window, never more than those of one step longer.
+      if (r.count < inLog(t - W, t) || r.count > inLog(t - W - STEP, t)) problems.push(`at ${t}: counted ${r.count}, log ${inLog(t - W, t)} (${inLog(t - W - STEP, t)} with a step more)`);
+      const took = Math.max(0, Math.min(want, MAX - r.count));
+      if (took > 0) log.push({ t, k: took });
+      // No window of W ms, the one ending at this claim included, holds more than MAX.
+      if (inLog(t - W, t) > MAX) problems.push(`at ${t}: ${inLog(t - W, t)} claims in the window`);
+      if (took < want && r.count > 0 && !(r.frees_in_ms !== null && r.frees_in_ms > 0 && r.frees_in_ms <= W)) problems.push(`at ${t}: frees in ${r.frees_in_ms}`);
+      at = r.at === null ? [] : (JSON.parse(r.at) as string[]);
+      n = r.n;
+      mostEntries = Math.max(mostEntries, at.length);
+    }
+    expect(problems).toEqual([]);
+    // It did fill up (the check is not empty), and the entries stayed few.
+    expect({ full: log.length < 800, fewEntries: mostEntries <= RATE_STEPS + 1 }).toEqual({ full: true, fewEntries: true });
+  });
+
+  it('fill a rate window exactly to max over clients claiming at once, queue-wide and per partition', async () => {
+    const repo = new LimitsRepository('pgqueue');
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'rw.q', '{}' FROM generate_series(1, 400)`);
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'rw.p', '{}', 'p' || (g % 3) FROM generate_series(1, 400) g`);
+    const clients = [db.prisma(2), db.prisma(2), db.prisma(2), db.prisma(2)];
+    // Windows far longer than the test: every claim falls in the first, which must end up exactly full.
+    const queueWide = { globalConcurrency: null, partitionConcurrency: null, rateLimit: { max: 30, perMs: 600_000 } };
+    const perPartition = { ...queueWide, rateLimit: { max: 10, perMs: 600_000, perPartition: true } };
+    const claimed = { 'rw.q': 0, 'rw.p': 0 } as Record<string, number>;
+    const byPartition = new Map<string, number>();
+    const until = Date.now() + 1500;
+    await Promise.all(
+      clients.map(async (prisma) => {
+        while (Date.now() < until) {
+          for (const [queue, limits] of [['rw.q', queueWide], ['rw.p', perPartition]] as const) {
+            const claim = await repo.claim(prisma, queue, 1 + Math.floor(Math.random() * 4), 'w', 60_000, 5, limits);
+            claimed[queue] += claim.rows.length;
+            for (const r of claim.rows) if (r.partition_key) byPartition.set(r.partition_key, (byPartition.get(r.partition_key) ?? 0) + 1);
+          }
+        }
+      }),
+    );
+    expect({ claimed, byPartition: Object.fromEntries([...byPartition].sort()) }).toEqual({ claimed: { 'rw.q': 30, 'rw.p': 30 }, byPartition: { p0: 10, p1: 10, p2: 10 } });
+  });
+
+  it('leave a partition\'s rate window to the pruner once its claims have all left it, the others kept', async () => {
+    const prisma = db.prisma(2);
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT q, '{}', 'p' FROM unnest(ARRAY['rw.short', 'rw.long']) q`);
+    const limits = (perMs: number) => ({ globalConcurrency: null, partitionConcurrency: null, rateLimit: { max: 5, perMs, perPartition: true } });
+    const repo = new LimitsRepository('pgqueue');
+    await repo.claim(prisma, 'rw.short', 1, 'w', 60_000, 5, limits(20));
+    await repo.claim(prisma, 'rw.long', 1, 'w', 60_000, 5, limits(600_000));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const pruned = await new TaskRepository('pgqueue', 'archive').prune(prisma, 86_400_000, 86_400_000);
+    const rows = await db.sql<{ queue: string }>("SELECT queue FROM pgqueue.rate_window WHERE queue LIKE 'rw.%' AND queue <> 'rw.p' ORDER BY 1");
+    expect({ quiet: pruned.quiet, rows: rows.map((r) => r.queue) }).toEqual({ quiet: 1, rows: ['rw.long'] });
   });
 });

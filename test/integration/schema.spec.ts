@@ -18,6 +18,7 @@ describe('schema installation', () => {
       'partition_rate',
       'queue_handler',
       'queue_state',
+      'rate_window',
       'schedule',
       'schema_version',
       'task',

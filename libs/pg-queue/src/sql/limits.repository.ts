@@ -50,8 +50,8 @@ export class LimitsRepository {
         let take = want;
         if (limits.globalConcurrency !== null) take = Math.min(take, limits.globalConcurrency - room.running);
         // When the rate is what stops the claim, the worker's timer waits for the window to move.
-        const rateBound = queueRate !== null && queueRate.max - room.window_starts < take;
-        if (queueRate !== null) take = Math.min(take, queueRate.max - room.window_starts);
+        const rateBound = queueRate !== null && queueRate.max - room.window_count < take;
+        if (queueRate !== null) take = Math.min(take, queueRate.max - room.window_count);
         const rateWait = rateBound ? room.window_frees_in_ms : null;
         if (take <= 0) return { rows: [], nextDueInMs: rateWait, dbNowMs: room.db_now_ms };
 
@@ -95,7 +95,8 @@ const UNLIMITED = 1_000_000;
 
 interface Room {
   running: number;
-  window_starts: number;
+  /** Claims inside the queue-wide rate window. */
+  window_count: number;
   window_frees_in_ms: number | null;
   cursor: string | null;
   partition_frees_in_ms: number | null;

@@ -1,6 +1,7 @@
 import { claimFrom, groupFirst } from './claim.sql';
 import { quoteIdent } from './identifiers';
 import { marked } from './fragments.sql';
+import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
 
 /** First key of the advisory lock that serialises a limited queue's claims; the second is hashtext(schema.queue). */
 const LIMIT_LOCK_NAMESPACE = 0x70_67_6c; // "pgl"
@@ -20,8 +21,10 @@ const LIMIT_LOCK_NAMESPACE = 0x70_67_6c; // "pgl"
  * works through PgBouncer in transaction pooling, and is released by the commit.
  *
  * The rules read only the rows they need: running tasks of the queue (task_running_idx; running
- * rows are few), the queue's `queue_state` row (the rate window's start times, the round's
- * cursor), and, for partitioned queues, each partition's first due tasks (task_partition_idx).
+ * rows are few), the queue's `queue_state` row (its rate window, the round's cursor), each
+ * partition's `rate_window` row with a per-partition rate limit (a rate window is a few numbers
+ * whatever its `max`: rate-window.sql.ts), and, for partitioned queues, each partition's first due
+ * tasks (task_partition_idx).
  */
 export function limitStatements(schema: string) {
   const s = quoteIdent(schema);
@@ -49,28 +52,26 @@ WITH bounds AS MATERIALIZED (
 SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1)) FROM bounds`,
 
     /**
-     * What the queue-wide rules leave room for: its running tasks, and the rate window's starts
-     * (those older than the window no longer count) with when the oldest of them leaves it; also
-     * the round's cursor and the database's clock. The window is read and written by
-     * clock_timestamp(), not now(): the claim's transaction may have waited for the queue's lock,
-     * and its start would date these claims too early and let the next window open too soon.
-     * With a rate limit per partition, also when the first full partition's window frees a slot.
+     * What the queue-wide rules leave room for: its running tasks, and the claims inside the rate
+     * window with when its oldest step leaves it; also the round's cursor and the database's clock.
+     * The window is read and written by clock_timestamp(), not now(): the claim's transaction may
+     * have waited for the queue's lock, and its start would date these claims too early and let
+     * the next window open too soon. With a rate limit per partition, also when the first full
+     * partition's window frees a slot.
      * Parameters: $1 queue, $2 rate window in ms (0: no queue-wide rate limit), $3 per-partition
      * rate limit (NULL: none), $4 its window in ms.
      */
     room: `
+WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
 SELECT (SELECT count(*) FROM ${s}.task WHERE queue = $1 AND state = 'running')::int AS running,
-       count(w.st)::int AS window_starts,
-       (extract(epoch FROM min(w.st) + $2 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8 AS window_frees_in_ms,
-       (SELECT partition_cursor FROM ${s}.queue_state WHERE queue = $1) AS cursor,
-       (SELECT (extract(epoch FROM min(f.frees_at) - clock_timestamp()) * 1000)::float8
-        FROM (SELECT min(st) + $4 * interval '1 millisecond' AS frees_at
-              FROM ${s}.partition_rate r CROSS JOIN LATERAL unnest(r.starts) AS st
-              WHERE r.queue = $1 AND $3::int IS NOT NULL AND st > clock_timestamp() - $4 * interval '1 millisecond'
-              GROUP BY r.partition_key HAVING count(*) >= $3::int) f) AS partition_frees_in_ms,
-       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms
-FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
-      WHERE q.queue = $1 AND $2 > 0 AND st > clock_timestamp() - $2 * interval '1 millisecond') w`,
+       ${windowCount('q.rate_at', 'q.rate_n', '$2', 'c.now')} AS window_count,
+       ${windowFreesInMs('q.rate_at', 'q.rate_n', '$2', 'c.now')} AS window_frees_in_ms,
+       q.partition_cursor AS cursor,
+       (SELECT min(${windowFreesInMs('r.rate_at', 'r.rate_n', '$4', 'c.now')})
+        FROM ${s}.rate_window r
+        WHERE r.queue = $1 AND $3::int IS NOT NULL AND ${windowCount('r.rate_at', 'r.rate_n', '$4', 'c.now')} >= $3::int) AS partition_frees_in_ms,
+       (extract(epoch FROM c.now) * 1000)::float8 AS db_now_ms
+FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
 
     /**
      * The partitioned claim: partitions with claimable work take turns.
@@ -104,7 +105,7 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
      * linked) is passed over, never waited for while the queue's lock is held, and a task whose due
      * time was just moved on is not claimed early.
      * Parameters as claimFrom, and $6 per-partition limit, $7 cursor, $8 partitions with room per
-     * round, $9 per-partition rate limit (NULL: none), $10 its window in ms (partition_rate), $11 the
+     * round, $9 per-partition rate limit (NULL: none), $10 its window in ms (rate_window), $11 the
      * most partitions one claim walks.
      */
     claimPartitioned: claimFrom(
@@ -119,11 +120,10 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
         ctes: `running AS MATERIALIZED (
   SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM ${s}.task WHERE queue = $1 AND state = 'running' GROUP BY 1
 ), rated AS MATERIALIZED (
-  -- Per-partition rate windows ('' stands for no partition): starts still inside the window.
-  SELECT r.partition_key AS p, count(*)::int AS n
-  FROM ${s}.partition_rate r CROSS JOIN LATERAL unnest(r.starts) AS st
-  WHERE r.queue = $1 AND $9::int IS NOT NULL AND st > clock_timestamp() - $10 * interval '1 millisecond'
-  GROUP BY 1
+  -- Per-partition rate windows ('' stands for no partition): the claims inside each.
+  SELECT r.partition_key AS p, ${windowCount('r.rate_at', 'r.rate_n', '$10', 'clock_timestamp()')} AS n
+  FROM ${s}.rate_window r
+  WHERE r.queue = $1 AND $9::int IS NOT NULL
 ), walk AS (
   -- Keys in round order: lap 0 from after the cursor to the last key, then '' (lap 1) and the keys
   -- up to the cursor. Produced one at a time, as round reads them.
@@ -168,32 +168,30 @@ FROM (SELECT st FROM ${s}.queue_state q, unnest(q.rate_starts) AS st
     announce: `SELECT pg_notify($1, $2)`,
 
     /**
-     * After a claim of a queue limited per partition: each partition's window keeps its starts still
-     * inside it plus these. Parameters: $1 queue, $2 window ms, $3 JSON [{ p, n }] (p '' for no
-     * partition; JSON because a key may hold any character).
+     * After a claim of a queue limited per partition: each partition's window records the claims it
+     * just made (rate-window.sql.ts). Parameters: $1 queue, $2 window ms, $3 JSON [{ p, n }] (p ''
+     * for no partition; JSON because a key may hold any character).
      */
     recordPartitions: `
-INSERT INTO ${s}.partition_rate AS r (queue, partition_key, window_ms, starts)
-SELECT $1, x.p, $2, array_fill(clock_timestamp(), ARRAY[x.n]) FROM json_to_recordset($3::json) AS x(p text, n int)
+INSERT INTO ${s}.rate_window AS r (queue, partition_key, window_ms, rate_at, rate_n)
+SELECT $1, x.p, $2, ARRAY[clock_timestamp()], ARRAY[x.n] FROM json_to_recordset($3::json) AS x(p text, n int)
 ON CONFLICT (queue, partition_key) DO UPDATE
 SET window_ms = EXCLUDED.window_ms,
-    starts = ARRAY(SELECT st FROM unnest(r.starts) AS st WHERE st > clock_timestamp() - $2 * interval '1 millisecond' ORDER BY st)
-             || EXCLUDED.starts`,
+    (rate_at, rate_n) = ${windowAdd('r.rate_at', 'r.rate_n', '$2', 'EXCLUDED.rate_n[1]', 'EXCLUDED.rate_at[1]')}`,
 
     /**
-     * After a limited claim that took `$4` tasks: the rate window keeps the starts still inside it
-     * plus these, the round's cursor moves to the last partition served.
-     * Parameters: $1 queue, $2 rate window ms (0: none), $3 cursor, $4 tasks just started.
+     * After a limited claim that took `$4` tasks: the rate window records them (rate-window.sql.ts;
+     * with no queue-wide rate limit it keeps nothing), the round's cursor moves to the last
+     * partition served. Parameters: $1 queue, $2 rate window ms (0: none), $3 cursor, $4 tasks just
+     * started.
      */
     record: `
-INSERT INTO ${s}.queue_state AS q (queue, partition_cursor, rate_starts)
-VALUES ($1, $3, CASE WHEN $2 > 0 THEN array_fill(clock_timestamp(), ARRAY[$4::int]) ELSE '{}' END)
+INSERT INTO ${s}.queue_state AS q (queue, partition_cursor, rate_at, rate_n)
+SELECT $1, $3, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[now.t] ELSE '{}' END, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[$4::int] ELSE '{}' END
+FROM (SELECT clock_timestamp() AS t) now
 ON CONFLICT (queue) DO UPDATE
 SET partition_cursor = EXCLUDED.partition_cursor,
-    rate_starts = CASE WHEN $2 > 0 THEN
-      ARRAY(SELECT st FROM unnest(q.rate_starts) AS st WHERE st > clock_timestamp() - $2 * interval '1 millisecond' ORDER BY st)
-        || array_fill(clock_timestamp(), ARRAY[$4::int])
-      ELSE '{}' END`,
+    (rate_at, rate_n) = ${windowAdd('q.rate_at', 'q.rate_n', '$2', 'CASE WHEN $2 > 0 THEN $4::int ELSE 0 END', 'coalesce(EXCLUDED.rate_at[1], clock_timestamp())')}`,
   });
 }
 

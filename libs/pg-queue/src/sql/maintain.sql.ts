@@ -93,7 +93,8 @@ FROM ${s}.archive_partition_step(${PRUNE_LOCK_NAMESPACE}, $4, $1::bigint, $2::in
      * partitions go whole, see archivePartitionStep) and dead or cancelled tasks in the hot table
      * older than $2 ms, at most $3 rows each, oldest first, and what flow control keeps once it
      * went quiet (a missing row means just that): debounce keys whose burst ended, per-partition
-     * rate windows whose starts have all left them. Run repeatedly until nothing is left.
+     * rate windows whose claims have all left them (rate_window; partition_rate: those of
+     * instances older than migration 15). Run repeatedly until nothing is left.
      * Parameters: $1 archive age ms, $2 dead age ms, $3 batch limit, $4 schema name (lock key).
      */
     prune: `
@@ -129,8 +130,16 @@ WITH lock AS (
     WHERE starts[cardinality(starts)] < now() - window_ms * interval '1 millisecond' AND (SELECT mine FROM lock)
     LIMIT $3 FOR UPDATE SKIP LOCKED)
   RETURNING 1
+), quiet_rates AS (
+  -- rate_at is ascending: its last entry is the window's latest claim.
+  DELETE FROM ${s}.rate_window
+  WHERE (queue, partition_key) IN (
+    SELECT queue, partition_key FROM ${s}.rate_window
+    WHERE coalesce(rate_at[cardinality(rate_at)] < now() - window_ms * interval '1 millisecond', true) AND (SELECT mine FROM lock)
+    LIMIT $3 FOR UPDATE SKIP LOCKED)
+  RETURNING 1
 ), quiet AS (
-  SELECT 1 FROM quiet_keys UNION ALL SELECT 1 FROM quiet_windows
+  SELECT 1 FROM quiet_keys UNION ALL SELECT 1 FROM quiet_windows UNION ALL SELECT 1 FROM quiet_rates
 )
 SELECT (SELECT mine FROM lock) AS ran, (SELECT count(*) FROM archived)::int AS archived,
        (SELECT count(*) FROM dead)::int AS dead, (SELECT count(*) FROM quiet)::int AS quiet`,
