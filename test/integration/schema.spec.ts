@@ -28,6 +28,8 @@ describe('schema installation', () => {
       'task_cancel',
       'task_debounce',
       'task_dependency_debt',
+      'workflow_signal',
+      'workflow_step',
     ]);
   });
 

@@ -5,6 +5,10 @@ export { DEFAULT_HANDLER_OPTIONS, type HandlerOptions, type PgQueueModuleOptions
 export { TaskHandler, TASK_HANDLER_METADATA, type HandlerMethodDecorator, type TaskHandlerOptions } from './decorators/task-handler.decorator';
 export type { ScheduleDefinition, ScheduleOptions } from './schedules/schedule.definition';
 export { TaskQueue } from './client/task-queue.service';
+export { Workflow, type WorkflowOptions } from './workflow/workflow.decorator';
+export type { StepOptions, TransactionStepOptions, WorkflowContext } from './workflow/workflow.context';
+export { ChildWorkflowError, SignalTargetError, StepFailedError, WorkflowReplayError } from './workflow/workflow.errors';
+export type { WorkflowInfo, WorkflowStepInfo, WorkflowWait } from './workflow/workflow.types';
 export { PgQueueDashboardModule } from './dashboard/dashboard.module';
 export { dashboardBasicAuth } from './dashboard/dashboard.basic-auth';
 export type { DashboardGuard, PgQueueDashboardExtras, PgQueueDashboardOptions } from './dashboard/dashboard.options';

@@ -1,3 +1,5 @@
+import type { WorkflowInfo } from './workflow/workflow.types';
+
 /**
  * The structural slice of a PrismaClient the library needs. Any PrismaClient (with the
  * `@prisma/adapter-pg` driver adapter) satisfies it, so the library never imports generated code.
@@ -83,6 +85,8 @@ export interface TaskInfo {
   dependenciesLeft: number | null;
   /** What its handler returned (done tasks, archived), or null. */
   result: unknown;
+  /** A workflow's journal and what it waits for (`get` only; absent for other tasks). */
+  workflow?: WorkflowInfo;
 }
 
 /** A claimed task as the handler sees it. */

@@ -1,3 +1,4 @@
+import { sendSignal, workflowInfo } from './workflow.client';
 import { Inject, Injectable } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import { DependenciesNotDoneError, InvalidArgumentError, InvalidEnqueueOptionsError } from '../errors';
@@ -79,10 +80,23 @@ export class TaskQueue {
     return this.repo.insert(this.executor(options?.tx), rows);
   }
 
-  /** One task by id, from the hot table or the archive. */
+  /** One task by id, from the hot table or the archive; a workflow's with its journal (`workflow`). */
   async get(id: string): Promise<TaskInfo | null> {
     const row = await this.operator.get(this.options.prisma, taskId(id));
-    return row === null ? null : toTaskInfo(row);
+    if (row === null) return null;
+    const info = toTaskInfo(row);
+    const workflow = await workflowInfo(this.options.prisma, this.repo.workflows, id);
+    return workflow === undefined ? info : { ...info, workflow };
+  }
+
+  /**
+   * Sends signal `name` to workflow `id`: delivered to its `wf.waitForSignal(name)`, each signal
+   * once and in order, and kept until a wait takes it. With `{ tx }` it is sent only if that
+   * transaction commits. Throws SignalTargetError when the task does not exist or has finished.
+   */
+  signal(id: string, name: string, payload?: unknown, options?: { tx?: unknown }): Promise<string> {
+    const tx = options?.tx === undefined ? null : this.executor(options.tx);
+    return sendSignal(this.options.prisma, this.repo.workflows, tx, taskId(id), name, payload, this.options.maxPayloadBytes);
   }
 
   /**

@@ -13,6 +13,9 @@ export type TaskHandlerOptions = Partial<HandlerOptions> & { schedule?: Schedule
 /** Metadata key under which @TaskHandler stores its arguments on the method. */
 export const TASK_HANDLER_METADATA = 'pg-queue:task-handler';
 
+/** Metadata key that marks a handler method as a workflow (set by @Workflow, see workflow/). */
+export const WORKFLOW_METADATA = 'pg-queue:workflow';
+
 export interface TaskHandlerMetadata {
   queue: string;
   options: TaskHandlerOptions;

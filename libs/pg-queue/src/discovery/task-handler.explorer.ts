@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
-import { TASK_HANDLER_METADATA, type TaskHandlerMetadata } from '../decorators/task-handler.decorator';
+import { TASK_HANDLER_METADATA, WORKFLOW_METADATA, type TaskHandlerMetadata } from '../decorators/task-handler.decorator';
 import { HandlerConfigurationError, InvalidOptionsError } from '../errors';
 import { CONNECTION_NAME, DEFAULT_CONNECTION } from '../pg-queue.connections';
 import { TaskHandlerRegistry, checkDecoratorOptions, decoratorPath } from './task-handler.registry';
@@ -57,9 +57,10 @@ export class TaskHandlerExplorer {
           throw new HandlerConfigurationError(`${decoratorPath(meta.queue)}.connection`, `no PgQueueModule registration is named ${JSON.stringify(connection)} (registered: ${known})`, name);
         }
         if (connection !== this.connection) continue;
-        const registered = this.registry.register(meta.queue, name, method.bind(instance), meta.options);
+        const workflow = Reflect.getMetadata(WORKFLOW_METADATA, method) === true;
+        const registered = this.registry.register(meta.queue, name, method.bind(instance), meta.options, workflow);
         const where = this.connection === DEFAULT_CONNECTION ? '' : ` on connection "${this.connection}"`;
-        this.logger.log(`handler ${name} → "${meta.queue}"${where} (${registered.options.mode}, concurrency ${registered.options.concurrency})`);
+        this.logger.log(`${workflow ? 'workflow' : 'handler'} ${name} → "${meta.queue}"${where} (${workflow ? 'journaled' : registered.options.mode}, concurrency ${registered.options.concurrency})`);
       }
     }
   }

@@ -14,6 +14,8 @@ export interface RegisteredHandler {
   options: HandlerOptions;
   handle: TaskHandlerFn;
   schedule: ValidSchedule | null;
+  /** A @Workflow method: `handle` takes (input, WorkflowContext) and runs under workflow/workflow.runner.ts. */
+  workflow: boolean;
 }
 
 /** Where a handler's decorator options are, as error paths name it: `@TaskHandler("mail.send")`. */
@@ -49,13 +51,13 @@ export class TaskHandlerRegistry {
 
   constructor(@Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions) {}
 
-  register(queue: string, name: string, handle: TaskHandlerFn, decoratorOptions: TaskHandlerOptions): RegisteredHandler {
+  register(queue: string, name: string, handle: TaskHandlerFn, decoratorOptions: TaskHandlerOptions, workflow = false): RegisteredHandler {
     const path = decoratorPath(queue);
     const existing = this.handlers.get(queue);
     if (existing) throw new HandlerConfigurationError(path, `queue "${queue}" has two handlers: ${existing.name} and ${name}`, name);
     const { schedule, connection: _connection, ...handlerOptions } = decoratorOptions;
     const options = resolveHandlerOptions(path, this.baseOptions(queue), handlerOptions, name);
-    const registered = { queue, name, options, handle, schedule: schedule ? validateSchedule({ ...schedule, queue }, `${path}.schedule`, name) : null };
+    const registered = { queue, name, options, handle, schedule: schedule ? validateSchedule({ ...schedule, queue }, `${path}.schedule`, name) : null, workflow };
     this.handlers.set(queue, registered);
     return registered;
   }

@@ -55,13 +55,34 @@ WITH taken AS (
                         ELSE w.last_error END,
       finished_at = CASE WHEN p.failed_parent IS NOT NULL THEN now() ELSE w.finished_at END
   FROM per p
-  WHERE w.id = p.dependant AND w.state = 'waiting'
+  WHERE w.id = p.dependant AND w.state = 'waiting' AND w.waiting_for IS NULL
   RETURNING w.id, w.queue, w.state, w.run_at, w.dependants
+), child_ended AS (
+  -- A workflow's child (wf.child, see workflow.sql.ts) ended: its entry in the parent's journal
+  -- takes the outcome, and the parent goes back to pending if parked, or is marked \`woken\` if it
+  -- runs (its next park then does not wait). Both on the parent's row, which its park also updates.
+  UPDATE ${s}.workflow_step j
+  SET outcome = CASE WHEN d.outcome = 'done' THEN 'ok' ELSE 'error' END,
+      result = CASE WHEN d.outcome = 'done' THEN jsonb_build_object('id', d.parent::text, 'v', d.result)
+                    ELSE jsonb_build_object('id', d.parent::text, 'state', d.outcome) END,
+      finished_at = now()
+  FROM due d
+  WHERE j.task_id = d.dependant AND j.kind = 'child' AND j.outcome = 'waiting' AND j.result ->> 'id' = d.parent::text
+  RETURNING j.task_id
+), woken AS (
+  UPDATE ${s}.task w
+  SET state = CASE WHEN w.state = 'waiting' THEN 'pending' ELSE w.state END,
+      run_at = CASE WHEN w.state = 'waiting' THEN now() ELSE w.run_at END,
+      wake_at = CASE WHEN w.state = 'waiting' THEN NULL ELSE w.wake_at END,
+      waiting_for = CASE WHEN w.state = 'waiting' THEN NULL ELSE w.waiting_for END,
+      woken = w.state <> 'waiting'
+  WHERE w.id IN (SELECT task_id FROM child_ended) AND (w.state <> 'waiting' OR w.waiting_for IS NOT NULL)
+  RETURNING w.queue, w.state, w.run_at
 ), cascaded AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome)
   SELECT unnest(dependants), id, 'cancelled' FROM settled WHERE state = 'cancelled' AND dependants IS NOT NULL
   RETURNING parent
-), ${notifyCte("SELECT queue, run_at FROM settled WHERE state = 'pending'", '$2')}
+), ${notifyCte("SELECT queue, run_at FROM settled WHERE state = 'pending' UNION ALL SELECT queue, run_at FROM woken WHERE state = 'pending'", '$2')}
 SELECT (SELECT count(*) FROM taken)::int AS taken, (SELECT count(*) FROM due)::int AS settled,
        (SELECT count(*) FROM cascaded)::int AS cascaded, (SELECT count(*) FROM notified)::int AS notified`;
   return marked({

@@ -5,6 +5,7 @@ import { handlerMigrations } from './migrations/handlers.migrations';
 import { inspectMigrations } from './migrations/inspect.migrations';
 import { limitMigrations } from './migrations/limits.migrations';
 import { taskMigrations } from './migrations/tasks.migrations';
+import { workflowMigrations } from './migrations/workflow.migrations';
 import { printRuntimeFunctions } from './runtime-functions';
 
 /**
@@ -71,7 +72,7 @@ export function migrationStepPlans(m: SchemaMigration): readonly { sql: string; 
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
   const s = quoteIdent(schema);
-  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s)];
+  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s)];
 }
 
 /** Everything needed to create the schema from nothing, including the version bookkeeping. */

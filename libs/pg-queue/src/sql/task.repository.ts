@@ -7,6 +7,7 @@ import { byCompletionBytes } from './completion-batches';
 import { TaskInserter } from './insert.repository';
 import { notifyChannel } from './identifiers';
 import { maintainStatements } from './maintain.sql';
+import { WorkflowRepository } from './workflow.repository';
 import {
   assertOneLeasePerTask,
   leaseParams,
@@ -51,6 +52,7 @@ function followUpsFailed(taskId: string, cause: unknown): PgQueueError {
 export class TaskRepository {
   private readonly inserter: TaskInserter;
   readonly dependencies: DependencyRepository;
+  readonly workflows: WorkflowRepository;
   private readonly claimSql;
   private readonly completeSql;
   private readonly maintainSql;
@@ -65,6 +67,7 @@ export class TaskRepository {
     this.maintainSql = maintainStatements(schema);
     this.channel = notifyChannel(schema);
     this.dependencies = new DependencyRepository(schema, this.channel);
+    this.workflows = new WorkflowRepository(schema, this.channel);
     this.inserter = new TaskInserter(schema, this.channel, this.dependencies);
   }
 

@@ -72,6 +72,15 @@ export function rescueExpiredLeases(app: INestApplicationContext, connection = D
   return orchestrator(app, connection).rescueExpired();
 }
 
+/**
+ * Wakes parked workflows now instead of at their time: every sleep (`wf.sleep`, `wf.sleepUntil`)
+ * and every signal wait with a timeout of the app's queues (or of `queue`) ends now, as if its time
+ * had come; returns how many workflows. Then `drainQueue(app)` runs them on.
+ */
+export function wakeWorkflows(app: INestApplicationContext, queue?: string, connection = DEFAULT_CONNECTION): Promise<number> {
+  return orchestrator(app, connection).wakeWorkflows(queue);
+}
+
 /** Enqueues the due ticks of every schedule now, as the ticker would on time. */
 export function tickSchedules(app: INestApplicationContext, connection = DEFAULT_CONNECTION): Promise<number> {
   return orchestrator(app, connection).tickSchedules();

@@ -3,7 +3,7 @@ import { DEFAULT_HANDLER_OPTIONS } from '../pg-queue.options';
 import { connectionBudget } from './connection.budget';
 
 const handler = (queue: string, mode: 'transactional' | 'lease', concurrency: number) =>
-  ({ queue, name: queue, options: { ...DEFAULT_HANDLER_OPTIONS, mode, concurrency }, handle: async () => undefined, schedule: null }) as RegisteredHandler;
+  ({ queue, name: queue, options: { ...DEFAULT_HANDLER_OPTIONS, mode, concurrency }, handle: async () => undefined, schedule: null, workflow: false }) as RegisteredHandler;
 
 describe('connectionBudget', () => {
   const handlers = [handler('a', 'transactional', 10), handler('b', 'transactional', 4), handler('c', 'lease', 50)];

@@ -25,6 +25,11 @@ export class DatabaseClock {
     }
   }
 
+  /** The database's clock now, as epoch ms (estimated). */
+  now(): number {
+    return Date.now() + this.offsetMs;
+  }
+
   /** Milliseconds from now until the database's clock reads `dbEpochMs` (negative: already past). */
   msUntil(dbEpochMs: number): number {
     return dbEpochMs - (Date.now() + this.offsetMs);

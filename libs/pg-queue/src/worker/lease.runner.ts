@@ -59,8 +59,9 @@ export class LeaseRunner {
     try {
       a.beginRun();
       publish(this.deps, a, 'claimed');
-      const ctx = new AttemptContext(a, this.scope, null);
-      const result = await invokeTraced(a, 'lease', this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
+      const result = this.handler.workflow
+        ? await this.deps.workflows!.run(a, this.handler)
+        : await invokeTraced(a, 'lease', this.handler.options.timeoutMs, () => this.handler.handle(a.task, new AttemptContext(a, this.scope, null)));
       a.endRun();
       handlerDone();
       await this.record(a, result);
@@ -78,7 +79,8 @@ export class LeaseRunner {
     return this.batcher.flush();
   }
 
-  private async record(a: Attempt, result: InvokeOutcome): Promise<void> {
+  private async record(a: Attempt, result: InvokeOutcome | { kind: 'parked' }): Promise<void> {
+    if (result.kind === 'parked') return; // a workflow recorded its park (workflow.runner.ts)
     try {
       // Why a handler that returned still fails: a result that cannot be stored, follow-ups that cannot go in.
       let notCompleted: Error | null = result.kind === 'ok' ? keepResult(a, result.value, this.deps.rowLimits) : null;

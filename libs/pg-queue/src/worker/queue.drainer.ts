@@ -83,6 +83,8 @@ export class QueueDrainer {
     private readonly worker: (queue: string) => QueueWorker,
     /** Every queue the app handles. */
     private readonly handled: () => string[],
+    /** Wakes the drained queues' parked workflows whose time came (`all`, with runDelayed: every sleeping one). */
+    private readonly wakeWorkflows: (queues: string[], all: boolean) => Promise<unknown> = async () => undefined,
   ) {}
 
   async drain(options: DrainOptions = {}): Promise<DrainReport> {
@@ -98,6 +100,7 @@ export class QueueDrainer {
     for (;;) {
       const before = ended();
       if (runDelayed) await this.repo.runDelayedNow(this.db, queues);
+      await this.wakeWorkflows(queues, runDelayed);
       await this.settler.request();
       for (const w of workers) if (!(await w.drain(deadline))) throw await timedOut();
       if (ended() > before || workers.some((w) => !w.idle)) {

@@ -1,4 +1,5 @@
 import { SETTLE_NOTICE } from '../sql/dependencies.sql';
+import { WAKE_NOTICE } from '../sql/workflow.sql';
 import type { Logger } from '@nestjs/common';
 import createPostgresSubscriber, { type Subscriber } from 'pg-listen';
 
@@ -26,6 +27,8 @@ export class WakeupListener {
       cancel: (taskId: string) => void;
       /** A parent task ended: its dependants are to be told (see DependencySettler). */
       settle: () => void;
+      /** A workflow parked until `at`, epoch ms by the database's clock (see WorkflowWaker). */
+      wakeWorkflows: (at: number) => void;
       reconnected: () => void;
     },
   ) {}
@@ -34,6 +37,7 @@ export class WakeupListener {
   private dispatch(payload: string): void {
     if (payload.startsWith('!cancel ')) return this.on.cancel(payload.slice('!cancel '.length));
     if (payload === SETTLE_NOTICE) return this.on.settle();
+    if (payload.startsWith(WAKE_NOTICE)) return this.on.wakeWorkflows(Number(payload.slice(WAKE_NOTICE.length)));
     const at = payload.lastIndexOf('@');
     if (at < 0) return this.on.wake(payload, null);
     this.on.wake(payload.slice(0, at), Number(payload.slice(at + 1)));

@@ -11,6 +11,12 @@ import type { Attempt } from './attempt';
 import { backoffDelayMs } from './backoff';
 import type { DatabaseClock } from './database.clock';
 import { errorText } from './error-text';
+import type { InvokeOutcome } from './handler.invoker';
+
+/** Runs the attempts of @Workflow handlers (workflow/workflow.runner.ts); null when the app has none. */
+export interface WorkflowEngine {
+  run(a: Attempt, handler: RegisteredHandler): Promise<InvokeOutcome | { kind: 'parked' }>;
+}
 
 /** What a queue worker and its runners share. */
 export interface WorkerDeps {
@@ -26,6 +32,7 @@ export interface WorkerDeps {
   rowLimits: RowLimits;
   /** This process's estimate of the database's clock (claims feed it; notifications read it). */
   clock: DatabaseClock;
+  workflows: WorkflowEngine | null;
 }
 
 /** The failure record of an attempt: fatal errors and last attempts go to dead (the SQL decides). */

@@ -27,6 +27,7 @@ import { QueueWorker } from './queue.worker';
 import { WakeupListener } from './wakeup.listener';
 import type { WorkerDeps } from './worker.deps';
 import { readQueueHealth, type QueueHealth } from './queue.health';
+import { WorkflowSupport } from '../workflow/workflow.support';
 
 export type { QueueHealth } from './queue.health';
 
@@ -60,6 +61,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private started = false;
   private shutdownPromise: Promise<void> | null = null;
   private readonly deps: WorkerDeps;
+  private readonly workflows: WorkflowSupport;
 
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
@@ -73,7 +75,12 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     this.settler = new DependencySettler(options.prisma, repo.dependencies, this.logger);
     this.drainer = new QueueDrainer(options.prisma, new DrainRepository(options.schema), this.settler, (q) => this.worker(q), () =>
       this.registry.all().map((h) => h.queue),
+      (queues, all) => this.workflows.wakeNow(queues, all),
     );
+    const clock = new DatabaseClock();
+    const rowLimits = { maxPayloadBytes: options.maxPayloadBytes };
+    const workflowQueues = () => this.registry.all().flatMap((h) => (h.workflow ? [h.queue] : []));
+    this.workflows = new WorkflowSupport(options.prisma, repo, clock, rowLimits, this.logger, workflowQueues);
     this.deps = {
       prisma: options.prisma,
       repo,
@@ -82,8 +89,9 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       events,
       logger: this.logger,
       maxErrorBytes: options.maxErrorBytes,
-      rowLimits: { maxPayloadBytes: options.maxPayloadBytes },
-      clock: new DatabaseClock(),
+      rowLimits,
+      clock,
+      workflows: this.workflows.runner,
     };
   }
 
@@ -126,6 +134,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       this.rescuer.start();
       this.pruner = new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger);
       this.pruner.start();
+      this.workflows.start();
       ticker.start();
       const queues = this.registry.all().map((h) => h.queue);
       this.presence = new HandlerPresence(this.options.prisma, new HandlerRepository(this.options.schema), this.options.workerId, queues, this.options.rescueIntervalMs, this.logger);
@@ -158,7 +167,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       // Each part starts nothing once stopped and resolves when what it had under way ended: once
       // shutdown resolves, nothing of the queue's touches the Prisma client.
       const stopping = (async () => {
-        const maintenance = Promise.all([this.rescuer?.stop(), this.pruner?.stop(), this.presence?.stop()]);
+        const maintenance = Promise.all([this.rescuer?.stop(), this.pruner?.stop(), this.presence?.stop(), this.workflows.stop()]);
         await this.ticker?.stop();
         await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
         await this.listener?.stop();
@@ -195,6 +204,11 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   /** Deletes expired history now (the pruner also does it every retention.intervalMs). */
   pruneHistory(): Promise<PruneResult> {
     return new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger).pruneAll();
+  }
+
+  /** Tests: every parked workflow of the queues (default: this app's) with a time bound wakes now. */
+  async wakeWorkflows(queue?: string): Promise<number> {
+    return this.workflows.wakeNow(queue === undefined ? this.registry.all().map((h) => h.queue) : [queue], true);
   }
 
   /** Enqueues the due ticks of every schedule now (the ticker also does it on time). */
@@ -253,6 +267,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       wake: (queue, dueAt) => this.workers.get(queue)?.wakeIn(dueAt === null ? 0 : this.deps.clock.msUntil(dueAt)),
       cancel: (taskId) => this.cancelRunning(taskId),
       settle: () => void this.settler.request(),
+      wakeWorkflows: (at) => this.workflows.wakeAt(at),
       reconnected: () => this.wakeAll(),
     });
     await this.listener.start();

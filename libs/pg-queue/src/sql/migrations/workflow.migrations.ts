@@ -1,0 +1,63 @@
+import type { SchemaMigration } from '../schema.sql';
+
+/**
+ * Migration 17: durable workflows (see workflow/ and workflow.sql.ts). A workflow is a task whose
+ * handler journals its steps; a parked one (sleeping, waiting for a signal or a child) is a task
+ * in state `waiting` with `waiting_for` set. `s`: the quoted schema name. See schema.sql.ts for how
+ * migrations are applied: new nullable columns and new tables (no rewrite, short locks), and the
+ * index on the live table built CONCURRENTLY in a step of its own.
+ */
+export function workflowMigrations(s: string): SchemaMigration[] {
+  return [
+    {
+      version: 17,
+      name: 'workflows',
+      sql: [
+        `
+-- A parked workflow: what it waits for ('sleep', 'signal:<name>', 'child:<id>'), until when (NULL:
+-- no time bound), and whether something it may wait for happened while it ran (a child ended: the
+-- next park then re-runs it at once instead of waiting). Fan-in dependants have waiting_for NULL.
+ALTER TABLE ${s}.task
+  ADD COLUMN IF NOT EXISTS wake_at timestamptz,
+  ADD COLUMN IF NOT EXISTS waiting_for text,
+  ADD COLUMN IF NOT EXISTS woken boolean;
+
+-- The journal: one row per call of a workflow's context, by call position. Written once (a signal
+-- wait's or a child's row goes from 'waiting' to its outcome), read whole when an attempt starts.
+CREATE TABLE IF NOT EXISTS ${s}.workflow_step (
+  task_id      bigint      NOT NULL,
+  seq          integer     NOT NULL,
+  kind         text        NOT NULL CHECK (kind IN ('step', 'transaction', 'sleep', 'signal', 'enqueue', 'child', 'patch')),
+  name         text        NOT NULL,
+  outcome      text        NOT NULL CHECK (outcome IN ('ok', 'error', 'waiting')),
+  result       jsonb,
+  attempt      integer     NOT NULL,
+  started_at   timestamptz,
+  finished_at  timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (task_id, seq)
+);
+
+-- Signals sent to a workflow, kept until a wait consumes them (in order of id, each once).
+CREATE TABLE IF NOT EXISTS ${s}.workflow_signal (
+  id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  task_id       bigint      NOT NULL,
+  name          text        NOT NULL,
+  payload       jsonb,
+  consumed_seq  integer,
+  created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS workflow_signal_pending_idx ON ${s}.workflow_signal (task_id, name, id) WHERE consumed_seq IS NULL;
+CREATE INDEX IF NOT EXISTS workflow_signal_task_idx ON ${s}.workflow_signal (task_id);
+`,
+        {
+          run: 'concurrently',
+          sql: `
+-- Parked workflows with a wake time, earliest first: the waker's only read (workflow.sql.ts). Not
+-- in task_claim_idx (state 'pending' only): a parked workflow costs claims nothing.
+CREATE INDEX IF NOT EXISTS task_wake_idx ON ${s}.task (wake_at) WHERE state = 'waiting' AND wake_at IS NOT NULL;
+`,
+        },
+      ],
+    },
+  ];
+}

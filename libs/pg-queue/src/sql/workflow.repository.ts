@@ -1,0 +1,131 @@
+import type { PrismaClientLike, SqlExecutor } from '../types';
+import { workflowStatements } from './workflow.sql';
+import type { Lease } from './statement-values';
+
+/** A journal row as loaded (see workflow/journal.ts for the meaning). */
+export interface JournalRow {
+  seq: number;
+  kind: string;
+  name: string;
+  outcome: 'ok' | 'error' | 'waiting';
+  result: any;
+}
+
+/** A workflow's journal (JSON, no results) and wait, for `get`. */
+export interface JournalInfoRow {
+  waiting_for: string | null;
+  wake_at: Date | null;
+  steps: { seq: number; kind: string; name: string; outcome: string; attempt: number; startedAt: string | null; finishedAt: string }[] | null;
+}
+
+export interface ParkRequest {
+  /** 'sleep', 'signal:<name>', 'child:<id>'. */
+  waitingFor: string;
+  /** Epoch ms, or null: no time bound. */
+  wakeAt: number | null;
+  /** For a signal wait: its name (the park takes the signal lock and checks for one). */
+  signal: string | null;
+  /** For a child wait: the position of its entry. */
+  childSeq: number | null;
+}
+
+/** How long a park waits for the signal lock (a signal sent in a transaction still open holds it). */
+const SIGNAL_LOCK_WAIT_MS = 2000;
+/** Bounds of the transactions opened here: the wait for a connection, and the whole. */
+const TX_BOUNDS = { maxWait: 5000, timeout: 10_000 } as const;
+
+/** Runs the statements of durable workflows (see workflow.sql.ts). */
+export class WorkflowRepository {
+  private readonly sql;
+
+  constructor(
+    schema: string,
+    private readonly channel: string,
+  ) {
+    this.sql = workflowStatements(schema);
+  }
+
+  journal(db: SqlExecutor, taskId: string): Promise<JournalRow[]> {
+    return db.$queryRawUnsafe<JournalRow[]>(this.sql.journal, taskId) as Promise<JournalRow[]>;
+  }
+
+  /** Records a call; false when the lease is no longer held. `resultJson`: JSON text or null. */
+  async record(db: SqlExecutor, lease: Lease, seq: number, kind: string, name: string, outcome: 'ok' | 'error' | 'waiting', resultJson: string | null, sinceMs: number): Promise<boolean> {
+    const rows = await db.$queryRawUnsafe<unknown[]>(this.sql.record, lease.id, lease.token, seq, kind, name, outcome, resultJson, sinceMs);
+    return rows.length === 1;
+  }
+
+  async resolve(db: SqlExecutor, lease: Lease, seq: number, outcome: 'ok' | 'error', resultJson: string): Promise<boolean> {
+    const rows = await db.$queryRawUnsafe<unknown[]>(this.sql.resolve, lease.id, lease.token, seq, outcome, resultJson);
+    return rows.length === 1;
+  }
+
+  /** A signal wait (see takeSignal in workflow.sql.ts): `took` with its payload, or the wait's deadline (ISO text, null: none). */
+  async takeSignal(db: SqlExecutor, lease: Lease, seq: number, name: string, timeoutMs: number | null): Promise<{ held: boolean; took: boolean; payload: unknown; until: string | null; nowMs: number }> {
+    const [row] = await db.$queryRawUnsafe<{ held: boolean; took: boolean; payload: unknown; until: string | null; now_ms: number }[]>(
+      this.sql.takeSignal, lease.id, lease.token, seq, name, timeoutMs,
+    );
+    return { held: row.held, took: row.took, payload: row.payload, until: row.until, nowMs: row.now_ms };
+  }
+
+  /**
+   * Parks the workflow; returns its state after ('waiting', or 'pending' when what it waits for
+   * came already), or null when the lease is lost or a cancel request waits. A signal park that
+   * cannot take the signal lock in time returns the task to pending instead (see workflow.sql.ts).
+   */
+  async park(prisma: PrismaClientLike, lease: Lease, p: ParkRequest): Promise<'waiting' | 'pending' | null> {
+    const params = [lease.id, lease.token, p.waitingFor, p.wakeAt === null ? null : new Date(p.wakeAt), p.signal, p.childSeq, this.channel] as const;
+    if (p.signal === null) return this.parked(prisma, params);
+    try {
+      return await prisma.$transaction(async (tx) => {
+        await tx.$queryRawUnsafe(this.sql.lockSignals, lease.id, String(SIGNAL_LOCK_WAIT_MS));
+        return this.parked(tx, params);
+      }, TX_BOUNDS);
+    } catch (err) {
+      if (!/lock timeout|55P03/i.test(String((err as Error)?.message))) throw err;
+      // A signal transaction held the lock past the bound: park as due, the replay looks again.
+      return this.parked(prisma, [lease.id, lease.token, p.waitingFor, new Date(0), null, null, this.channel]);
+    }
+  }
+
+  private async parked(db: SqlExecutor, params: readonly unknown[]): Promise<'waiting' | 'pending' | null> {
+    const rows = await db.$queryRawUnsafe<{ state: 'waiting' | 'pending' }[]>(this.sql.park, ...params);
+    return rows[0]?.state ?? null;
+  }
+
+  forgetFailure(db: SqlExecutor, lease: Lease, seq: number): Promise<number> {
+    return db.$executeRawUnsafe(this.sql.forgetFailure, lease.id, lease.token, seq) as Promise<number>;
+  }
+
+  linkChild(db: SqlExecutor, parentId: string, childId: string): Promise<number> {
+    return db.$executeRawUnsafe(this.sql.linkChild, parentId, childId) as Promise<number>;
+  }
+
+  /**
+   * Sends a signal through `db` (a transaction: the caller's, or one opened here); returns the
+   * signal id, or the state of a target that cannot take it ('done', 'cancelled', or null: unknown).
+   */
+  async send(db: SqlExecutor, taskId: string, name: string, payloadJson: string): Promise<{ id: string } | { state: string | null }> {
+    await db.$queryRawUnsafe(this.sql.sendLock, taskId);
+    const [row] = await db.$queryRawUnsafe<{ id: string | null; state: string | null }[]>(this.sql.send, taskId, name, payloadJson, this.channel);
+    return row.id !== null ? { id: row.id } : { state: row.state };
+  }
+
+  /** Wakes due parked workflows of `queues` (up to `limit`); returns how many, and the next wake time. */
+  async wakeDue(db: SqlExecutor, queues: string[], limit: number): Promise<{ woke: number; nextMs: number | null }> {
+    const [row] = await db.$queryRawUnsafe<{ woke: number; next_ms: number | null }[]>(this.sql.wakeDue, queues, limit, this.channel);
+    return { woke: row.woke, nextMs: row.next_ms };
+  }
+
+  async wakeAllNow(db: SqlExecutor, queues: string[]): Promise<number> {
+    const [row] = await db.$queryRawUnsafe<{ parked: number }[]>(this.sql.wakeAllNow, queues);
+    return row.parked;
+  }
+
+  async info(db: SqlExecutor, taskId: string): Promise<JournalInfoRow> {
+    const [row] = await db.$queryRawUnsafe<JournalInfoRow[]>(this.sql.info, taskId);
+    return row;
+  }
+}
+
+export { TX_BOUNDS as WORKFLOW_TX_BOUNDS };

@@ -1,0 +1,197 @@
+import { quoteIdent } from './identifiers';
+import { cancelRequestedOf, marked, notifyCte } from './fragments.sql';
+
+/** First key of the advisory lock that orders a signal against a workflow parking on it; the second is hashtext(task id). */
+const SIGNAL_LOCK_NAMESPACE = 0x70_67_77; // "pgw"
+
+/** The notification that tells waker loops when the earliest parked workflow wakes: `!wake@<epoch ms>`. */
+export const WAKE_NOTICE = '!wake@';
+
+/**
+ * Durable workflows (see workflow/). A workflow is a task run in lease mode whose context journals
+ * each call in workflow_step, by call position. Every journal write is fenced like a completion:
+ * it names the attempt's lease token and takes the task row FOR SHARE, so it commits only while
+ * that lease is held, and a rescue or claim of the task waits for it (a new attempt then loads a
+ * journal that has it). The primary key (task_id, seq) makes a position's first record the only
+ * one. A parked workflow is a task in state 'waiting' with waiting_for set, out of every claim
+ * index; the waker moves those whose wake_at has come back to pending.
+ *
+ * Lost wake-ups: a signal and a park on it serialise on an advisory lock per task (a signal is sent
+ * inside the caller's transaction, whose length we do not control: a row lock there would stall the
+ * workflow's heartbeats). A child's end reaches a parked or running parent through its dependency
+ * debt (dependencies.sql.ts): the settle updates the parent's row either way (pending, or `woken`),
+ * so the park, which updates the same row, sees it whichever commits first.
+ */
+export function workflowStatements(schema: string) {
+  const s = quoteIdent(schema);
+  /** The attempt's row while its lease ($1 id, $2 token) is held; locked against a takeover until commit. */
+  const fence = `SELECT t.id, t.attempt FROM ${s}.task t WHERE t.id = $1::bigint AND t.lease_token = $2::uuid FOR SHARE`;
+  const signalLock = `pg_advisory_xact_lock(${SIGNAL_LOCK_NAMESPACE}, hashtext($1::text))`;
+  /**
+   * Whether what parked workflow `t` waits for has come (see park). `t.woken` is read from the row
+   * the UPDATE locked (its newest version, after any settle that changed it), the rest from the
+   * statement's snapshot, which the signal lock and the settle's update of `woken` make current enough.
+   */
+  const ready = `(coalesce(t.woken, false)
+            OR ($4::timestamptz IS NOT NULL AND $4::timestamptz <= now())
+            OR ($5::text IS NOT NULL AND EXISTS (SELECT 1 FROM ${s}.workflow_signal g WHERE g.task_id = t.id AND g.name = $5 AND g.consumed_seq IS NULL))
+            OR ($6::int IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ${s}.workflow_step j WHERE j.task_id = t.id AND j.seq = $6 AND j.outcome = 'waiting')))`;
+  return marked({
+    /** The journal of task $1, in call order. */
+    journal: `
+SELECT seq, kind, name, outcome, result FROM ${s}.workflow_step WHERE task_id = $1::bigint ORDER BY seq`,
+
+    /**
+     * Records call $3 ($4 kind, $5 name, $6 outcome, $7 result JSON), fenced (see above); $8: ms
+     * since the call started. No row back: the lease is lost, or the position was taken (only by an
+     * attempt that held the lease before this one).
+     */
+    record: `
+INSERT INTO ${s}.workflow_step (task_id, seq, kind, name, outcome, result, attempt, started_at, finished_at)
+SELECT f.id, $3, $4, $5, $6, $7::jsonb, f.attempt, clock_timestamp() - $8 * interval '1 millisecond', clock_timestamp() FROM (${fence}) f
+ON CONFLICT (task_id, seq) DO NOTHING
+RETURNING seq`,
+
+    /** Resolves the 'waiting' entry $3 with outcome $4 and result $5, fenced. */
+    resolve: `
+UPDATE ${s}.workflow_step w SET outcome = $4, result = $5::jsonb, finished_at = now()
+FROM (${fence}) f
+WHERE w.task_id = f.id AND w.seq = $3 AND w.outcome = 'waiting'
+RETURNING w.seq`,
+
+    /**
+     * A signal wait at position $3 for signal $4: takes the oldest signal of that name not consumed
+     * yet and records it as the call's outcome in the same statement (exactly once), or, when there
+     * is none, records the wait itself ('waiting', with its deadline: now + $5 ms, or none when $5 is
+     * NULL) unless a replay recorded it already. Fenced. Returns whether the lease is held, the
+     * signal's payload when one was taken, and the wait's deadline and the database's now.
+     */
+    takeSignal: `
+WITH f AS (${fence}
+), taken AS (
+  UPDATE ${s}.workflow_signal g SET consumed_seq = $3
+  WHERE g.id = (SELECT id FROM ${s}.workflow_signal WHERE task_id = $1::bigint AND name = $4 AND consumed_seq IS NULL ORDER BY id LIMIT 1 FOR UPDATE)
+    AND EXISTS (SELECT 1 FROM f)
+  RETURNING coalesce(g.payload, 'null'::jsonb) AS payload
+), recorded AS (
+  INSERT INTO ${s}.workflow_step AS w (task_id, seq, kind, name, outcome, result, attempt, started_at)
+  SELECT f.id, $3, 'signal', $4, CASE WHEN t.payload IS NULL THEN 'waiting' ELSE 'ok' END,
+         CASE WHEN t.payload IS NULL THEN jsonb_build_object('until', now() + $5::bigint * interval '1 millisecond')
+              ELSE jsonb_build_object('v', t.payload) END, f.attempt, now()
+  FROM f LEFT JOIN taken t ON true
+  ON CONFLICT (task_id, seq) DO UPDATE SET outcome = 'ok', result = EXCLUDED.result, finished_at = now()
+    WHERE w.outcome = 'waiting' AND EXCLUDED.outcome = 'ok'
+  RETURNING w.result
+)
+SELECT EXISTS (SELECT 1 FROM f) AS held, EXISTS (SELECT 1 FROM taken) AS took, (SELECT payload FROM taken) AS payload,
+       coalesce((SELECT result FROM recorded), (SELECT result FROM ${s}.workflow_step WHERE task_id = $1::bigint AND seq = $3)) -> 'until' AS until,
+       (extract(epoch FROM now()) * 1000)::float8 AS now_ms`,
+
+    /** Serialises a park on a signal with the signals sent to task $1 (see above); bounded by $2 ms. */
+    lockSignals: `
+SELECT set_config('lock_timeout', $2, true) AS bound, ${signalLock} IS NULL AS locked`,
+
+    /**
+     * Parks the attempt's workflow ($1, $2: the lease): state 'waiting' for $3 ('sleep',
+     * 'signal:<name>', 'child:<id>') until $4 (NULL: no time bound), out of the claim index, its
+     * attempt not counted. It goes back to pending at once instead when what it waits for has come:
+     * its time ($4 passed), a signal of that name ($5), the child's entry resolved ($6: its
+     * position), or `woken` (a child ended while it ran). A cancel request leaves the row alone (the
+     * caller records the cancellation as for any attempt). $7 channel.
+     */
+    park: `
+WITH parked AS (
+  UPDATE ${s}.task t
+  SET state = CASE WHEN ${ready} THEN 'pending' ELSE 'waiting' END,
+      wake_at = CASE WHEN ${ready} THEN NULL ELSE $4::timestamptz END,
+      waiting_for = CASE WHEN ${ready} THEN NULL ELSE $3 END,
+      run_at = now(), woken = NULL, attempt = greatest(t.attempt - 1, 0),
+      locked_by = NULL, lease_token = NULL, locked_until = NULL
+  WHERE t.id = $1::bigint AND t.lease_token = $2::uuid AND NOT ${cancelRequestedOf(s)}
+  RETURNING t.queue, t.state, t.run_at, t.wake_at
+), wake AS (
+  SELECT pg_notify($7, '${WAKE_NOTICE}' || (extract(epoch FROM wake_at) * 1000)::bigint) FROM parked WHERE state = 'waiting' AND wake_at IS NOT NULL
+), ${notifyCte("SELECT queue, run_at FROM parked WHERE state = 'pending'", '$7')}
+SELECT state, (SELECT count(*) FROM wake)::int AS wake, (SELECT count(*) FROM notified)::int AS notified FROM parked`,
+
+    /**
+     * After a failed attempt: forgets the error entry $3 of the call whose error ended it, so that
+     * the next attempt runs that call again. Errors the code caught stay: it went on from them. Fenced.
+     */
+    forgetFailure: `
+DELETE FROM ${s}.workflow_step w
+USING (${fence}) f
+WHERE w.task_id = f.id AND w.seq = $3 AND w.outcome = 'error'`,
+
+    /** Links child $2 to its parent workflow $1: the child's end leaves the parent a debt (dependencies.sql.ts). */
+    linkChild: `
+UPDATE ${s}.task SET dependants = coalesce(dependants, '{}') || $1::bigint WHERE id = $2::bigint`,
+
+    /**
+     * Sends signal $2 (payload $3, JSON) to task $1, after taking the signal lock: buffered, and a
+     * workflow parked on that signal goes back to pending. Returns the signal's id, or none with
+     * the target's state ('done', 'cancelled' or NULL: unknown) when it cannot take signals. $4 channel.
+     */
+    send: `
+WITH target AS (
+  SELECT id FROM ${s}.task WHERE id = $1::bigint AND state IN ('pending', 'running', 'waiting', 'dead')
+), sent AS (
+  INSERT INTO ${s}.workflow_signal (task_id, name, payload) SELECT id, $2, $3::jsonb FROM target RETURNING id
+), woke AS (
+  UPDATE ${s}.task t SET state = 'pending', run_at = now(), wake_at = NULL, waiting_for = NULL
+  WHERE t.id = $1::bigint AND t.state = 'waiting' AND t.waiting_for = 'signal:' || $2 AND EXISTS (SELECT 1 FROM sent)
+  RETURNING t.queue, t.run_at
+), ${notifyCte('SELECT queue, run_at FROM woke', '$4')}
+SELECT (SELECT id::text FROM sent) AS id, (SELECT count(*) FROM notified)::int AS notified,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM sent)
+            THEN coalesce((SELECT state FROM ${s}.task WHERE id = $1::bigint), (SELECT state FROM ${s}.task_archive WHERE id = $1::bigint)) END AS state`,
+
+    /** The signal lock of task $1, for a signal sent inside the caller's transaction. */
+    sendLock: `
+SELECT ${signalLock} IS NULL AS locked`,
+
+    /**
+     * Wakes parked workflows of queues $1 whose wake_at has come, at most $2, and returns the next
+     * wake time among those left (epoch ms, or NULL). $3 channel.
+     */
+    wakeDue: `
+WITH due AS (
+  SELECT id FROM ${s}.task
+  WHERE state = 'waiting' AND wake_at <= now() AND queue = ANY ($1::text[])
+  ORDER BY wake_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), woke AS (
+  UPDATE ${s}.task t SET state = 'pending', run_at = now(), wake_at = NULL, waiting_for = NULL
+  FROM due WHERE t.id = due.id
+  RETURNING t.queue, t.run_at
+), ${notifyCte('SELECT queue, run_at FROM woke', '$3')}
+SELECT (SELECT count(*) FROM woke)::int AS woke, (SELECT count(*) FROM notified)::int AS notified,
+       (SELECT (extract(epoch FROM min(wake_at)) * 1000)::float8 FROM ${s}.task
+        WHERE state = 'waiting' AND wake_at > now() AND queue = ANY ($1::text[])) AS next_ms`,
+
+    /**
+     * Tests (wakeWorkflows): the time bound of every parked workflow of queues $1 comes now, in its
+     * journal too (a replay compares the sleep's recorded end with the clock). Returns how many.
+     */
+    wakeAllNow: `
+WITH parked AS (
+  UPDATE ${s}.task SET wake_at = now()
+  WHERE state = 'waiting' AND wake_at > now() AND queue = ANY ($1::text[])
+  RETURNING id
+), journal AS (
+  UPDATE ${s}.workflow_step w SET result = jsonb_set(w.result, '{until}', to_jsonb(now()))
+  FROM parked p
+  WHERE w.task_id = p.id AND w.kind IN ('sleep', 'signal') AND w.outcome IN ('ok', 'waiting')
+    AND jsonb_typeof(w.result -> 'until') = 'string' AND (w.result ->> 'until')::timestamptz > now()
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM parked)::int AS parked, (SELECT count(*) FROM journal)::int AS journal`,
+
+    /** For `get`: task $1's journal without results (JSON), and what it waits for while parked. */
+    info: `
+SELECT t.waiting_for, t.wake_at,
+       (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
+                                          'startedAt', w.started_at, 'finishedAt', w.finished_at) ORDER BY w.seq)
+        FROM ${s}.workflow_step w WHERE w.task_id = $1::bigint) AS steps
+FROM (SELECT 1) one LEFT JOIN ${s}.task t ON t.id = $1::bigint AND t.state = 'waiting'`,
+  });
+}

@@ -1,0 +1,62 @@
+import { ReplayCursor, type JournalEntry } from './journal';
+import { WorkflowReplayError } from './workflow.errors';
+
+const entry = (seq: number, kind: JournalEntry['kind'], name: string): JournalEntry => ({ seq, kind, name, outcome: 'ok', result: { v: seq } });
+
+describe('ReplayCursor', () => {
+  it('numbers calls in call order and hands back what the journal has at each position', () => {
+    const c = new ReplayCursor('7', [entry(0, 'step', 'a'), entry(1, 'sleep', 'sleep')]);
+    expect(c.call('step', 'a')).toEqual({ seq: 0, entry: entry(0, 'step', 'a') });
+    expect(c.call('sleep', 'sleep').entry).toEqual(entry(1, 'sleep', 'sleep'));
+    expect(c.call('step', 'b')).toEqual({ seq: 2, entry: null });
+    c.assertConsumed();
+  });
+
+  it('names both sides of a mismatch, by kind or by name', () => {
+    const c = new ReplayCursor('7', [entry(0, 'transaction', 'reserve')]);
+    expect(() => c.call('step', 'charge')).toThrow(new WorkflowReplayError('7', 1, 'transaction "reserve"', 'called step "charge"'));
+    const d = new ReplayCursor('7', [entry(0, 'step', 'a')]);
+    expect(() => d.call('step', 'b')).toThrow(/at call 1 the journal has step "a", the code called step "b"/);
+  });
+
+  it('refuses a repeated step name, but not repeated sleeps, signals or enqueues', () => {
+    const c = new ReplayCursor('7', []);
+    c.call('step', 'a');
+    expect(() => c.call('transaction', 'a')).toThrow(/named "a" twice/);
+    c.call('sleep', 'sleep');
+    c.call('sleep', 'sleep');
+    c.call('signal', 'go');
+    c.call('signal', 'go');
+    c.call('enqueue', 'mail');
+    expect(() => c.call('enqueue', 'mail')).not.toThrow();
+  });
+
+  it('fails a run that returns before the journal ends (a call was removed)', () => {
+    const c = new ReplayCursor('7', [entry(0, 'step', 'a'), entry(1, 'step', 'b')]);
+    c.call('step', 'a');
+    expect(() => c.assertConsumed()).toThrow(/at call 2 the journal has step "b", the code returned/);
+  });
+
+  it('patched: a marker at the position is true and consumed; another call there is false and left; past the end it is marked', () => {
+    const withMarker = new ReplayCursor('7', [{ ...entry(0, 'patch', 'v2') }, entry(1, 'step', 'new')]);
+    expect(withMarker.patched('v2')).toEqual({ value: true, mark: null });
+    expect(withMarker.call('step', 'new').seq).toBe(1);
+
+    const old = new ReplayCursor('7', [entry(0, 'step', 'old')]);
+    expect(old.patched('v2')).toEqual({ value: false, mark: null });
+    expect(old.call('step', 'old').seq).toBe(0);
+    expect(old.patched('v2')).toEqual({ value: false, mark: null }); // kept for the run
+
+    const fresh = new ReplayCursor('7', [entry(0, 'step', 'a')]);
+    fresh.call('step', 'a');
+    expect(fresh.patched('v2')).toEqual({ value: true, mark: 1 });
+    expect(fresh.patched('v2')).toEqual({ value: true, mark: null });
+    expect(fresh.call('step', 'b').seq).toBe(2);
+  });
+
+  it('numbers calls started together (Promise.all) by the order of the calls, whatever order they end in', () => {
+    const c = new ReplayCursor('7', [entry(1, 'step', 'b')]);
+    const [a, b] = [c.call('step', 'a'), c.call('step', 'b')];
+    expect([a.seq, a.entry, b.seq, b.entry]).toEqual([0, null, 1, entry(1, 'step', 'b')]);
+  });
+});

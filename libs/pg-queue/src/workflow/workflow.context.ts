@@ -1,0 +1,332 @@
+import { LeaseLostError, PgQueueError } from '../errors';
+import { buildTaskRow, serialisePayload, type RowLimits } from '../core/task-input';
+import { currentTraceContext } from '../observability/tracing';
+import type { WorkflowRepository } from '../sql/workflow.repository';
+import { WORKFLOW_TX_BOUNDS, type ParkRequest } from '../sql/workflow.repository';
+import type { NewTaskRow } from '../sql/statement-values';
+import type { BackoffOptions, FollowUpOptions, PayloadOf, PrismaClientLike, SqlExecutor } from '../types';
+import { backoffDelayMs } from '../worker/backoff';
+import type { Attempt } from '../worker/attempt';
+import type { DatabaseClock } from '../worker/database.clock';
+import { ReplayCursor, type CallKind, type JournalEntry } from './journal';
+import { ChildWorkflowError, StepFailedError } from './workflow.errors';
+
+/** Options of `wf.step`: the step's own retries, before its error reaches the workflow. */
+export interface StepOptions {
+  /** Runs of the step's function before its error is final (default 1). */
+  maxAttempts?: number;
+  /** Between runs (default exponential from 500 ms, at most 30 s). */
+  backoff?: BackoffOptions;
+  /** Gives up on one run after this long (a StepTimeoutError; the function is not stopped). */
+  timeoutMs?: number;
+}
+
+/** Options of `wf.transaction`. */
+export interface TransactionStepOptions {
+  /** Prisma's interactive-transaction timeout for this step (default 30 000 ms). */
+  timeoutMs?: number;
+}
+
+/**
+ * What a `@Workflow` method receives besides its input. Each call is journaled by its position:
+ * after a crash, a lost lease, a deploy or a wake-up the method runs again from the top and every
+ * call that finished returns its journaled outcome instead of running again. Anything that varies
+ * from run to run (the clock, randomness, I/O) belongs inside a step.
+ */
+export interface WorkflowContext<TTx = any> {
+  /** The workflow's task id. */
+  readonly workflowId: string;
+  /** Fires when the attempt is given up (cancel, lost lease, timeout, shutdown). */
+  readonly signal: AbortSignal;
+  /** Runs `fn` until it returns once (at least once: a crash before its record runs it again); then replays its result. */
+  step<T>(name: string, fn: () => T | Promise<T>, options?: StepOptions): Promise<T>;
+  /** Runs `fn` in a Prisma transaction that also records the step: its writes commit exactly once. */
+  transaction<T>(name: string, fn: (tx: TTx) => Promise<T>, options?: TransactionStepOptions): Promise<T>;
+  /** Parks the workflow for `ms` (no worker, lease or connection held meanwhile). */
+  sleep(ms: number): Promise<void>;
+  sleepUntil(at: Date): Promise<void>;
+  /** The next signal of this name sent to the workflow (each once, in order), or null after `timeoutMs`. */
+  waitForSignal<T = unknown>(name: string, options?: { timeoutMs?: number }): Promise<T | null>;
+  /** Enqueues a task once; returns its id. */
+  enqueue<Q extends string>(queue: Q, payload: PayloadOf<Q>, options?: FollowUpOptions): Promise<string>;
+  /** Starts a task or workflow once and returns its result when it is done; ChildWorkflowError if it ends dead or cancelled. */
+  child<R = unknown, Q extends string = string>(name: string, queue: Q, input: PayloadOf<Q>, options?: FollowUpOptions): Promise<R>;
+  /** True for runs that reach this point with the new code, false for runs that passed it with the old. */
+  patched(id: string): Promise<boolean>;
+  /** A key stable across attempts, unique per workflow and step: the idempotency key for an outside call. */
+  stepKey(name: string): string;
+}
+
+/** What a run needs from the worker. */
+export interface WorkflowRunDeps {
+  prisma: PrismaClientLike;
+  repo: WorkflowRepository;
+  insert(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]>;
+  rowLimits: RowLimits;
+  clock: DatabaseClock;
+}
+
+const DEFAULT_STEP_BACKOFF: BackoffOptions = { type: 'exponential', delayMs: 500, maxDelayMs: 30_000 };
+const NEVER = new Promise<never>(() => undefined);
+/** What a call that parks throws inside `op`: its own promise settles, the caller's never does. */
+const PARKING = Symbol('pg-queue workflow parking');
+
+/** The value a run's `parked` promise resolves to. */
+export const PARKED: unique symbol = Symbol('pg-queue workflow parked');
+
+/** One attempt of a workflow: the context its method receives. */
+export class WorkflowRun implements WorkflowContext {
+  /** Resolves with PARKED once a call parked the workflow: the runner stops waiting for the method. */
+  readonly parked: Promise<typeof PARKED>;
+  park: ParkRequest | null = null;
+  private resolvePark!: (v: typeof PARKED) => void;
+  private readonly inFlight = new Set<Promise<unknown>>();
+  /** The position of the call each error came from (recorded or replayed), to forget it if it fails the attempt. */
+  private readonly errorCalls = new WeakMap<object, number>();
+
+  constructor(
+    private readonly a: Attempt,
+    readonly cursor: ReplayCursor,
+    private readonly deps: WorkflowRunDeps,
+  ) {
+    this.parked = new Promise((resolve) => (this.resolvePark = resolve));
+  }
+
+  get workflowId(): string {
+    return this.a.task.id;
+  }
+
+  get signal(): AbortSignal {
+    return this.a.signal;
+  }
+
+  stepKey(name: string): string {
+    return `${this.a.task.id}:${name}`;
+  }
+
+  step<T>(name: string, fn: () => T | Promise<T>, options: StepOptions = {}): Promise<T> {
+    const { seq, entry } = this.cursor.call('step', name);
+    return this.op(async () => {
+      if (entry) return this.replayed(seq, entry, name);
+      const started = performance.now();
+      try {
+        return await this.recordValue(seq, 'step', name, await this.runStep(fn, options), started);
+      } catch (err) {
+        if (err instanceof LeaseLostError) throw err;
+        await this.recordError(seq, 'step', name, err, started);
+        throw err;
+      }
+    });
+  }
+
+  transaction<T>(name: string, fn: (tx: any) => Promise<T>, options: TransactionStepOptions = {}): Promise<T> {
+    const { seq, entry } = this.cursor.call('transaction', name);
+    return this.op(async () => {
+      if (entry) return this.replayed(seq, entry, name);
+      const started = performance.now();
+      let json: string;
+      try {
+        json = await this.deps.prisma.$transaction(async (tx) => {
+          const value = this.json(await fn(tx));
+          if (!(await this.deps.repo.record(tx, this.a.lease, seq, 'transaction', name, 'ok', value, performance.now() - started))) throw this.lost();
+          return value;
+        }, { maxWait: WORKFLOW_TX_BOUNDS.maxWait, timeout: options.timeoutMs ?? 30_000 });
+      } catch (err) {
+        if (err instanceof LeaseLostError) throw err;
+        await this.recordError(seq, 'transaction', name, err, started); // rolled back: nothing of it stays
+        throw err;
+      }
+      this.cursor.recorded({ seq, kind: 'transaction', name, outcome: 'ok', result: JSON.parse(json) });
+      return JSON.parse(json).v as T;
+    });
+  }
+
+  sleep(ms: number): Promise<void> {
+    if (!Number.isFinite(ms) || ms < 0) throw new PgQueueError(`pg-queue: wf.sleep takes a number of ms >= 0, got ${String(ms)}`);
+    return this.sleepTo(() => this.deps.clock.now() + ms);
+  }
+
+  sleepUntil(at: Date): Promise<void> {
+    if (!(at instanceof Date) || Number.isNaN(at.getTime())) throw new PgQueueError('pg-queue: wf.sleepUntil takes a valid Date');
+    return this.sleepTo(() => at.getTime());
+  }
+
+  waitForSignal<T = unknown>(name: string, options: { timeoutMs?: number } = {}): Promise<T | null> {
+    const { seq, entry } = this.cursor.call('signal', name);
+    return this.op(async () => {
+      if (entry?.outcome === 'ok') return (entry.result?.v ?? null) as T | null;
+      const got = await this.deps.repo.takeSignal(this.deps.prisma, this.a.lease, seq, name, options.timeoutMs ?? null);
+      if (!got.held) throw this.lost();
+      if (got.took) return got.payload as T;
+      const until = got.until === null ? null : Date.parse(got.until);
+      if (until !== null && until <= got.nowMs) {
+        if (!(await this.deps.repo.resolve(this.deps.prisma, this.a.lease, seq, 'ok', '{"v":null}'))) throw this.lost();
+        return null;
+      }
+      return this.parkOn({ waitingFor: `signal:${name}`, wakeAt: until, signal: name, childSeq: null });
+    });
+  }
+
+  enqueue(queue: string, payload: unknown, options?: FollowUpOptions): Promise<string> {
+    const { seq, entry } = this.cursor.call('enqueue', queue);
+    return this.op(async () => {
+      if (entry) return entry.result.id as string;
+      return this.insertOnce(seq, 'enqueue', queue, queue, payload, options, false);
+    });
+  }
+
+  child<R = unknown>(name: string, queue: string, input: unknown, options?: FollowUpOptions): Promise<R> {
+    const { seq, entry } = this.cursor.call('child', name);
+    return this.op(async () => {
+      if (entry?.outcome === 'ok') return entry.result.v as R;
+      if (entry?.outcome === 'error') throw this.failedAt(seq, new ChildWorkflowError(entry.result.id, queue, entry.result.state));
+      const childId = entry ? (entry.result.id as string) : await this.insertOnce(seq, 'child', name, queue, input, options, true);
+      return this.parkOn({ waitingFor: `child:${childId}`, wakeAt: null, signal: null, childSeq: seq });
+    });
+  }
+
+  async patched(id: string): Promise<boolean> {
+    const { value, mark } = this.cursor.patched(id);
+    if (mark !== null) {
+      await this.op(async () => {
+        if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, mark, 'patch', id, 'ok', '{}', 0))) throw this.lost();
+      });
+    }
+    return value;
+  }
+
+  /** Resolves once every call under way has settled, or the attempt was given up. */
+  async settled(): Promise<void> {
+    while (this.inFlight.size > 0 && !this.a.aborted) {
+      await Promise.race([Promise.allSettled([...this.inFlight]), new Promise<void>((resolve) => this.a.signal.addEventListener('abort', () => resolve(), { once: true }))]);
+    }
+  }
+
+  private sleepTo(until: () => number): Promise<void> {
+    const { seq, entry } = this.cursor.call('sleep', 'sleep');
+    return this.op(async () => {
+      let at: number;
+      if (entry) at = Date.parse(entry.result.until);
+      else {
+        at = until();
+        const json = JSON.stringify({ until: new Date(at).toISOString() });
+        if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, seq, 'sleep', 'sleep', 'ok', json, 0))) throw this.lost();
+      }
+      if (this.deps.clock.msUntil(at) <= 0) return;
+      return this.parkOn({ waitingFor: 'sleep', wakeAt: at, signal: null, childSeq: null });
+    });
+  }
+
+  /** Inserts a task and records the call in one transaction: exactly once. A child is linked to this workflow. */
+  private async insertOnce(seq: number, kind: CallKind, name: string, queue: string, payload: unknown, options: FollowUpOptions | undefined, child: boolean): Promise<string> {
+    const row = buildTaskRow(queue, payload, options, this.deps.rowLimits, this.a.task.id, currentTraceContext());
+    const started = performance.now();
+    return this.deps.prisma.$transaction(async (tx) => {
+      const [id] = await this.deps.insert(tx, [row]);
+      if (child) await this.deps.repo.linkChild(tx, this.a.task.id, id);
+      const outcome = child ? 'waiting' : 'ok';
+      if (!(await this.deps.repo.record(tx, this.a.lease, seq, kind, name, outcome, JSON.stringify({ id }), performance.now() - started))) throw this.lost();
+      return id;
+    }, WORKFLOW_TX_BOUNDS);
+  }
+
+  private async runStep<T>(fn: () => T | Promise<T>, o: StepOptions): Promise<T> {
+    const max = Math.max(1, o.maxAttempts ?? 1);
+    for (let run = 1; ; run++) {
+      if (this.a.aborted) throw this.a.abortReason;
+      try {
+        return await withTimeout(fn, o.timeoutMs);
+      } catch (err) {
+        if (run >= max || this.a.aborted) throw err;
+        await delay(backoffDelayMs(o.backoff ?? DEFAULT_STEP_BACKOFF, run), this.a.signal);
+      }
+    }
+  }
+
+  private async recordValue<T>(seq: number, kind: CallKind, name: string, value: T, started: number): Promise<T> {
+    const json = this.json(value);
+    if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, seq, kind, name, 'ok', json, performance.now() - started))) throw this.lost();
+    const result = JSON.parse(json);
+    this.cursor.recorded({ seq, kind, name, outcome: 'ok', result });
+    return result.v as T; // as a replay will see it (JSON): Dates become strings on every run alike
+  }
+
+  private async recordError(seq: number, kind: CallKind, name: string, err: unknown, started: number): Promise<void> {
+    const e = err as { name?: unknown; message?: unknown } | null;
+    const json = JSON.stringify({ error: { name: typeof e?.name === 'string' ? e.name : 'Error', message: String(e?.message ?? err).slice(0, 4000) } });
+    if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, seq, kind, name, 'error', json, performance.now() - started))) throw this.lost();
+    this.failedAt(seq, err);
+  }
+
+  /** The call whose (recorded) error `err` is, or its cause's; null for an error from elsewhere. */
+  failedCall(err: unknown): number | null {
+    for (let e = err, depth = 0; typeof e === 'object' && e !== null && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+      const seq = this.errorCalls.get(e);
+      if (seq !== undefined) return seq;
+    }
+    return null;
+  }
+
+  private failedAt<E>(seq: number, err: E): E {
+    if (typeof err === 'object' && err !== null) this.errorCalls.set(err, seq);
+    return err;
+  }
+
+  /** A journaled outcome, as the call returns or throws it. */
+  private replayed(seq: number, entry: JournalEntry, name: string): any {
+    if (entry.outcome === 'error') throw this.failedAt(seq, new StepFailedError(name, entry.result.error.name, entry.result.error.message));
+    return entry.result?.v;
+  }
+
+  private json(value: unknown): string {
+    return serialisePayload(this.a.task.queue, { v: value }, this.deps.rowLimits.maxPayloadBytes);
+  }
+
+  /** Ends the attempt as parked (the runner records it); the call never returns in this run. */
+  private parkOn(request: ParkRequest): never {
+    if (this.park === null) {
+      this.park = request;
+      this.resolvePark(PARKED);
+    }
+    throw PARKING;
+  }
+
+  /**
+   * Tracks a call, so a park or a return waits for the calls under way (a call that parks is no
+   * longer under way: its promise for the workflow never settles); after a park nothing new starts.
+   */
+  private op<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.park !== null) return NEVER;
+    const p = fn();
+    this.inFlight.add(p);
+    const done = () => this.inFlight.delete(p);
+    p.then(done, done);
+    return p.catch((err: unknown) => (err === PARKING ? NEVER : Promise.reject(err)));
+  }
+
+  private lost(): LeaseLostError {
+    const err = new LeaseLostError(this.a.task.id);
+    this.a.abort(err);
+    return err;
+  }
+}
+
+async function withTimeout<T>(fn: () => T | Promise<T>, timeoutMs: number | undefined): Promise<T> {
+  if (timeoutMs === undefined) return fn();
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      Promise.resolve().then(fn),
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new PgQueueError(`pg-queue: step timed out after ${timeoutMs} ms`)), timeoutMs))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function delay(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+  });
+}

@@ -1,0 +1,185 @@
+/**
+ * Durable workflows (workflow/): a @Workflow method journals its calls; every run after the first
+ * replays what finished. Three app instances share the queues, so parks, wake-ups, signals and
+ * children cross instances.
+ */
+import { Injectable } from '@nestjs/common';
+import {
+  ChildWorkflowError,
+  SignalTargetError,
+  TaskHandler,
+  Workflow,
+  type LeaseTaskContext,
+  type Task,
+  type WorkflowContext,
+} from '@app/pg-queue';
+import { drainQueue, wakeWorkflows } from '@app/pg-queue/testing';
+import type { PrismaClient } from '../../src/generated/prisma/client';
+import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { waitFor } from '../support/wait-for';
+
+/** Calls of each outside function, by workflow id and step: what a replay must not repeat. */
+const calls = new Map<string, number>();
+const called = (key: string) => calls.set(key, (calls.get(key) ?? 0) + 1);
+/** Step keys each outside call saw. */
+const keys = new Map<string, string[]>();
+/** Makes the next run of `flow.order` fail once after its transaction (to force a replay). */
+let failOnce = new Set<string>();
+let mismatch = false;
+
+@Injectable()
+class Flows {
+  @Workflow('flow.order', { maxAttempts: 5, backoff: { type: 'fixed', delayMs: 10 } })
+  async order(input: { n: number }, wf: WorkflowContext<PrismaClient>) {
+    const charge = await wf.step('charge', () => {
+      called(`${wf.workflowId}:charge`);
+      keys.set(wf.workflowId, [...(keys.get(wf.workflowId) ?? []), wf.stepKey('charge')]);
+      return { chargeId: `ch-${input.n}`, at: new Date(0) };
+    });
+    await wf.transaction('reserve', (tx) => tx.$executeRawUnsafe('INSERT INTO wf_ledger (workflow, entry) VALUES ($1, $2)', wf.workflowId, 'reserve'));
+    if (failOnce.delete(wf.workflowId)) throw new Error('fails once after its transaction');
+    if (mismatch) await wf.step('inserted-later', () => 1);
+    await wf.sleep(50);
+    const delivered = await wf.waitForSignal<{ at: string }>('delivered', { timeoutMs: 60_000 });
+    const id = await wf.enqueue('flow.email', { n: input.n });
+    return { charge, delivered, emailTask: id };
+  }
+
+  @Workflow('flow.timeout')
+  async timeout(_input: unknown, wf: WorkflowContext) {
+    const got = await wf.waitForSignal('never', { timeoutMs: 200 });
+    const twice = [await wf.waitForSignal('twice'), await wf.waitForSignal('twice')];
+    return { got, twice };
+  }
+
+  @Workflow('flow.parent')
+  async parent(input: { fail: boolean }, wf: WorkflowContext) {
+    const doubled = await wf.child<number>('double', 'flow.child', { x: 21 });
+    try {
+      await wf.child('broken', 'flow.child', { x: input.fail ? -1 : 1 });
+      return { doubled, compensated: false };
+    } catch (err) {
+      if (!(err instanceof ChildWorkflowError)) throw err;
+      await wf.step('compensate', () => void called(`${wf.workflowId}:compensate`));
+      return { doubled, compensated: true, state: err.state };
+    }
+  }
+
+  @Workflow('flow.sleepy')
+  async sleepy(_input: unknown, wf: WorkflowContext) {
+    await wf.sleep(3_600_000);
+    return (await wf.patched('v2')) ? 'new' : 'old';
+  }
+
+  @TaskHandler('flow.child', { mode: 'lease', maxAttempts: 1 })
+  async child(task: Task<{ x: number }>, _ctx: LeaseTaskContext) {
+    if (task.payload.x < 0) throw new Error('negative');
+    return task.payload.x * 2;
+  }
+
+  @TaskHandler('flow.email', { mode: 'lease' })
+  async email(_task: Task, _ctx: LeaseTaskContext) {}
+}
+
+describe('durable workflows', () => {
+  let db: TestDatabase;
+  const apps: QueueApp[] = [];
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await db.sql('CREATE TABLE wf_ledger (workflow text NOT NULL, entry text NOT NULL)');
+    for (let i = 0; i < 3; i++) apps.push(await bootQueueApp(db.prisma(12), [Flows], { workerId: `wf-${i}`, databaseUrl: db.url }));
+  }, 60_000);
+
+  afterAll(async () => {
+    for (const a of apps) await a.close();
+    await db.drop();
+  });
+
+  const queue = () => apps[0].queue;
+
+  it('replays done steps after a failure, parks on a sleep and a signal, and returns', async () => {
+    const ids = await Promise.all([1, 2, 3, 4].map((n) => queue().enqueue('flow.order', { n })));
+    failOnce = new Set(ids.slice(0, 2));
+    await waitFor('every workflow parked on its signal', async () => {
+      for (const id of ids) if ((await queue().get(id))?.workflow?.waitingFor?.kind !== 'signal') return false;
+      return true;
+    });
+    const parked = await queue().get(ids[0]);
+    expect(parked).toMatchObject({ state: 'waiting', workflow: { waitingFor: { kind: 'signal', name: 'delivered' } } });
+    expect(parked!.workflow!.steps.map((s) => [s.kind, s.name, s.outcome])).toEqual([
+      ['step', 'charge', 'ok'],
+      ['transaction', 'reserve', 'ok'],
+      ['sleep', 'sleep', 'ok'],
+      ['signal', 'delivered', 'waiting'],
+    ]);
+    for (const id of ids) await queue().signal(id, 'delivered', { at: `t-${id}` });
+    await waitFor('condition', async () => (await Promise.all(ids.map((id) => queue().get(id)))).every((t) => t?.state === 'done'));
+    for (const id of ids) {
+      const t = await queue().get(id);
+      expect(t!.result).toMatchObject({ charge: { chargeId: expect.any(String), at: '1970-01-01T00:00:00.000Z' }, delivered: { at: `t-${id}` } });
+      expect(calls.get(`${id}:charge`)).toBe(1);
+      expect(keys.get(id)).toEqual([`${id}:charge`]);
+    }
+    const ledger = await db.sql<{ workflow: string; n: number }>('SELECT workflow, count(*)::int AS n FROM wf_ledger GROUP BY workflow');
+    expect(ledger.sort((a, b) => a.workflow.localeCompare(b.workflow))).toEqual(ids.map((id) => ({ workflow: id, n: 1 })).sort((a, b) => a.workflow.localeCompare(b.workflow)));
+    const emails = await db.sql<{ n: number }>(`SELECT count(*)::int AS n FROM (SELECT id FROM pgqueue.task WHERE queue = 'flow.email' UNION ALL SELECT id FROM pgqueue.task_archive WHERE queue = 'flow.email') e`);
+    expect(emails[0].n).toBe(4);
+  }, 60_000);
+
+  it('keeps signals sent before the wait, in order, each once; a wait times out with null', async () => {
+    const id = await queue().enqueue('flow.timeout', {});
+    await queue().signal(id, 'twice', 1);
+    await queue().signal(id, 'twice', 2);
+    await queue().signal(id, 'twice', 3);
+    await waitFor('condition', async () => (await queue().get(id))?.state === 'done');
+    expect((await queue().get(id))!.result).toEqual({ got: null, twice: [1, 2] });
+    await expect(queue().signal(id, 'twice', 4)).rejects.toThrow(SignalTargetError);
+    await expect(queue().signal('999999999', 'x')).rejects.toThrow(/no such task/);
+  }, 30_000);
+
+  it('runs children and hands a dead child to the parent as ChildWorkflowError', async () => {
+    const ok = await queue().enqueue('flow.parent', { fail: false });
+    const failing = await queue().enqueue('flow.parent', { fail: true });
+    await waitFor('both parents done', async () => (await queue().get(failing))?.state === 'done' && (await queue().get(ok))?.state === 'done', { timeoutMs: 15_000 }).catch(async (err) => {
+      console.log(JSON.stringify(await db.sql('SELECT id, queue, state, attempt, waiting_for, woken, dependants, last_error FROM pgqueue.task')));
+      console.log(JSON.stringify(await db.sql('SELECT * FROM pgqueue.workflow_step WHERE task_id IN ($1, $2)', [ok, failing])));
+      console.log(JSON.stringify(await db.sql('SELECT * FROM pgqueue.task_dependency_debt')));
+      throw err;
+    });
+    expect((await queue().get(ok))!.result).toEqual({ doubled: 42, compensated: false });
+    expect((await queue().get(failing))!.result).toEqual({ doubled: 42, compensated: true, state: 'dead' });
+    expect(calls.get(`${failing}:compensate`)).toBe(1);
+  }, 30_000);
+
+  it('fails the workflow as dead when the code no longer matches its journal', async () => {
+    const id = await queue().enqueue('flow.order', { n: 9 });
+    await waitFor('condition', async () => (await queue().get(id))?.workflow?.waitingFor?.kind === 'signal');
+    mismatch = true;
+    try {
+      await queue().signal(id, 'delivered', { at: 'x' });
+      await waitFor('condition', async () => (await queue().get(id))?.state === 'dead');
+    } finally {
+      mismatch = false;
+    }
+    expect((await queue().get(id))!.lastError).toMatch(/WorkflowReplayError.*at call 3 the journal has a sleep, the code called step "inserted-later"/s);
+    // Fixed code: retry replays it from its journal.
+    expect(await queue().retry(id)).toBe(true);
+    await waitFor('condition', async () => (await queue().get(id))?.workflow?.waitingFor?.kind === 'signal' || (await queue().get(id))?.state === 'done');
+    expect(calls.get(`${id}:charge`)).toBe(1);
+  }, 40_000);
+
+  it('cancels a parked workflow at once; wakeWorkflows ends a long sleep now', async () => {
+    const a = await queue().enqueue('flow.sleepy', {});
+    const b = await queue().enqueue('flow.sleepy', {});
+    await waitFor('condition', async () => (await queue().get(a))?.state === 'waiting' && (await queue().get(b))?.state === 'waiting');
+    expect((await queue().get(a))!.workflow!.waitingFor).toMatchObject({ kind: 'sleep', until: expect.any(Date) });
+    expect(await queue().cancel(a)).toBe('cancelled');
+    expect(await wakeWorkflows(apps[0].app)).toBeGreaterThanOrEqual(1);
+    await drainQueue(apps[0].app, 'flow.sleepy');
+    await waitFor('condition', async () => (await queue().get(b))?.state === 'done');
+    expect((await queue().get(b))!.result).toBe('new');
+    expect((await queue().get(a))!.state).toBe('cancelled');
+  }, 40_000);
+});
