@@ -19,7 +19,7 @@ import { Pool } from 'pg';
 import type { Prisma } from '../../src/generated/prisma/client';
 import { killFixtureProcesses, startFixtureProcess } from '../support/fixture-process';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
-import { createRunLog, maxRunOverlap, recordedRun } from '../support/run-log';
+import { createRunLog, maxOverlap, maxRunOverlap, recordedRun } from '../support/run-log';
 import { queueStates } from '../support/task-ledger';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
@@ -81,19 +81,6 @@ const QUEUES: PgQueueModuleOptions['queues'] = {
   'fc.rate': { concurrency: 4, rateLimit: { max: 5, perMs: 500 } },
   'fc.prate': { concurrency: 4, rateLimit: { max: 3, perMs: 500, perPartition: true } },
 };
-
-/** The most intervals open at once (an end at the same instant as a start closes first). */
-function maxOverlap(list: Run[]): number {
-  const edges = list.flatMap((r) => [
-    { at: r.start, d: 1 },
-    { at: r.end, d: -1 },
-  ]);
-  edges.sort((a, b) => a.at - b.at || a.d - b.d);
-  let open = 0;
-  let max = 0;
-  for (const e of edges) max = Math.max(max, (open += e.d));
-  return max;
-}
 
 describe('flow control across three instances', () => {
   let db: TestDatabase;

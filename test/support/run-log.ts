@@ -1,7 +1,7 @@
 /**
  * Handler runs recorded by the database's clock, for tests whose workers live in several
  * processes: `fc_run` gets a row when a run starts and its end when it ends (a run whose process
- * was killed has none).
+ * was killed has none). Runs recorded in one process are swept by `maxOverlap`.
  */
 type Querier = { query(text: string, values?: unknown[]): Promise<{ rows: any[] }> };
 type Sql = <T = any>(text: string, values?: unknown[]) => Promise<T[]>;
@@ -26,4 +26,17 @@ export async function maxRunOverlap(sql: Sql, killedAt: Date): Promise<number> {
     [killedAt],
   );
   return r.max;
+}
+
+/** The most of these runs (in one process, on one clock) open at once; an end at the same instant as a start closes first. */
+export function maxOverlap(list: { start: number; end: number }[]): number {
+  const edges = list.flatMap((r) => [
+    { at: r.start, d: 1 },
+    { at: r.end, d: -1 },
+  ]);
+  edges.sort((a, b) => a.at - b.at || a.d - b.d);
+  let open = 0;
+  let max = 0;
+  for (const e of edges) max = Math.max(max, (open += e.d));
+  return max;
 }

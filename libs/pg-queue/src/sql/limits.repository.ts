@@ -1,5 +1,6 @@
 import type { PrismaClientLike, RateLimit, SqlExecutor } from '../types';
 import { claimStatements } from './claim.sql';
+import { notifyChannel } from './identifiers';
 import { limitStatements } from './limits.sql';
 import type { Claim, ClaimedRow } from './statement-values';
 
@@ -28,10 +29,12 @@ export const LIMITED_CLAIM_BOUNDS = { lockWaitMs: 2000, idleMs: 2000, statementM
 export class LimitsRepository {
   private readonly sql;
   private readonly claimSql;
+  private readonly channel: string;
 
   constructor(private readonly schema: string) {
     this.sql = limitStatements(schema);
     this.claimSql = claimStatements(schema);
+    this.channel = notifyChannel(schema);
   }
 
   /** Claims up to `want` tasks of `queue` within its limits; the arguments are those of TaskRepository.claim. */
@@ -53,7 +56,11 @@ export class LimitsRepository {
         const rateBound = queueRate !== null && queueRate.max - room.window_count < take;
         if (queueRate !== null) take = Math.min(take, queueRate.max - room.window_count);
         const rateWait = rateBound ? room.window_frees_in_ms : null;
-        if (take <= 0) return { rows: [], nextDueInMs: rateWait, dbNowMs: room.db_now_ms };
+        if (take <= 0) {
+          const wanted = roomWanted(limits, partitioned, room, want, take, 0, null);
+          if (wanted !== null) await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, room.cursor, 0, wanted, this.channel);
+          return { rows: [], nextDueInMs: rateWait, dbNowMs: room.db_now_ms };
+        }
 
         const [res] = !partitioned
           ? await tx.$queryRawUnsafe<ClaimResult[]>(this.claimSql.claim, queue, take, workerId, leaseMs, maxAttempts)
@@ -65,8 +72,9 @@ export class LimitsRepository {
         const rows = JSON.parse(res.claimed) as ClaimedRow[];
         // The round's cursor moves past every partition the claim walked, served or not.
         const cursor = partitioned ? (res.next_cursor ?? null) : null;
-        if ((rows.length > 0 && queueRate !== null) || (partitioned && (rows.length > 0 || cursor !== room.cursor))) {
-          await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, cursor, rows.length);
+        const wanted = roomWanted(limits, partitioned, room, want, take, rows.length, res);
+        if ((rows.length > 0 && queueRate !== null) || (partitioned && (rows.length > 0 || cursor !== room.cursor)) || wanted !== null) {
+          await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, cursor, rows.length, wanted, this.channel);
         }
         if (rows.length > 0 && partitionRate !== null) {
           await tx.$executeRawUnsafe(this.sql.recordPartitions, queue, partitionRate.perMs, JSON.stringify(startsByPartition(rows)));
@@ -84,10 +92,24 @@ export class LimitsRepository {
     );
   }
 
-  /** Wakes the queue's workers on every instance: a task of a limited queue ended, so room may have freed up. */
-  async announce(db: SqlExecutor, channel: string, queue: string): Promise<void> {
-    await db.$executeRawUnsafe(this.sql.announce, channel, queue);
+  /** Wakes the queue's workers on every instance: room freed up that this instance will not take. */
+  async announce(db: SqlExecutor, queue: string): Promise<void> {
+    await db.$executeRawUnsafe(this.sql.announce, this.channel, queue);
   }
+}
+
+/**
+ * What a claim records about room (`room_wanted`, see `record` in limits.sql.ts): true when a
+ * concurrency rule cut it short while tasks were due (unless a claim already said so); false when
+ * one had, and this claim took all it wanted and left room (the room is announced); else null.
+ * Room left: below the global limit, and for a partitioned claim, offered tasks it did not take.
+ */
+function roomWanted(limits: QueueLimits, partitioned: boolean, room: Room, want: number, take: number, taken: number, res: ClaimResult | null): boolean | null {
+  const g = limits.globalConcurrency;
+  const cut = (g !== null && g - room.running < want) || (partitioned && taken < take && res?.partition_full === true);
+  if (cut && room.due) return room.room_wanted ? null : true;
+  const roomLeft = (g === null || g - room.running - taken > 0) && (!partitioned || res?.room_left === true);
+  return room.room_wanted && taken === want && roomLeft ? false : null;
 }
 
 /** Per-partition room when a partition has no concurrency limit of its own (rate limit per partition only). */
@@ -101,6 +123,10 @@ interface Room {
   cursor: string | null;
   partition_frees_in_ms: number | null;
   db_now_ms: number;
+  /** A claim that a concurrency rule cut short waits for room. */
+  room_wanted: boolean;
+  /** Some task of the queue is due. */
+  due: boolean;
 }
 
 /** How many tasks each partition just started ('' for tasks without a partition). */
@@ -117,5 +143,8 @@ interface ClaimResult {
   /** Partitioned claims: where the next round starts, and whether this one stopped at MAX_WALK. */
   next_cursor?: string | null;
   walk_cut?: boolean;
+  /** Partitioned claims: a partition is at its concurrency limit; the round offered tasks the claim did not take. */
+  partition_full?: boolean;
+  room_left?: boolean;
 }
 

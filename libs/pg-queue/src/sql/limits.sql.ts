@@ -3,6 +3,9 @@ import { quoteIdent } from './identifiers';
 import { marked } from './fragments.sql';
 import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
 
+/** The notification payload's prefix that announces freed room in a queue (`!room <queue>`; see WakeupListener). */
+export const ROOM_NOTICE = '!room ';
+
 /** First key of the advisory lock that serialises a limited queue's claims; the second is hashtext(schema.queue). */
 const LIMIT_LOCK_NAMESPACE = 0x70_67_6c; // "pgl"
 
@@ -57,7 +60,9 @@ SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1)) FROM bounds`
      * The window is read and written by clock_timestamp(), not now(): the claim's transaction may
      * have waited for the queue's lock, and its start would date these claims too early and let
      * the next window open too soon. With a rate limit per partition, also when the first full
-     * partition's window frees a slot.
+     * partition's window frees a slot. And for freed-room announcements (see `record`): whether a
+     * claim that a concurrency rule cut short is waiting, and whether any task is due (an index
+     * probe of task_due_idx).
      * Parameters: $1 queue, $2 rate window in ms (0: no queue-wide rate limit), $3 per-partition
      * rate limit (NULL: none), $4 its window in ms.
      */
@@ -70,7 +75,9 @@ SELECT (SELECT count(*) FROM ${s}.task WHERE queue = $1 AND state = 'running')::
        (SELECT min(${windowFreesInMs('r.rate_at', 'r.rate_n', '$4', 'c.now')})
         FROM ${s}.rate_window r
         WHERE r.queue = $1 AND $3::int IS NOT NULL AND ${windowCount('r.rate_at', 'r.rate_n', '$4', 'c.now')} >= $3::int) AS partition_frees_in_ms,
-       (extract(epoch FROM c.now) * 1000)::float8 AS db_now_ms
+       (extract(epoch FROM c.now) * 1000)::float8 AS db_now_ms,
+       coalesce(q.room_wanted, false) AS room_wanted,
+       coalesce((SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now(), false) AS due
 FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
 
     /**
@@ -91,6 +98,8 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
      * The claim returns where the next round starts (`next_cursor`): after the last partition it
      * took a first task from when it stopped part-way through the round's first tasks, else after
      * the last partition walked, so the next claim never walks again what this one passed over.
+     * For freed-room announcements it also says whether a partition is at its limit
+     * (`partition_full`) and whether the round offered more than the claim took (`room_left`).
      *
      * Costs: the keys come from a skip scan of task_partition_idx (one probe per partition, however
      * many tasks each has). A partition's due check and its offer scan its tasks in claim order up
@@ -157,15 +166,18 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
                       ELSE (SELECT w.p FROM walk w ORDER BY w.n DESC LIMIT 1) END
                ELSE (array_agg(o.p ORDER BY o.pos DESC))[1] END
         FROM offered o WHERE o.id IN (SELECT c.id::bigint FROM claimed c)) AS next_cursor,
-       CASE WHEN (SELECT count(*) FROM round) < $8 THEN (SELECT max(w.n) >= $11 FROM walk w) ELSE false END AS walk_cut`,
+       CASE WHEN (SELECT count(*) FROM round) < $8 THEN (SELECT max(w.n) >= $11 FROM walk w) ELSE false END AS walk_cut,
+       coalesce((SELECT bool_or(r.n >= $6) FROM running r), false) AS partition_full,
+       (SELECT count(*) FROM offered) > (SELECT count(*) FROM claimed) AS room_left`,
       },
     ),
 
     /**
-     * A task of a limited queue ended: wake its workers everywhere (a freed slot is announced by
-     * nothing else). Parameters: $1 channel, $2 queue.
+     * Room freed in a queue with a concurrency rule that this instance will not take (it is
+     * stopping): wake the queue's workers everywhere, `!room <queue>` (see ROOM_NOTICE).
+     * Parameters: $1 channel, $2 queue.
      */
-    announce: `SELECT pg_notify($1, $2)`,
+    announce: `SELECT pg_notify($1, '${ROOM_NOTICE}' || $2)`,
 
     /**
      * After a claim of a queue limited per partition: each partition's window records the claims it
@@ -182,16 +194,25 @@ SET window_ms = EXCLUDED.window_ms,
     /**
      * After a limited claim that took `$4` tasks: the rate window records them (rate-window.sql.ts;
      * with no queue-wide rate limit it keeps nothing), the round's cursor moves to the last
-     * partition served. Parameters: $1 queue, $2 rate window ms (0: none), $3 cursor, $4 tasks just
-     * started.
+     * partition served, and `room_wanted` changes as $5 says: true, a concurrency rule cut this
+     * claim short while tasks were due (an instance now waits for room); false, this claim took
+     * all it wanted and left room while one waited: the flag is cleared and the room announced
+     * (`!room <queue>` on $6, sent at commit), so one waiting instance's wake costs one
+     * notification however many tasks end. NULL leaves it. Claims are serialised by the queue's
+     * lock, so no claim's flag is lost between another's read and write.
+     * Parameters: $1 queue, $2 rate window ms (0: none), $3 cursor, $4 tasks just started, $5 room
+     * wanted, $6 channel.
      */
     record: `
-INSERT INTO ${s}.queue_state AS q (queue, partition_cursor, rate_at, rate_n)
-SELECT $1, $3, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[now.t] ELSE '{}' END, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[$4::int] ELSE '{}' END
+INSERT INTO ${s}.queue_state AS q (queue, partition_cursor, rate_at, rate_n, room_wanted)
+SELECT $1, $3, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[now.t] ELSE '{}' END, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[$4::int] ELSE '{}' END,
+       coalesce($5::boolean, false)
 FROM (SELECT clock_timestamp() AS t) now
 ON CONFLICT (queue) DO UPDATE
 SET partition_cursor = EXCLUDED.partition_cursor,
-    (rate_at, rate_n) = ${windowAdd('q.rate_at', 'q.rate_n', '$2', 'CASE WHEN $2 > 0 THEN $4::int ELSE 0 END', 'coalesce(EXCLUDED.rate_at[1], clock_timestamp())')}`,
+    (rate_at, rate_n) = ${windowAdd('q.rate_at', 'q.rate_n', '$2', 'CASE WHEN $2 > 0 THEN $4::int ELSE 0 END', 'coalesce(EXCLUDED.rate_at[1], clock_timestamp())')},
+    room_wanted = coalesce($5::boolean, q.room_wanted)
+RETURNING CASE WHEN $5::boolean IS FALSE THEN pg_notify($6, '${ROOM_NOTICE}' || $1) END`,
   });
 }
 

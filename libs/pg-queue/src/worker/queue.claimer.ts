@@ -5,16 +5,24 @@ import { Attempt, byClaimOrder } from './attempt';
 import { logLine } from './error-text';
 import { releaseAttempts, type WorkerDeps } from './worker.deps';
 
+/** The most a worker waits after another instance's freed-room notice before it claims (roomNotice). */
+const ROOM_JITTER_MS = 20;
+
 /**
  * The claims of one queue's worker: plain, or under the queue's flow-control rules
  * (LimitsRepository). Each claim feeds the database clock and hands the next due time to the
- * worker's timer; group tasks a rival claim beat are given back before they start. A limited
- * queue's endings are announced (`announceFreedRoom`). The last claim's outcome is kept for
- * health checks.
+ * worker's timer; group tasks a rival claim beat are given back before they start. Room that an
+ * ending frees in a queue with a concurrency rule and that this instance will not take is
+ * announced (`announceFreedRoom`). The last claim's outcome is kept for health checks.
  */
 export class QueueClaimer {
-  /** The queue has flow-control rules: claims go through LimitsRepository, endings are announced. */
+  /** The queue has flow-control rules: claims go through LimitsRepository. */
   readonly limited: boolean;
+  /**
+   * The queue has a concurrency rule (global or per partition): an ending frees room that only a
+   * claim sees, so the worker claims again after each (a rate limit's room frees with time).
+   */
+  readonly roomLimited: boolean;
   lastClaimAt: number | null = null;
   /** The last claim's error as one line; null once a claim succeeds. */
   lastClaimError: string | null = null;
@@ -32,6 +40,7 @@ export class QueueClaimer {
     private readonly wakeIn: (ms: number) => void,
   ) {
     this.limited = hasFlowControl(handler.options);
+    this.roomLimited = handler.options.globalConcurrency !== null || handler.options.partitionConcurrency !== null;
   }
 
   /** Claims up to `limit` tasks, in claim order. A failure is recorded, then rethrown. */
@@ -60,9 +69,11 @@ export class QueueClaimer {
   }
 
   /**
-   * A limited queue's task ended here: its slot may be what another instance waits for, and no
-   * other statement tells it. One NOTIFY per burst of endings (coalesced over a macrotask). None
-   * after close().
+   * A task of a queue with a concurrency rule ended here while this worker does not claim (it is
+   * stopping, or only drains): its slot may be what another instance waits for, and no other
+   * statement tells it. A running worker takes the room itself, and its claims announce what they
+   * leave to an instance that waits (see `record` in limits.sql.ts). One NOTIFY per burst of
+   * endings (coalesced over a macrotask), `!room <queue>`. None after close().
    */
   announceFreedRoom(): void {
     if (this.announcing || this.closed) return;
@@ -70,13 +81,22 @@ export class QueueClaimer {
     const sent: Promise<void> = new Promise<void>((resolve) => setImmediate(resolve))
       .then(() => {
         this.announcing = false;
-        return this.deps.limits.announce(this.deps.prisma, this.deps.repo.channel, this.handler.queue);
+        return this.deps.limits.announce(this.deps.prisma, this.handler.queue);
       })
       .catch((err: unknown) => {
         this.deps.logger.warn(`could not announce freed room of "${this.handler.queue}": ${(err as Error).message}`);
       })
       .finally(() => this.announcements.delete(sent));
     this.announcements.add(sent);
+  }
+
+  /**
+   * Another instance announced room in this queue. Every instance with free slots hears it: each
+   * claims after a random pause of up to ROOM_JITTER_MS, not all at once on the queue's lock; the
+   * first takes the room, the others find it taken (and say they wait) in a short claim.
+   */
+  roomNotice(): void {
+    this.wakeIn(Math.random() * ROOM_JITTER_MS);
   }
 
   /**

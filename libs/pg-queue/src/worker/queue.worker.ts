@@ -105,6 +105,11 @@ export class QueueWorker {
     this.fill();
   }
 
+  /** Another instance announced room in this queue (`!room`, see QueueClaimer.roomNotice). */
+  roomFreed(): void {
+    this.claimer.roomNotice();
+  }
+
   /** A task becomes due in `ms`: wake then, unless an earlier wake-up is already set. */
   wakeIn(ms: number): void {
     if (this.state !== 'running') return;
@@ -300,10 +305,11 @@ export class QueueWorker {
 
   private afterWork(p: Promise<void>, ranGroupTask: boolean): void {
     this.work.delete(p);
-    if (this.claimer.limited) this.claimer.announceFreedRoom();
     this.pump();
-    // A finished group task lets the next task of its group run; no NOTIFY announces that.
-    if (ranGroupTask) this.wakeSeq++;
+    // A finished group task lets the next of its group run, an ending under a concurrency rule frees
+    // room: no NOTIFY says either. The room is this worker's to take; if it does not claim, it hands it on.
+    if (ranGroupTask || this.claimer.roomLimited) this.wakeSeq++;
+    if (this.claimer.roomLimited && this.state !== 'running') this.claimer.announceFreedRoom();
     // Room freed up: claim more if the queue may still have work.
     this.fill();
   }

@@ -1,4 +1,5 @@
 import { SETTLE_NOTICE } from '../sql/dependencies.sql';
+import { ROOM_NOTICE } from '../sql/limits.sql';
 import { WAKE_NOTICE } from '../sql/workflow.sql';
 import type { Logger } from '@nestjs/common';
 import createPostgresSubscriber, { type Subscriber } from 'pg-listen';
@@ -27,16 +28,19 @@ export class WakeupListener {
       cancel: (taskId: string) => void;
       /** A parent task ended: its dependants are to be told (see DependencySettler). */
       settle: () => void;
+      /** Another instance left room in `queue` that a worker here may take (see QueueClaimer.roomNotice). */
+      room: (queue: string) => void;
       /** A workflow parked until `at`, epoch ms by the database's clock (see WorkflowWaker). */
       wakeWorkflows: (at: number) => void;
       reconnected: () => void;
     },
   ) {}
 
-  /** Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`, `!settle`. */
+  /** Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`, `!settle`, `!room <queue>`, `!wake@<epoch ms>`. */
   private dispatch(payload: string): void {
     if (payload.startsWith('!cancel ')) return this.on.cancel(payload.slice('!cancel '.length));
     if (payload === SETTLE_NOTICE) return this.on.settle();
+    if (payload.startsWith(ROOM_NOTICE)) return this.on.room(payload.slice(ROOM_NOTICE.length));
     if (payload.startsWith(WAKE_NOTICE)) return this.on.wakeWorkflows(Number(payload.slice(WAKE_NOTICE.length)));
     const at = payload.lastIndexOf('@');
     if (at < 0) return this.on.wake(payload, null);

@@ -267,6 +267,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       wake: (queue, dueAt) => this.workers.get(queue)?.wakeIn(dueAt === null ? 0 : this.deps.clock.msUntil(dueAt)),
       cancel: (taskId) => this.cancelRunning(taskId),
       settle: () => void this.settler.request(),
+      room: (queue) => this.workers.get(queue)?.roomFreed(),
       wakeWorkflows: (at) => this.workflows.wakeAt(at),
       reconnected: () => this.wakeAll(),
     });

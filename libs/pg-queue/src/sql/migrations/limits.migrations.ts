@@ -1,6 +1,8 @@
 import type { SchemaMigration } from '../schema.sql';
 
 /**
+ * Migrations 15-16 of flow control (after 6-10 in flow.migrations.ts).
+ *
  * Migration 15: rate windows kept as a few numbers whatever the limit's `max`, instead of one
  * timestamp per claim (rate-window.sql.ts). `s`: the quoted schema name. See schema.sql.ts for how
  * migrations are applied: columns with a constant default and a new table, catalog changes only
@@ -34,6 +36,20 @@ CREATE TABLE IF NOT EXISTS ${s}.rate_window (
   rate_n         integer[]     NOT NULL,
   PRIMARY KEY (queue, partition_key)
 );
+`,
+    },
+    {
+      version: 16,
+      name: 'room_wanted',
+      // During a rolling deploy an older instance neither reads nor writes the column (its claims
+      // insert queue_state rows with the default); it announces every ending of its own, in the
+      // payload it always used, and ignores this version's '!room <queue>' notices: a claim of it
+      // that a limit cut short waits for its own next ending, a new task or its poll.
+      sql: `
+-- Set by a limited claim that a concurrency rule cut short while tasks were due (an instance waits
+-- for room), cleared by the claim that announces room it left (limits.sql.ts): freed room is
+-- announced only when someone may want it. Catalog change only.
+ALTER TABLE ${s}.queue_state ADD COLUMN IF NOT EXISTS room_wanted boolean NOT NULL DEFAULT false;
 `,
     },
   ];
