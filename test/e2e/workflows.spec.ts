@@ -13,7 +13,7 @@ import {
   type Task,
   type WorkflowContext,
 } from '@app/pg-queue';
-import { drainQueue, wakeWorkflows } from '@app/pg-queue/testing';
+import { drainQueue, pruneHistory, wakeWorkflows } from '@app/pg-queue/testing';
 import type { PrismaClient } from '../../src/generated/prisma/client';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -182,4 +182,20 @@ describe('durable workflows', () => {
     expect((await queue().get(b))!.result).toBe('new');
     expect((await queue().get(a))!.state).toBe('cancelled');
   }, 40_000);
+
+  it('retention deletes the journals and signals of workflows that ended, not of parked ones', async () => {
+    const ended = await queue().enqueue('flow.timeout', {});
+    await queue().signal(ended, 'twice', 1);
+    await queue().signal(ended, 'twice', 2);
+    await queue().signal(ended, 'twice', 3); // never consumed
+    const parked = await queue().enqueue('flow.sleepy', {});
+    await waitFor('one ended, one parked', async () => (await queue().get(ended))?.state === 'done' && (await queue().get(parked))?.state === 'waiting');
+    const count = async (table: string, id: string) => (await db.sql<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.${table} WHERE task_id = $1`, [id]))[0].n;
+    expect([await count('workflow_step', ended), await count('workflow_signal', ended), await count('workflow_step', parked)]).toEqual([3, 3, 1]);
+    await db.sql(`UPDATE pgqueue.workflow_step SET finished_at = now() - interval '30 days' WHERE task_id IN ($1, $2)`, [ended, parked]);
+    await db.sql(`UPDATE pgqueue.workflow_signal SET created_at = now() - interval '30 days' WHERE task_id = $1`, [ended]);
+    await pruneHistory(apps[0].app);
+    expect([await count('workflow_step', ended), await count('workflow_signal', ended), await count('workflow_step', parked)]).toEqual([0, 0, 1]);
+    expect(await queue().cancel(parked)).toBe('cancelled');
+  }, 30_000);
 });

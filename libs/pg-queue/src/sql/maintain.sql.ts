@@ -94,7 +94,8 @@ FROM ${s}.archive_partition_step(${PRUNE_LOCK_NAMESPACE}, $4, $1::bigint, $2::in
      * older than $2 ms, at most $3 rows each, oldest first, and what flow control keeps once it
      * went quiet (a missing row means just that): debounce keys whose burst ended, per-partition
      * rate windows whose claims have all left them (rate_window; partition_rate: those of
-     * instances older than migration 15). Run repeatedly until nothing is left.
+     * instances older than migration 15), and the journals and signals of workflows gone from the
+     * hot table for longer than $1 ms. Run repeatedly until nothing is left.
      * Parameters: $1 archive age ms, $2 dead age ms, $3 batch limit, $4 schema name (lock key).
      */
     prune: `
@@ -138,8 +139,28 @@ WITH lock AS (
     WHERE coalesce(rate_at[cardinality(rate_at)] < now() - window_ms * interval '1 millisecond', true) AND (SELECT mine FROM lock)
     LIMIT $3 FOR UPDATE SKIP LOCKED)
   RETURNING 1
+), ended_workflows AS (
+  -- Journals of workflows that left the hot table longer ago than the archive keeps tasks (their
+  -- archive rows go at about the same time); a parked workflow is live, so its journal stays.
+  SELECT DISTINCT w.task_id FROM ${s}.workflow_step w
+  WHERE w.finished_at < now() - $1 * interval '1 millisecond' AND (SELECT mine FROM lock)
+    AND NOT EXISTS (SELECT 1 FROM ${s}.task t WHERE t.id = w.task_id)
+  LIMIT $3
+), old_journals AS (
+  DELETE FROM ${s}.workflow_step w USING ended_workflows e WHERE w.task_id = e.task_id
+  RETURNING 1
+), old_signals AS (
+  -- Signals of finished tasks: consumed, or never waited for.
+  DELETE FROM ${s}.workflow_signal
+  WHERE id = ANY (ARRAY (
+    SELECT g.id FROM ${s}.workflow_signal g
+    WHERE g.created_at < now() - $1 * interval '1 millisecond' AND (SELECT mine FROM lock)
+      AND NOT EXISTS (SELECT 1 FROM ${s}.task t WHERE t.id = g.task_id)
+    ORDER BY g.id LIMIT $3))
+  RETURNING 1
 ), quiet AS (
   SELECT 1 FROM quiet_keys UNION ALL SELECT 1 FROM quiet_windows UNION ALL SELECT 1 FROM quiet_rates
+  UNION ALL SELECT 1 FROM old_journals UNION ALL SELECT 1 FROM old_signals
 )
 SELECT (SELECT mine FROM lock) AS ran, (SELECT count(*) FROM archived)::int AS archived,
        (SELECT count(*) FROM dead)::int AS dead, (SELECT count(*) FROM quiet)::int AS quiet`,

@@ -46,6 +46,8 @@ CREATE TABLE IF NOT EXISTS ${s}.workflow_signal (
   consumed_seq  integer,
   created_at    timestamptz NOT NULL DEFAULT now()
 );
+-- Retention (maintain.sql.ts): journals and signals of tasks that ended, oldest first.
+CREATE INDEX IF NOT EXISTS workflow_step_finished_idx ON ${s}.workflow_step (finished_at);
 CREATE INDEX IF NOT EXISTS workflow_signal_pending_idx ON ${s}.workflow_signal (task_id, name, id) WHERE consumed_seq IS NULL;
 CREATE INDEX IF NOT EXISTS workflow_signal_task_idx ON ${s}.workflow_signal (task_id);
 `,
