@@ -8,9 +8,10 @@
 import { Injectable } from '@nestjs/common';
 import { Client } from 'pg';
 import { PgQueueError, TaskHandler, type LeaseTaskContext, type Task } from '@app/pg-queue';
+import { DEPENDANTS_BOUNDS } from '../../libs/pg-queue/src/sql/insert.repository';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
-import { waitFor } from '../support/wait-for';
+import { waitFor, within } from '../support/wait-for';
 
 /** Parents of 'fif.parent' run until the test opens their gate. */
 const gate = deferred();
@@ -67,5 +68,32 @@ describe('fan-in in production conditions', () => {
     const [sinceParent] = await db.sql<{ ms: number }>('SELECT (extract(epoch FROM now() - $1::timestamptz) * 1000)::float8 AS ms', [p.finishedAt]);
     expect(stats.oldestDueMs).not.toBeNull();
     expect(stats.oldestDueMs!).toBeLessThanOrEqual(sinceParent.ms);
+  });
+
+  it('an enqueue that owns its transaction gives up waiting for a parent row a business transaction holds: a clear error within its bound, nothing written, no backend left waiting', async () => {
+    const [parent] = await queue().enqueueMany([{ queue: 'fif.idle', payload: { held: true } }]);
+    const business = new Client({ connectionString: db.url });
+    await business.connect();
+    try {
+      await business.query('BEGIN');
+      await business.query('SELECT 1 FROM pgqueue.task WHERE id = $1 FOR UPDATE', [parent]);
+      const began = Date.now();
+      const err = await within(queue().enqueue('fif.join', { held: true }, { dependsOn: [parent] }).catch((e: unknown) => e), 40_000, 'still waiting');
+      const tookMs = Date.now() - began;
+      expect(err).toBeInstanceOf(PgQueueError);
+      expect((err as Error).message).toMatch(/^pg-queue: enqueue with dependsOn gave up waiting for a row lock after \d+ ms/);
+      // Within the bound: the lock wait gave up, not the transaction's own timeout (a loose check).
+      expect(tookMs).toBeLessThan(DEPENDANTS_BOUNDS.transactionMs);
+      const [waiting] = await db.sql<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'");
+      expect(waiting.n).toBe(0);
+      const [written] = await db.sql<{ n: number }>("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'fif.join' AND payload->>'held' = 'true'");
+      expect(written.n).toBe(0);
+    } finally {
+      await business.query('ROLLBACK');
+      await business.end();
+    }
+    // The transaction gone, the same enqueue goes through.
+    const join = await queue().enqueue('fif.join', { held: true }, { dependsOn: [parent] });
+    expect(await queue().get(join)).toMatchObject({ state: 'waiting', dependenciesLeft: 1 });
   });
 });

@@ -153,17 +153,8 @@ SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
        (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts`,
 
     /**
-     * Bounds of the transaction that completes one attempt whose follow-ups have dependencies
-     * (TaskRepository.complete), for that transaction only: how long a statement may wait for a
-     * row lock, how long the transaction may sit idle between statements, how long any one
-     * statement may run. Parameters: $1, $2, $3 those bounds in ms, as text.
-     */
-    boundFollowUps: `
-SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true),
-       set_config('statement_timeout', $3, true)`,
-
-    /**
-     * The same attempt inside a caller's transaction (transactional mode): a savepoint instead,
+     * An attempt with follow-ups that have dependencies inside a caller's transaction
+     * (transactional mode; outside one it gets its own, see inBoundedTransaction): a savepoint,
      * so a failure undoes this attempt's completion and follow-ups and nothing else.
      */
     followUpsSavepoint: 'SAVEPOINT pgqueue_follow_ups',

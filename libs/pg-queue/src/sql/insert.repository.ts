@@ -1,6 +1,7 @@
 import { dependantOrder } from '../core/dependency-order';
 import { PgQueueError } from '../errors';
 import type { PrismaClientLike, SqlExecutor } from '../types';
+import { inBoundedTransaction, type TransactionBounds } from './bounded-transaction';
 import { debounceStatements } from './debounce.sql';
 import type { DependencyRepository } from './dependencies.repository';
 import { enqueueStatements, type ConflictMode } from './enqueue.sql';
@@ -23,14 +24,15 @@ function splitByConflictMode(rows: NewTaskRow[]): Map<InsertPart, { index: numbe
 const MAX_KEYED_RETRIES = 5;
 
 /**
- * Bounds of the transaction of an enqueue call with dependants (see insert), instead of Prisma's
- * defaults (5 s in all): the wait for a pool connection, and the whole transaction, `transactionMs`
- * plus `perRowMs` per row. The dependants take a constant number of statements, but each one's
- * work grows with the rows, a debounced row still takes a statement (a round trip) of its own, and
- * the links wait for their parents' row locks while a completion holds one. READ COMMITTED: every
- * statement takes a fresh snapshot, which the lock order relies on (see dependencies.sql.ts).
+ * Bounds of the transaction of an enqueue call with dependants, when it opens its own (see insert;
+ * within a caller's `{ tx }` the caller's limits apply). The dependants take a constant number of
+ * statements, but each one's work grows with the rows, and a debounced row still takes a
+ * statement (a round trip) of its own. Their links wait for their parents' row locks, held by a
+ * completion, or by a business transaction that enqueued a dependant of the same parent: a lock
+ * wait gives up after `lockWaitMs` rather than hold the caller (and a pool connection) as long
+ * as that transaction lasts.
  */
-export const DEPENDANTS_BOUNDS = { maxWaitMs: 5000, transactionMs: 20_000, perRowMs: 5 } as const;
+export const DEPENDANTS_BOUNDS: TransactionBounds = { maxWaitMs: 5000, lockWaitMs: 10_000, idleMs: 5000, statementMs: 15_000, transactionMs: 20_000, perRowMs: 5 };
 
 /**
  * Enqueue's inserts (TaskRepository.insert): plain rows in one statement; keyed rows by conflict
@@ -65,12 +67,7 @@ export class TaskInserter {
     const oneStatement = parts.size === 1 && dependants.length === 0 && (parts.get('debounce')?.length ?? 1) === 1;
     if (!oneStatement && typeof root.$transaction === 'function') {
       if (dependants.length === 0) return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants));
-      const b = DEPENDANTS_BOUNDS;
-      return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants), {
-        maxWait: b.maxWaitMs,
-        timeout: b.transactionMs + b.perRowMs * rows.length,
-        isolationLevel: 'ReadCommitted',
-      });
+      return inBoundedTransaction(root as PrismaClientLike, 'enqueue with dependsOn', DEPENDANTS_BOUNDS, rows.length, (tx) => this.insertParts(tx, rows, parts, dependants));
     }
     return this.insertParts(db, rows, parts, dependants);
   }
