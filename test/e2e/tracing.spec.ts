@@ -10,7 +10,7 @@ import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } f
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider, type ReadableSpan } from '@opentelemetry/sdk-trace';
-import { PgQueueModule, TaskHandler, TaskQueue, WorkerOrchestrator, type LeaseTaskContext, type Task, type TaskContext } from '@app/pg-queue';
+import { PgQueueModule, TaskHandler, TaskQueue, Workflow, WorkerOrchestrator, type LeaseTaskContext, type Task, type TaskContext, type WorkflowContext } from '@app/pg-queue';
 import type { Prisma, PrismaClient } from '../../src/generated/prisma/client';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
@@ -30,6 +30,13 @@ class TracedHandlers {
   async notify(task: Task<{ orderId: number }>, _ctx: LeaseTaskContext) {
     tracer().startSpan('send email').end(); // the handler's own work: a child of its span
     void task;
+  }
+
+  @Workflow('trace.workflow')
+  async workflow(_input: unknown, wf: WorkflowContext) {
+    await wf.step('charge', async () => tracer().startSpan('gateway call').end());
+    await wf.transaction('reserve', async (tx) => tx.$queryRawUnsafe('SELECT 1'));
+    return 'ok';
   }
 
   @TaskHandler('trace.fail', { mode: 'lease', maxAttempts: 1 })
@@ -184,5 +191,18 @@ describe('OpenTelemetry: enqueue → handler spans continue the enqueuer\'s trac
       exception: [['exception', 'card declined']],
     });
     await app.get(WorkerOrchestrator).drain('trace.fail'); // nothing left to run: it went dead at once
+  });
+
+  it('a workflow has a span per call under its process span, the step\'s own work beneath it', async () => {
+    const id = await app.get(TaskQueue).enqueue('trace.workflow', {});
+    await waitFor('the workflow done', async () => (await app.get(TaskQueue).get(id))?.state === 'done');
+    await waitFor('its spans exported', () => named('process trace.workflow'));
+    const process = named('process trace.workflow')!;
+    const charge = named('workflow step charge')!;
+    const reserve = named('workflow transaction reserve')!;
+    expect(parentOf(charge)).toBe(process.spanContext().spanId);
+    expect(parentOf(reserve)).toBe(process.spanContext().spanId);
+    expect(parentOf(named('gateway call')!)).toBe(charge.spanContext().spanId);
+    expect(charge.attributes).toMatchObject({ 'messaging.message.id': id, 'pg_queue.workflow.step': 'charge' });
   });
 });

@@ -115,3 +115,26 @@ export function startHandlerSpan(task: Task, mode: HandlerMode, carrier: Record<
     },
   };
 }
+
+/**
+ * Runs one call of a workflow (workflow.context.ts) in a span of its own, `workflow <kind> <name>`,
+ * a child of the active span (the workflow's `process` span). Without a registered SDK it just runs.
+ */
+export async function inStepSpan<T>(kind: string, name: string, workflowId: string, fn: () => Promise<T>): Promise<T> {
+  const api = otel();
+  if (!api || !sdkRegistered(api)) return fn();
+  tracer ??= api.trace.getTracer(SYSTEM);
+  const span = tracer.startSpan(`workflow ${kind} ${name}`, {
+    kind: api.SpanKind.INTERNAL,
+    attributes: { 'messaging.system': SYSTEM, 'messaging.message.id': workflowId, 'pg_queue.workflow.call': kind, 'pg_queue.workflow.step': name },
+  });
+  try {
+    return await api.context.with(api.trace.setSpan(api.context.active(), span), fn);
+  } catch (error) {
+    if (error instanceof Error) span.recordException(error);
+    span.setStatus({ code: api.SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+    throw error;
+  } finally {
+    span.end();
+  }
+}

@@ -1,6 +1,6 @@
 import { LeaseLostError, PgQueueError } from '../errors';
 import { buildTaskRow, serialisePayload, type RowLimits } from '../core/task-input';
-import { currentTraceContext } from '../observability/tracing';
+import { currentTraceContext, inStepSpan } from '../observability/tracing';
 import type { WorkflowRepository } from '../sql/workflow.repository';
 import { WORKFLOW_TX_BOUNDS, type ParkRequest } from '../sql/workflow.repository';
 import type { NewTaskRow } from '../sql/statement-values';
@@ -110,7 +110,7 @@ export class WorkflowRun implements WorkflowContext {
       if (entry) return this.replayed(seq, entry, name);
       const started = performance.now();
       try {
-        return await this.recordValue(seq, 'step', name, await this.runStep(fn, options), started);
+        return await this.recordValue(seq, 'step', name, await inStepSpan('step', name, this.a.task.id, () => this.runStep(fn, options)), started);
       } catch (err) {
         if (err instanceof LeaseLostError) throw err;
         await this.recordError(seq, 'step', name, err, started);
@@ -126,11 +126,11 @@ export class WorkflowRun implements WorkflowContext {
       const started = performance.now();
       let json: string;
       try {
-        json = await this.deps.prisma.$transaction(async (tx) => {
+        json = await inStepSpan('transaction', name, this.a.task.id, () => this.deps.prisma.$transaction(async (tx) => {
           const value = this.json(await fn(tx));
           if (!(await this.deps.repo.record(tx, this.a.lease, seq, 'transaction', name, 'ok', value, performance.now() - started))) throw this.lost();
           return value;
-        }, { maxWait: WORKFLOW_TX_BOUNDS.maxWait, timeout: options.timeoutMs ?? 30_000 });
+        }, { maxWait: WORKFLOW_TX_BOUNDS.maxWait, timeout: options.timeoutMs ?? 30_000 }));
       } catch (err) {
         if (err instanceof LeaseLostError) throw err;
         await this.recordError(seq, 'transaction', name, err, started); // rolled back: nothing of it stays
