@@ -1,10 +1,11 @@
 import { PgQueueError } from '../errors';
 import type { PrismaClientLike, SqlExecutor } from '../types';
+import { inBoundedTransaction, type TransactionBounds } from './bounded-transaction';
 import { claimStatements } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
 import { DependencyRepository } from './dependencies.repository';
 import { byCompletionBytes } from './completion-batches';
-import { TaskInserter } from './insert.repository';
+import { DEPENDANTS_BOUNDS, TaskInserter } from './insert.repository';
 import { notifyChannel } from './identifiers';
 import { maintainStatements } from './maintain.sql';
 import { WorkflowRepository } from './workflow.repository';
@@ -29,12 +30,10 @@ import {
 
 /**
  * Bounds of the transaction that completes one lease-mode attempt with follow-ups that have
- * dependencies (see complete): the wait for a pool connection, for a row lock (a named task's row
- * while its completion, or a business transaction that enqueued a dependant of it, holds it), idle
- * time between statements and any one statement's run (lock wait included), and the whole
- * transaction: `transactionMs` plus `perRowMs` per follow-up (one or two statements each).
+ * dependencies (see complete): those of enqueue with dependants, whose statements it runs after
+ * the completion's, with more time per follow-up (one or two statements each).
  */
-export const FOLLOW_UP_BOUNDS = { maxWaitMs: 5000, lockWaitMs: 10_000, idleMs: 5000, statementMs: 15_000, transactionMs: 20_000, perRowMs: 20 } as const;
+export const FOLLOW_UP_BOUNDS: TransactionBounds = { ...DEPENDANTS_BOUNDS, perRowMs: 20 };
 
 /** The error an attempt fails with when its follow-ups could not be inserted (see complete). */
 function followUpsFailed(taskId: string, cause: unknown): PgQueueError {
@@ -156,15 +155,8 @@ export class TaskRepository {
   private async isolated<T>(db: SqlExecutor, rows: number, work: (tx: SqlExecutor) => Promise<T>): Promise<{ value: T } | { error: unknown }> {
     const root = db as Partial<PrismaClientLike>;
     if (typeof root.$transaction === 'function') {
-      const b = FOLLOW_UP_BOUNDS;
       try {
-        const value = await root.$transaction(
-          async (tx: SqlExecutor) => {
-            await tx.$queryRawUnsafe(this.completeSql.boundFollowUps, String(b.lockWaitMs), String(b.idleMs), String(b.statementMs));
-            return work(tx);
-          },
-          { maxWait: b.maxWaitMs, timeout: b.transactionMs + b.perRowMs * rows, isolationLevel: 'ReadCommitted' },
-        );
+        const value = await inBoundedTransaction(root as PrismaClientLike, 'the completion', FOLLOW_UP_BOUNDS, rows, work);
         return { value };
       } catch (error) {
         return { error };
