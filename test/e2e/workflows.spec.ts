@@ -3,9 +3,12 @@
  * replays what finished. Three app instances share the queues, so parks, wake-ups, signals and
  * children cross instances.
  */
-import { Injectable } from '@nestjs/common';
+import { Injectable, type INestApplication } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
 import {
   ChildWorkflowError,
+  PgQueueDashboardModule,
+  PgQueueModule,
   SignalTargetError,
   TaskHandler,
   Workflow,
@@ -197,5 +200,24 @@ describe('durable workflows', () => {
     await pruneHistory(apps[0].app);
     expect([await count('workflow_step', ended), await count('workflow_signal', ended), await count('workflow_step', parked)]).toEqual([0, 0, 1]);
     expect(await queue().cancel(parked)).toBe('cancelled');
+  }, 30_000);
+
+  it('the dashboard shows a workflow\'s journal and what it waits for', async () => {
+    const id = await queue().enqueue('flow.sleepy', {});
+    await waitFor('parked', async () => (await queue().get(id))?.state === 'waiting');
+    const moduleRef = await Test.createTestingModule({
+      imports: [PgQueueModule.forRoot({ prisma: db.prisma(2), autoStart: false }), PgQueueDashboardModule.forRoot({ path: '/q', guard: 'none', readOnly: true })],
+    }).compile();
+    const http: INestApplication = moduleRef.createNestApplication({ logger: ['error'] });
+    try {
+      await http.listen(0, '127.0.0.1');
+      const page = await (await fetch(`${(await http.getUrl()).replace('[::1]', '127.0.0.1')}/q/tasks/${id}`)).text();
+      expect(page).toContain('Workflow journal');
+      expect(page).toMatch(/Waiting for sleep until/);
+      expect(page).toMatch(/<td>1<\/td><td>sleep<\/td><td>sleep<\/td>/);
+    } finally {
+      await http.close();
+      await queue().cancel(id);
+    }
   }, 30_000);
 });

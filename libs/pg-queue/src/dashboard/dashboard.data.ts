@@ -16,6 +16,7 @@ import {
 } from '../sql/dashboard.repository';
 import type { PrismaClientLike, SqlExecutor } from '../types';
 import type { MinuteCounts } from './views/throughput.chart';
+import type { WorkflowInfo } from '../workflow/workflow.types';
 
 /** The overview page's figures. */
 export interface Overview {
@@ -80,6 +81,11 @@ export class DashboardData implements OnModuleInit {
 
   task(id: string): Promise<TaskDetail | null> {
     return this.repo.task(this.db, id);
+  }
+
+  /** A workflow's journal and wait (undefined for other tasks). */
+  async workflow(id: string): Promise<WorkflowInfo | undefined> {
+    return (await this.queue.get(id))?.workflow;
   }
 
   async pipeline(id: string): Promise<PipelineStage[]> {

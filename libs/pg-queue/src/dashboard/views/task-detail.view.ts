@@ -3,12 +3,13 @@ import { duration, relative, timestamp } from './format';
 import { html, type Html } from './html';
 import { actionForm, page, stateBadge, type PageContext } from './layout.view';
 import { pipelinePicture } from './pipeline.svg';
+import type { WorkflowInfo } from '../../workflow/workflow.types';
 
 /** Payloads longer than this are shown cut (the page stays light; the task keeps all of it). */
 const PAYLOAD_SHOWN = 64 * 1024;
 
 /** One task: its actions, attempts, timings, last error, payload, and the pipeline it belongs to. */
-export function taskDetailPage(ctx: PageContext, t: TaskDetail, stages: PipelineStage[], notice: { key?: string; count?: number }): Html {
+export function taskDetailPage(ctx: PageContext, t: TaskDetail, stages: PipelineStage[], notice: { key?: string; count?: number }, workflow?: WorkflowInfo): Html {
   const l = ctx.links;
   const when = (d: Date | null) => (d ? html`${timestamp(d)} <span class="rel">${relative(d, ctx.now)}</span>` : '—');
   const fact = (label: string, value: Html | string | number) => html`<dt>${label}</dt><dd>${value}</dd>`;
@@ -43,6 +44,7 @@ ${t.lockedBy ? fact('locked by', html`${t.lockedBy}, lease until ${when(t.locked
 ${fact('stored in', t.source === 'task' ? 'task (live)' : 'task_archive (finished)')}
 </dl>
 </section>
+${workflow ? journalPanel(workflow, when) : ''}
 <section class="panel">
 <h2>Last error</h2>
 ${t.lastError ? html`<pre class="error-text">${t.lastError}</pre>` : html`<p class="empty">None.</p>`}
@@ -58,4 +60,21 @@ ${stages.length > 1
     : html`<p class="empty">This task has no parent and enqueued no follow-ups.</p>`}
 </section>`;
   return page(ctx, `Task #${t.id}`, 'tasks', content, notice);
+}
+
+/** A workflow's journal: one row per call, in call order, and what it waits for while parked. */
+function journalPanel(w: WorkflowInfo, when: (d: Date | null) => Html | string): Html {
+  const waits = w.waitingFor
+    ? html`<p class="workflow-wait">Waiting for ${w.waitingFor.kind}${w.waitingFor.name ? html` <strong>${w.waitingFor.name}</strong>` : ''}${w.waitingFor.until ? html` until ${when(w.waitingFor.until)}` : ', no time bound'}</p>`
+    : '';
+  const rows = w.steps.map(
+    (s) => html`<tr><td>${s.seq + 1}</td><td>${s.kind}</td><td>${s.name}</td><td>${stateBadge(s.outcome === 'ok' ? 'done' : s.outcome === 'error' ? 'dead' : 'waiting')} ${s.outcome}</td><td>${s.attempt}</td><td>${when(s.startedAt)}</td><td>${s.startedAt ? duration(s.finishedAt.getTime() - s.startedAt.getTime()) : '—'}</td></tr>`,
+  );
+  return html`<section class="panel workflow-journal">
+<h2>Workflow journal</h2>
+${waits}
+${w.steps.length === 0
+    ? html`<p class="empty">No call recorded yet.</p>`
+    : html`<div class="scroll"><table><thead><tr><th>#</th><th>call</th><th>name</th><th>outcome</th><th>attempt</th><th>started</th><th>took</th></tr></thead><tbody>${rows}</tbody></table></div>`}
+</section>`;
 }
