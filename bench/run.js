@@ -5,9 +5,10 @@
 //   BENCH_REPS=3            repetitions per variant (default 3; 1 with BENCH_QUICK)
 //   BENCH_ONLY=drain,idle   scenarios by name or number: enqueue(1) bulk(2) drain(3) latency(4)
 //                           idle(5) history(6) limit(7) scale(8, pg-queue only) flow(9, pg-queue lease only)
-//                           processes(10, pg-queue only)
+//                           processes(10, pg-queue only) workflows(11, pg-queue and DBOS Transact,
+//                           see bench/scenario-workflows.js for its sizes)
 //   BENCH_LIBS=pg-queue,pg-boss   pg-queue (both modes), pg-queue-transactional, pg-queue-lease,
-//                           pg-boss, graphile-worker
+//                           pg-boss, graphile-worker, dbos (scenario 11 only)
 //   BENCH_QUICK=1           small counts, for smoke tests
 //   BENCH_WRITE=1           also write the results into BENCHMARKS.md
 //   BENCH_ANALYZE=0         do not ANALYZE after inserting a drain's backlog (default: do, as
@@ -25,6 +26,7 @@ const { Client } = require('pg');
 const { startLocalPostgres } = require('../scripts/local-postgres');
 const report = require('./report');
 const { processesScenario } = require('./scenario-processes');
+const { workflowsScenario } = require('./scenario-workflows');
 
 const ROOT = path.resolve(__dirname, '..');
 const env = process.env;
@@ -37,7 +39,7 @@ const SIZES = QUICK
   : { enqueue: 5_000, bulk: 100_000, bulkSize: 1000, drain: 20_000, latency: 200, latencyGapMs: 20, idleMs: 20_000, history: 1_000_000, historyDrain: 20_000, limit: 20_000, scaleCalls: 200, flow: 10_000, processes: 100_000 };
 
 const LIBS = ['pg-queue-transactional', 'pg-queue-lease', 'pg-boss', 'graphile-worker'];
-const SCENARIO_IDS = ['enqueue', 'bulk', 'drain', 'latency', 'idle', 'history', 'limit', 'scale', 'flow', 'processes'];
+const SCENARIO_IDS = ['enqueue', 'bulk', 'drain', 'latency', 'idle', 'history', 'limit', 'scale', 'flow', 'processes', 'workflows'];
 
 function positiveInt(name, value) {
   const n = Number(value);
@@ -63,16 +65,20 @@ function selected(list, envName, all, aliases) {
 }
 
 const ONLY = selected('scenario', 'BENCH_ONLY', SCENARIO_IDS, {
-  1: ['enqueue'], 2: ['bulk'], 3: ['drain'], 4: ['latency'], 5: ['idle'], 6: ['history'], 7: ['limit'], 8: ['scale'], 9: ['flow'], 10: ['processes'],
+  1: ['enqueue'], 2: ['bulk'], 3: ['drain'], 4: ['latency'], 5: ['idle'], 6: ['history'], 7: ['limit'], 8: ['scale'], 9: ['flow'], 10: ['processes'], 11: ['workflows'],
+  wf: ['workflows'],
   wakeup: ['latency'], 'physical-limit': ['limit'], physical: ['limit'],
 });
-const LIB_SET = selected('library', 'BENCH_LIBS', LIBS, {
+// DBOS Transact runs workflows only (scenario 11): selectable, never among the task queues' rows.
+const ALL_LIBS = selected('library', 'BENCH_LIBS', [...LIBS, 'dbos'], {
   'pg-queue': ['pg-queue-transactional', 'pg-queue-lease'],
   pgqueue: ['pg-queue-transactional', 'pg-queue-lease'],
   'pg-queue-tx': ['pg-queue-transactional'],
   pgboss: ['pg-boss'],
   graphile: ['graphile-worker'],
+  'dbos-sdk': ['dbos'],
 });
+const LIB_SET = ALL_LIBS.filter((l) => l !== 'dbos');
 
 // ---------------------------------------------------------------------------------------------
 // Variants: what one table row measures.
@@ -251,6 +257,7 @@ const SCENARIOS = {
     ),
   },
   processes: processesScenario({ n: SIZES.processes, libs: LIB_SET, variant, cores: os.cpus().length }),
+  workflows: workflowsScenario({ env, quick: QUICK, libs: ALL_LIBS, positiveInt }),
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -352,7 +359,7 @@ function machine(pgVersion, settings) {
     node: process.version,
     postgres: pgVersion,
     settings,
-    versions: { 'pg-boss': version('pg-boss'), 'graphile-worker': version('graphile-worker'), '@prisma/client': version('@prisma/client'), '@prisma/adapter-pg': version('@prisma/adapter-pg'), pg: version('pg'), '@nestjs/core': version('@nestjs/core') },
+    versions: { 'pg-boss': version('pg-boss'), 'graphile-worker': version('graphile-worker'), '@dbos-inc/dbos-sdk': version('@dbos-inc/dbos-sdk'), '@dbos-inc/prisma-datasource': version('@dbos-inc/prisma-datasource'), '@prisma/client': version('@prisma/client'), '@prisma/adapter-pg': version('@prisma/adapter-pg'), pg: version('pg'), '@nestjs/core': version('@nestjs/core') },
     command: [...benchEnv, 'npm run bench'].join(' '),
     database: pg ? 'throwaway local cluster started by the bench (scripts/local-postgres.js)' : 'DATABASE_URL',
   };
@@ -391,7 +398,7 @@ async function main() {
   if (!statementStats) log('pg_stat_statements is not loaded (shared_preload_libraries): the idle scenario fails and statement counts are n/a');
   const m = machine(pgVersion, settings);
   log(`PostgreSQL ${pgVersion}; durability: fsync=${settings.fsync}, synchronous_commit=${settings.synchronous_commit}, full_page_writes=${settings.full_page_writes} (defaults); shared_buffers=${settings.shared_buffers}`);
-  log(`${QUICK ? 'QUICK mode, ' : ''}${REPS} repetition(s); scenarios: ${ONLY.join(', ')}; libraries: ${LIB_SET.join(', ')}`);
+  log(`${QUICK ? 'QUICK mode, ' : ''}${REPS} repetition(s); scenarios: ${ONLY.join(', ')}; libraries: ${ALL_LIBS.join(', ')}`);
 
   // Plan: scenario by scenario; inside, repetition by repetition, every variant once (interleaved,
   // so drift over the run affects every library alike).
@@ -455,12 +462,14 @@ async function main() {
                 url: dbUrl(name),
                 adminUrl,
                 dbName: name,
-                n: sc.n,
+                n: v.n ?? sc.n,
                 bulkSize: SIZES.bulkSize,
                 latencyGapMs: SIZES.latencyGapMs,
                 idleMs: SIZES.idleMs,
                 group: v.group,
                 processes: v.processes,
+                pollMs: v.pollMs,
+                leadMs: v.leadMs,
                 timeoutMs: sc.timeoutMs - 30_000,
               },
               sc.timeoutMs + 30_000,

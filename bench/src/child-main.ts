@@ -12,8 +12,8 @@ import type { ScaleProbe, ServerTotals } from './scale';
 import type { PgQueueTarget } from './targets/pg-queue';
 
 export interface RunSpec {
-  scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'scale' | 'flow' | 'processes' | 'process-worker' | 'make-history' | 'make-scale';
-  lib: 'pg-queue' | 'pg-boss' | 'graphile-worker' | 'bare-pg';
+  scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'scale' | 'flow' | 'processes' | 'workflows' | 'process-worker' | 'make-history' | 'make-scale';
+  lib: 'pg-queue' | 'pg-boss' | 'graphile-worker' | 'bare-pg' | 'dbos';
   mode?: 'transactional' | 'lease';
   concurrency: number;
   url: string;
@@ -33,6 +33,10 @@ export interface RunSpec {
   delayed?: number;
   /** Scenario 10: worker processes (see processes.ts). */
   processes?: number;
+  /** Scenario 11, DBOS: the queue's minPollingIntervalMs (see workflows.ts). */
+  pollMs?: number;
+  /** Scenario 11, wakeup: ms from the first start to the instant every workflow sleeps until. */
+  leadMs?: number;
 }
 
 export interface RunResult {
@@ -208,6 +212,16 @@ async function runScenario(spec: RunSpec): Promise<RunResult> {
       await checkpoint(db);
       const res = await runFlow(spec.url, spec.group as FlowGroup, spec.n, spec.timeoutMs, db);
       return { ok: true, metrics: res.metrics, notes: [], settings: res.settings };
+    }
+
+    if (spec.scenario === 'workflows') {
+      const { runWorkflows } = await import('./workflows.js');
+      const stats = spec.group === 'drain' ? await StatementStats.open(spec.adminUrl, spec.dbName) : null;
+      try {
+        return await runWorkflows(spec, db, stats);
+      } finally {
+        await stats?.close();
+      }
     }
 
     if (spec.scenario === 'processes') {
