@@ -60,6 +60,12 @@ function workflowsScenario({ env, quick, libs, positiveInt }) {
       ];
       for (const m of drainMetrics) out.push(`${m.label} (${m.better} is better)\n\n${report.metricTable(results, drain, m)}`);
       for (const m of wakeMetrics) out.push(`${m.label} (${m.better} is better)\n\n${report.metricTable(results, wake, m)}`);
+      // Where a drain's statements go: the most called ones of each row's first successful run.
+      const top = drain
+        .map((v) => ({ v, r: results.find((r) => r.variantKey === v.key && r.ok && r.notes?.length) }))
+        .filter((x) => x.r)
+        .map(({ v, r }) => `- ${v.label}:\n${r.notes.map((q) => `  - \`${q.replace(/`/g, "'")}\``).join('\n')}`);
+      if (top.length) out.push(`Most called statements of a drain (first successful run, by calls; constants normalised by pg_stat_statements):\n\n${top.join('\n')}`);
       return out.join('\n\n');
     },
   };
