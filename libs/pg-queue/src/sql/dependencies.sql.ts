@@ -99,8 +99,8 @@ WHERE NOT EXISTS (SELECT 1 FROM ${s}.task t WHERE t.id = w.id)
      * transitively), `waiting` while any parent is unfinished (or ended concurrently: `unsettled`,
      * for debtsOfEnded), else `pending`. Done parents found in the archive give their results at
      * once. Each live parent outside the call gets all its new dependants in one UPDATE (its row
-     * lock orders the link against its end, see above); a parent of the same call is inserted with
-     * its dependants listed. Ids are drawn in input order.
+     * lock orders the link against its end, see above; the rows are locked in id order first); a
+     * parent of the same call is inserted with its dependants listed. Ids are drawn in input order.
      * Parameters: $1 the rows (JSON, as in enqueue.sql.ts), in dependency order (a row after the
      * rows of the call it names); $2 channel; $3 links to tasks outside $1, JSON [{c, p}]: row c
      * (1-based position in $1) depends on task p; $4 links within $1, JSON [{c, i}]: row c depends
@@ -117,10 +117,14 @@ WITH RECURSIVE input AS (${taskInput(1)}
 ), inner_link AS (
   SELECT DISTINCT e.c AS ord, n.id AS parent, e.i AS parent_ord
   FROM json_to_recordset($4::json) AS e(c bigint, i bigint) JOIN new n ON n.ord = e.i
+), locked AS (
+  -- The live parents' rows, locked in id order before the UPDATE below (which locks in its plan's
+  -- order): calls naming shared parents in any order wait for one another, never deadlock.
+  SELECT p.id FROM ${s}.task p WHERE p.id = ANY (ARRAY (SELECT parent FROM outer_link)) ORDER BY p.id FOR NO KEY UPDATE
 ), linked AS (
   UPDATE ${s}.task p SET dependants = coalesce(p.dependants, '{}') || k.children
   FROM (SELECT o.parent, array_agg(n.id ORDER BY n.id) AS children FROM outer_link o JOIN new n ON n.ord = o.ord GROUP BY o.parent) k
-  WHERE p.id = k.parent AND p.id = ANY (ARRAY (SELECT parent FROM outer_link)) -- by primary key, whatever the guesses
+  WHERE p.id = k.parent AND p.id = ANY (ARRAY (SELECT id FROM locked)) -- by primary key, whatever the guesses
   RETURNING p.id, p.state
 ), archived AS (
   SELECT a.id, a.state, a.result FROM ${s}.task_archive a WHERE a.id = ANY (ARRAY (SELECT parent FROM outer_link))
