@@ -5,6 +5,7 @@ import { EmailHandlers } from './emails/email.handlers';
 import { HealthModule } from './health/health.module';
 import { PgQueueMetricsModule } from '@app/pg-queue/metrics';
 import { MetricsController } from './metrics/metrics.controller';
+import { FulfilmentWorkflow } from './orders/fulfilment.workflow';
 import { OrderHandlers } from './orders/order.handlers';
 import { OrdersController } from './orders/orders.controller';
 import { OrdersService } from './orders/orders.service';
@@ -14,7 +15,7 @@ import { PrismaModule } from './prisma/prisma.module';
 import { PrismaService } from './prisma/prisma.service';
 import { ReportHandlers } from './reports/report.handlers';
 
-/** Orders → payment → email, each step a queue task; plus an hourly report. */
+/** Orders → payment → email, each step a queue task; delivery orders as a workflow (charge → reserve → delivered or refund); plus an hourly report. */
 @Module({
   imports: [
     PrismaModule,
@@ -32,6 +33,6 @@ import { ReportHandlers } from './reports/report.handlers';
     PgQueueDashboardModule.forRoot({ path: '/queues', guard: DashboardTokenGuard }),
   ],
   controllers: [OrdersController, MetricsController],
-  providers: [OrdersService, PaymentGateway, OrderHandlers, PaymentHandlers, EmailHandlers, ReportHandlers],
+  providers: [OrdersService, PaymentGateway, OrderHandlers, PaymentHandlers, EmailHandlers, ReportHandlers, FulfilmentWorkflow],
 })
 export class AppModule {}

@@ -11,7 +11,20 @@ export class OrdersController {
     if (!Number.isInteger(body.amountCents) || (body.amountCents as number) <= 0) {
       throw new BadRequestException('amountCents must be a positive integer');
     }
-    return this.orders.create({ customer: body.customer, amountCents: body.amountCents as number });
+    if (body.delivery !== undefined && typeof body.delivery !== 'boolean') throw new BadRequestException('delivery must be a boolean');
+    return this.orders.create({ customer: body.customer, amountCents: body.amountCents as number, delivery: body.delivery });
+  }
+
+  /** The courier's report: signals the order's fulfilment workflow (delivery orders only). */
+  @Post(':id/delivered')
+  async delivered(@Param('id', ParseIntPipe) id: number, @Body() body: { at?: string }) {
+    const at = body?.at ?? new Date().toISOString();
+    if (typeof at !== 'string' || Number.isNaN(Date.parse(at))) throw new BadRequestException('at must be a date');
+    const sent = await this.orders.delivered(id, { at });
+    if (sent === 'not-found') throw new NotFoundException();
+    if (sent === 'no-workflow') throw new ConflictException('not a delivery order');
+    if (sent === 'finished') throw new ConflictException('the order is no longer waiting for delivery (refunded, or delivered already)');
+    return sent;
   }
 
   @Patch(':id')

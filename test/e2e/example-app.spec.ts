@@ -1,11 +1,12 @@
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { drainQueue, tickSchedules } from '@app/pg-queue/testing';
+import { TaskQueue } from '@app/pg-queue';
+import { drainQueue, tickSchedules, wakeWorkflows } from '@app/pg-queue/testing';
 import { AppModule } from '../../src/app.module';
 import { PaymentGateway } from '../../src/payments/payment-gateway';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
-describe('example app: orders → payment → email', () => {
+describe('example app: orders → payment → email; delivery orders as a workflow', () => {
   let db: TestDatabase;
   let app: INestApplication;
   let base: string;
@@ -123,5 +124,111 @@ describe('example app: orders → payment → email', () => {
     expect(reports).toHaveLength(enqueued);
     const [{ next }] = await db.sql("SELECT next_run_at > now() AS next FROM pgqueue.schedule WHERE name = 'reports.hourly'");
     expect(next).toBe(true);
+  });
+
+  describe('a delivery order: the order.fulfil workflow (charge → reserve → delivered, or refund on timeout)', () => {
+    const deliveryOrder = async (customer: string, amountCents: number) => {
+      const res = await post({ customer, amountCents, delivery: true });
+      expect(res.status).toBe(201);
+      const order = (await res.json()) as { id: number; fulfilmentTaskId: string };
+      expect(order.fulfilmentTaskId).toMatch(/^\d+$/);
+      return order;
+    };
+    const delivered = (id: number, at?: string) =>
+      fetch(`${base}/orders/${id}/delivered`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(at ? { at } : {}) });
+    /** The order's business rows: each must exist once, whatever the replays. */
+    const rows = async (orderId: number) => {
+      const [row] = await db.sql(
+        `SELECT o.status,
+                (SELECT count(*)::int FROM payments p WHERE p.order_id = o.id) AS payments,
+                (SELECT count(*)::int FROM reservations r WHERE r.order_id = o.id) AS reservations,
+                (SELECT count(*)::int FROM reservations r WHERE r.order_id = o.id AND r.released_at IS NOT NULL) AS released,
+                (SELECT count(*)::int FROM emails e WHERE e.order_id = o.id) AS emails
+         FROM orders o WHERE o.id = $1`,
+        [orderId],
+      );
+      return row;
+    };
+
+    it('charges with its step key, reserves once, parks until the delivered signal, then sends the e-mail', async () => {
+      gateway.failureRate = 0;
+      const queue = app.get(TaskQueue);
+      const order = await deliveryOrder('dee', 2500);
+      const id = order.fulfilmentTaskId;
+      await drainQueue(app);
+      const parked = await queue.get(id);
+      expect(parked).toMatchObject({ queue: 'order.fulfil', state: 'waiting', workflow: { waitingFor: { kind: 'signal', name: 'delivered', until: expect.any(Date) } } });
+      expect(parked!.workflow!.steps.map((s) => [s.kind, s.name, s.outcome])).toEqual([
+        ['step', 'charge', 'ok'],
+        ['transaction', 'reserve', 'ok'],
+        ['signal', 'delivered', 'waiting'],
+      ]);
+      expect(await rows(order.id)).toEqual({ status: 'reserved', payments: 1, reservations: 1, released: 0, emails: 0 });
+
+      const at = '2026-11-25T12:00:00.000Z';
+      expect((await delivered(order.id, at)).status).toBe(201);
+      await drainQueue(app); // the workflow runs again from the top: charge and reserve replay, the signal is taken
+      const done = await queue.get(id);
+      expect(done).toMatchObject({ state: 'done', result: { deliveredAt: at, chargeId: expect.stringMatching(/^ch_/) } });
+      expect(await rows(order.id)).toEqual({ status: 'completed', payments: 1, reservations: 1, released: 0, emails: 1 });
+      // One gateway call for two runs of the method, with the step's key.
+      expect(gateway.chargeKeys.filter((k) => k.startsWith(`${id}:`))).toEqual([`${id}:charge`]);
+      const [payment] = await db.sql('SELECT external_ref FROM payments WHERE order_id = $1', [order.id]);
+      expect(payment.external_ref).toBe((done!.result as { chargeId: string }).chargeId);
+      // The follow-up ran once, as a child of the workflow's task.
+      const emails = await db.sql("SELECT parent_id::text AS parent FROM pgqueue.task_archive WHERE queue = 'email.send' AND payload->>'orderId' = $1", [String(order.id)]);
+      expect(emails).toEqual([{ parent: id }]);
+      // Delivered twice: the workflow has ended.
+      expect((await delivered(order.id)).status).toBe(409);
+    });
+
+    it('a signal sent before the workflow waits is kept for it', async () => {
+      gateway.failureRate = 0;
+      const order = await deliveryOrder('eve', 700);
+      expect((await delivered(order.id)).status).toBe(201); // the workflow has not run yet
+      await drainQueue(app);
+      expect(await app.get(TaskQueue).get(order.fulfilmentTaskId)).toMatchObject({ state: 'done' });
+      expect(await rows(order.id)).toEqual({ status: 'completed', payments: 1, reservations: 1, released: 0, emails: 1 });
+    });
+
+    it('with no delivery before the timeout, refunds once and releases the reservation', async () => {
+      gateway.failureRate = 0;
+      const queue = app.get(TaskQueue);
+      const refundsBefore = gateway.distinctRefunds;
+      const order = await deliveryOrder('fay', 1300);
+      const id = order.fulfilmentTaskId;
+      await drainQueue(app);
+      expect(await queue.get(id)).toMatchObject({ state: 'waiting', workflow: { waitingFor: { kind: 'signal', name: 'delivered' } } });
+      await drainQueue(app); // the timeout (3 days) has not come: nothing runs
+      expect(await queue.get(id)).toMatchObject({ state: 'waiting' });
+
+      expect(await wakeWorkflows(app)).toBeGreaterThanOrEqual(1); // the three days are over
+      await drainQueue(app);
+      const done = await queue.get(id);
+      expect(done).toMatchObject({ state: 'done', result: { refunded: true, refundId: `re_${id}:refund` } });
+      expect(done!.workflow!.steps.map((s) => [s.kind, s.name, s.outcome])).toEqual([
+        ['step', 'charge', 'ok'],
+        ['transaction', 'reserve', 'ok'],
+        ['signal', 'delivered', 'ok'],
+        ['step', 'refund', 'ok'],
+        ['transaction', 'release', 'ok'],
+      ]);
+      expect(await rows(order.id)).toEqual({ status: 'refunded', payments: 1, reservations: 1, released: 1, emails: 0 });
+      expect(gateway.distinctRefunds).toBe(refundsBefore + 1);
+      expect(gateway.chargeKeys.filter((k) => k.startsWith(`${id}:`))).toEqual([`${id}:charge`]);
+      // Too late: the courier's report finds the order refunded.
+      expect((await delivered(order.id)).status).toBe(409);
+    });
+
+    it('refuses the delivered signal for an order without a workflow, and edits of delivery orders', async () => {
+      const plain = (await (await post({ customer: 'gus', amountCents: 100 })).json()) as { id: number };
+      expect((await delivered(plain.id)).status).toBe(409);
+      expect((await delivered(999_999)).status).toBe(404);
+      const order = await deliveryOrder('hal', 100);
+      const patch = await fetch(`${base}/orders/${order.id}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ amountCents: 5 }) });
+      expect(patch.status).toBe(409);
+      expect((await post({ customer: 'ivy', amountCents: 100, delivery: 'yes' })).status).toBe(400);
+      await drainQueue(app);
+    });
   });
 });
