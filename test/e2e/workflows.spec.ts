@@ -75,6 +75,25 @@ class Flows {
     return (await wf.patched('v2')) ? 'new' : 'old';
   }
 
+  /** Its code catches everything: the rule breaks below must end it dead all the same. */
+  @Workflow('flow.catchall', { maxAttempts: 5, backoff: { type: 'fixed', delayMs: 10 } })
+  async catchall(input: { rule: 'mismatch' | 'twice' | 'large' }, wf: WorkflowContext) {
+    try {
+      if (input.rule === 'twice') {
+        await wf.step('same', () => 1);
+        await wf.step('same', () => 2);
+      }
+      if (input.rule === 'large') await wf.step('big', () => 'x'.repeat(2_000_000));
+      if (input.rule === 'mismatch') {
+        await wf.step(mismatch ? 'renamed' : 'first', () => 1);
+        await wf.waitForSignal('go');
+      }
+      return 'went on';
+    } catch {
+      return 'compensated';
+    }
+  }
+
   @TaskHandler('flow.child', { mode: 'lease', maxAttempts: 1 })
   async child(task: Task<{ x: number }>, _ctx: LeaseTaskContext) {
     if (task.payload.x < 0) throw new Error('negative');
@@ -219,5 +238,26 @@ describe('durable workflows', () => {
       await http.close();
       await queue().cancel(id);
     }
+  }, 30_000);
+
+  it('a catch-all cannot hide a replay mismatch, a repeated step name or a result too large: the workflow ends dead at once', async () => {
+    const twice = await queue().enqueue('flow.catchall', { rule: 'twice' });
+    const large = await queue().enqueue('flow.catchall', { rule: 'large' });
+    const renamed = await queue().enqueue('flow.catchall', { rule: 'mismatch' });
+    await waitFor('the mismatch one parked', async () => (await queue().get(renamed))?.state === 'waiting');
+    mismatch = true;
+    try {
+      await queue().signal(renamed, 'go');
+      await waitFor('all three dead', async () => {
+        const states = await Promise.all([twice, large, renamed].map(async (id) => (await queue().get(id))?.state));
+        return states.every((s) => s === 'dead');
+      });
+    } finally {
+      mismatch = false;
+    }
+    const [t, l, r] = await Promise.all([twice, large, renamed].map((id) => queue().get(id)));
+    expect(t).toMatchObject({ attempt: 1, lastError: expect.stringMatching(/^WorkflowDefinitionError: .*named "same" twice/) });
+    expect(l).toMatchObject({ attempt: 1, lastError: expect.stringMatching(/^NonRetryableError: .*the result of "big" cannot be journaled: .*over the 262144-byte limit/) });
+    expect(r!.lastError).toMatch(/^WorkflowReplayError: .*at call 1 the journal has step "first", the code called step "renamed"/);
   }, 30_000);
 });

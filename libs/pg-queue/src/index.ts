@@ -7,7 +7,7 @@ export type { ScheduleDefinition, ScheduleOptions } from './schedules/schedule.d
 export { TaskQueue } from './client/task-queue.service';
 export { Workflow, type WorkflowOptions } from './workflow/workflow.decorator';
 export type { StepOptions, TransactionStepOptions, WorkflowContext } from './workflow/workflow.context';
-export { ChildWorkflowError, SignalTargetError, StepFailedError, WorkflowReplayError } from './workflow/workflow.errors';
+export { ChildWorkflowError, SignalTargetError, StepFailedError, StepTimeoutError, WorkflowDefinitionError, WorkflowReplayError } from './workflow/workflow.errors';
 export type { WorkflowInfo, WorkflowStepInfo, WorkflowWait } from './workflow/workflow.types';
 export { PgQueueDashboardModule } from './dashboard/dashboard.module';
 export { dashboardBasicAuth } from './dashboard/dashboard.basic-auth';

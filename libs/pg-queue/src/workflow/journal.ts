@@ -1,5 +1,4 @@
-import { PgQueueError } from '../errors';
-import { WorkflowReplayError } from './workflow.errors';
+import { WorkflowDefinitionError, WorkflowReplayError } from './workflow.errors';
 
 export type CallKind = 'step' | 'transaction' | 'sleep' | 'signal' | 'enqueue' | 'child' | 'patch';
 
@@ -43,7 +42,7 @@ export class ReplayCursor {
   call(kind: CallKind, name: string): { seq: number; entry: JournalEntry | null } {
     if (UNIQUE_NAMES.has(kind)) {
       if (this.names.has(name)) {
-        throw new PgQueueError(`pg-queue: workflow ${this.taskId} called a ${kind} named "${name}" twice: step names must be unique within a workflow (in a loop, add the index: \`${name}-\${i}\`)`);
+        throw new WorkflowDefinitionError(`pg-queue: workflow ${this.taskId} called a ${kind} named "${name}" twice: step names must be unique within a workflow (in a loop, add the index: \`${name}-\${i}\`)`);
       }
       this.names.add(name);
     }

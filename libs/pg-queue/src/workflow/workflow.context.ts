@@ -1,4 +1,4 @@
-import { LeaseLostError, PgQueueError } from '../errors';
+import { LeaseLostError, NonRetryableError, PgQueueError } from '../errors';
 import { buildTaskRow, serialisePayload, type RowLimits } from '../core/task-input';
 import { currentTraceContext, inStepSpan } from '../observability/tracing';
 import type { WorkflowRepository } from '../sql/workflow.repository';
@@ -9,7 +9,7 @@ import { backoffDelayMs } from '../worker/backoff';
 import type { Attempt } from '../worker/attempt';
 import type { DatabaseClock } from '../worker/database.clock';
 import { ReplayCursor, type CallKind, type JournalEntry } from './journal';
-import { ChildWorkflowError, StepFailedError } from './workflow.errors';
+import { ChildWorkflowError, StepFailedError, StepTimeoutError } from './workflow.errors';
 
 /** Options of `wf.step`: the step's own retries, before its error reaches the workflow. */
 export interface StepOptions {
@@ -105,7 +105,7 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   step<T>(name: string, fn: () => T | Promise<T>, options: StepOptions = {}): Promise<T> {
-    const { seq, entry } = this.cursor.call('step', name);
+    const { seq, entry } = this.position('step', name);
     return this.op(async () => {
       if (entry) return this.replayed(seq, entry, name);
       const started = performance.now();
@@ -120,14 +120,14 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   transaction<T>(name: string, fn: (tx: any) => Promise<T>, options: TransactionStepOptions = {}): Promise<T> {
-    const { seq, entry } = this.cursor.call('transaction', name);
+    const { seq, entry } = this.position('transaction', name);
     return this.op(async () => {
       if (entry) return this.replayed(seq, entry, name);
       const started = performance.now();
       let json: string;
       try {
         json = await inStepSpan('transaction', name, this.a.task.id, () => this.deps.prisma.$transaction(async (tx) => {
-          const value = this.json(await fn(tx));
+          const value = this.json(await fn(tx), name);
           if (!(await this.deps.repo.record(tx, this.a.lease, seq, 'transaction', name, 'ok', value, performance.now() - started))) throw this.lost();
           return value;
         }, { maxWait: WORKFLOW_TX_BOUNDS.maxWait, timeout: options.timeoutMs ?? 30_000 }));
@@ -152,7 +152,7 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   waitForSignal<T = unknown>(name: string, options: { timeoutMs?: number } = {}): Promise<T | null> {
-    const { seq, entry } = this.cursor.call('signal', name);
+    const { seq, entry } = this.position('signal', name);
     return this.op(async () => {
       if (entry?.outcome === 'ok') return (entry.result?.v ?? null) as T | null;
       const got = await this.deps.repo.takeSignal(this.deps.prisma, this.a.lease, seq, name, options.timeoutMs ?? null);
@@ -168,7 +168,7 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   enqueue(queue: string, payload: unknown, options?: FollowUpOptions): Promise<string> {
-    const { seq, entry } = this.cursor.call('enqueue', queue);
+    const { seq, entry } = this.position('enqueue', queue);
     return this.op(async () => {
       if (entry) return entry.result.id as string;
       return this.insertOnce(seq, 'enqueue', queue, queue, payload, options, false);
@@ -176,7 +176,7 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   child<R = unknown>(name: string, queue: string, input: unknown, options?: FollowUpOptions): Promise<R> {
-    const { seq, entry } = this.cursor.call('child', name);
+    const { seq, entry } = this.position('child', name);
     return this.op(async () => {
       if (entry?.outcome === 'ok') return entry.result.v as R;
       if (entry?.outcome === 'error') throw this.failedAt(seq, new ChildWorkflowError(entry.result.id, queue, entry.result.state));
@@ -195,6 +195,22 @@ export class WorkflowRun implements WorkflowContext {
     return value;
   }
 
+  /**
+   * The first error that must end the workflow whatever its code does with it (a replay mismatch, a
+   * repeated step name, a result that cannot be stored): a catch-all around the calls cannot hide it.
+   */
+  fatal: Error | null = null;
+
+  /** The cursor's position for a call; a mismatch or a repeated name is kept as fatal. */
+  private position(kind: CallKind, name: string): { seq: number; entry: JournalEntry | null } {
+    try {
+      return this.cursor.call(kind, name);
+    } catch (err) {
+      this.fatal ??= err as Error;
+      throw err;
+    }
+  }
+
   /** Resolves once every call under way has settled, or the attempt was given up. */
   async settled(): Promise<void> {
     while (this.inFlight.size > 0 && !this.a.aborted) {
@@ -203,7 +219,7 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   private sleepTo(until: () => number): Promise<void> {
-    const { seq, entry } = this.cursor.call('sleep', 'sleep');
+    const { seq, entry } = this.position('sleep', 'sleep');
     return this.op(async () => {
       let at: number;
       if (entry) at = Date.parse(entry.result.until);
@@ -244,7 +260,7 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   private async recordValue<T>(seq: number, kind: CallKind, name: string, value: T, started: number): Promise<T> {
-    const json = this.json(value);
+    const json = this.json(value, name);
     if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, seq, kind, name, 'ok', json, performance.now() - started))) throw this.lost();
     const result = JSON.parse(json);
     this.cursor.recorded({ seq, kind, name, outcome: 'ok', result });
@@ -278,8 +294,16 @@ export class WorkflowRun implements WorkflowContext {
     return entry.result?.v;
   }
 
-  private json(value: unknown): string {
-    return serialisePayload(this.a.task.queue, { v: value }, this.deps.rowLimits.maxPayloadBytes);
+  /** A call's result as stored; one that cannot be (too large, not JSON) fails the workflow, as no retry would change it. */
+  private json(value: unknown, name: string): string {
+    try {
+      return serialisePayload(this.a.task.queue, { v: value }, this.deps.rowLimits.maxPayloadBytes);
+    } catch (err) {
+      const reason = (err as Error).message.replace(/^pg-queue: /, '');
+      const fatal = new NonRetryableError(`pg-queue: workflow ${this.a.task.id}: the result of "${name}" cannot be journaled: ${reason}; store a large value elsewhere and return its key`);
+      this.fatal ??= fatal;
+      throw fatal;
+    }
   }
 
   /** Ends the attempt as parked (the runner records it); the call never returns in this run. */
@@ -317,7 +341,7 @@ async function withTimeout<T>(fn: () => T | Promise<T>, timeoutMs: number | unde
   try {
     return await Promise.race([
       Promise.resolve().then(fn),
-      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new PgQueueError(`pg-queue: step timed out after ${timeoutMs} ms`)), timeoutMs))),
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new StepTimeoutError(timeoutMs)), timeoutMs))),
     ]);
   } finally {
     clearTimeout(timer);

@@ -54,3 +54,13 @@ export class StepFailedError extends PgQueueError {
     this.name = originalName;
   }
 }
+
+/** A workflow's code breaks a rule of the journal (a step name used twice in one run). Fatal. */
+export class WorkflowDefinitionError extends NonRetryableError {}
+
+/** A step's run took longer than its `timeoutMs` (the function itself is not stopped). */
+export class StepTimeoutError extends PgQueueError {
+  constructor(readonly timeoutMs: number) {
+    super(`pg-queue: step timed out after ${timeoutMs} ms`);
+  }
+}

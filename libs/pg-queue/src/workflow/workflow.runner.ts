@@ -34,6 +34,7 @@ export class WorkflowRunner implements WorkflowEngine {
     if (outcome.kind === 'aborted') return outcome;
     await run.settled(); // calls still under way (a Promise.all that a park or an error ended) record first
     if (a.aborted) return { kind: 'aborted', reason: a.abortReason, settled: Promise.resolve() };
+    if (run.fatal) return { kind: 'error', error: run.fatal }; // even if the code caught it and went on
     if (outcome.kind === 'ok' && outcome.value === PARKED) return this.park(a, run);
     if (outcome.kind === 'ok') {
       try {
