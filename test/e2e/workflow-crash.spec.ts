@@ -14,6 +14,7 @@ import { killFixtureProcesses, startFixtureProcess, type FixtureProcess } from '
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
+import { createWorkflowLedger } from '../support/workflow-ledger';
 
 const LEASE_MS = 1000;
 const RESCUE_MS = 250;
@@ -31,8 +32,7 @@ describe('durable workflows: worker processes SIGKILLed at every point', () => {
   beforeAll(async () => {
     db = await createTestDatabase();
     api = await bootQueueApp(db.prisma(), [], { autoStart: false }); // installs the schema, enqueues, signals
-    await db.sql('CREATE TABLE wf_call (workflow text NOT NULL, step text NOT NULL, key text NOT NULL, worker text NOT NULL)');
-    await db.sql('CREATE TABLE wf_ledger (workflow text NOT NULL, step text NOT NULL, worker text NOT NULL)');
+    await createWorkflowLedger(db.sql);
   }, 60_000);
 
   afterAll(async () => {
