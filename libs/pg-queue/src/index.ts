@@ -6,7 +6,7 @@ export { TaskHandler, TASK_HANDLER_METADATA, type HandlerMethodDecorator, type T
 export type { ScheduleDefinition, ScheduleOptions } from './schedules/schedule.definition';
 export { TaskQueue } from './client/task-queue.service';
 export { Workflow, type WorkflowOptions } from './workflow/workflow.decorator';
-export type { StepOptions, TransactionStepOptions, WorkflowContext } from './workflow/workflow.context';
+export type { StepOptions, TransactionStepOptions, WorkflowContext } from './workflow/workflow.api';
 export { ChildWorkflowError, SignalTargetError, StepFailedError, StepTimeoutError, WorkflowDefinitionError, WorkflowReplayError } from './workflow/workflow.errors';
 export type { WorkflowInfo, WorkflowStepInfo, WorkflowWait } from './workflow/workflow.types';
 export { PgQueueDashboardModule } from './dashboard/dashboard.module';

@@ -80,7 +80,8 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     const clock = new DatabaseClock();
     const rowLimits = { maxPayloadBytes: options.maxPayloadBytes };
     const workflowQueues = () => this.registry.all().flatMap((h) => (h.workflow ? [h.queue] : []));
-    this.workflows = new WorkflowSupport(options.prisma, repo, clock, rowLimits, this.logger, workflowQueues);
+    const wakeWorkflowQueues = () => workflowQueues().forEach((q) => this.workers.get(q)?.wake());
+    this.workflows = new WorkflowSupport(options.prisma, repo, clock, rowLimits, this.logger, workflowQueues, wakeWorkflowQueues);
     this.deps = {
       prisma: options.prisma,
       repo,

@@ -4,58 +4,13 @@ import { currentTraceContext, inStepSpan } from '../observability/tracing';
 import type { WorkflowRepository } from '../sql/workflow.repository';
 import { WORKFLOW_TX_BOUNDS, type ParkRequest } from '../sql/workflow.repository';
 import type { NewTaskRow } from '../sql/statement-values';
-import type { BackoffOptions, FollowUpOptions, PayloadOf, PrismaClientLike, SqlExecutor } from '../types';
-import { backoffDelayMs } from '../worker/backoff';
+import type { FollowUpOptions, PrismaClientLike, SqlExecutor } from '../types';
 import type { Attempt } from '../worker/attempt';
 import type { DatabaseClock } from '../worker/database.clock';
 import { ReplayCursor, type CallKind, type JournalEntry } from './journal';
-import { ChildWorkflowError, StepFailedError, StepTimeoutError } from './workflow.errors';
-
-/** Options of `wf.step`: the step's own retries, before its error reaches the workflow. */
-export interface StepOptions {
-  /** Runs of the step's function before its error is final (default 1). */
-  maxAttempts?: number;
-  /** Between runs (default exponential from 500 ms, at most 30 s). */
-  backoff?: BackoffOptions;
-  /** Gives up on one run after this long (a StepTimeoutError; the function is not stopped). */
-  timeoutMs?: number;
-}
-
-/** Options of `wf.transaction`. */
-export interface TransactionStepOptions {
-  /** Prisma's interactive-transaction timeout for this step (default 30 000 ms). */
-  timeoutMs?: number;
-}
-
-/**
- * What a `@Workflow` method receives besides its input. Each call is journaled by its position:
- * after a crash, a lost lease, a deploy or a wake-up the method runs again from the top and every
- * call that finished returns its journaled outcome instead of running again. Anything that varies
- * from run to run (the clock, randomness, I/O) belongs inside a step.
- */
-export interface WorkflowContext<TTx = any> {
-  /** The workflow's task id. */
-  readonly workflowId: string;
-  /** Fires when the attempt is given up (cancel, lost lease, timeout, shutdown). */
-  readonly signal: AbortSignal;
-  /** Runs `fn` until it returns once (at least once: a crash before its record runs it again); then replays its result. */
-  step<T>(name: string, fn: () => T | Promise<T>, options?: StepOptions): Promise<T>;
-  /** Runs `fn` in a Prisma transaction that also records the step: its writes commit exactly once. */
-  transaction<T>(name: string, fn: (tx: TTx) => Promise<T>, options?: TransactionStepOptions): Promise<T>;
-  /** Parks the workflow for `ms` (no worker, lease or connection held meanwhile). */
-  sleep(ms: number): Promise<void>;
-  sleepUntil(at: Date): Promise<void>;
-  /** The next signal of this name sent to the workflow (each once, in order), or null after `timeoutMs`. */
-  waitForSignal<T = unknown>(name: string, options?: { timeoutMs?: number }): Promise<T | null>;
-  /** Enqueues a task once; returns its id. */
-  enqueue<Q extends string>(queue: Q, payload: PayloadOf<Q>, options?: FollowUpOptions): Promise<string>;
-  /** Starts a task or workflow once and returns its result when it is done; ChildWorkflowError if it ends dead or cancelled. */
-  child<R = unknown, Q extends string = string>(name: string, queue: Q, input: PayloadOf<Q>, options?: FollowUpOptions): Promise<R>;
-  /** True for runs that reach this point with the new code, false for runs that passed it with the old. */
-  patched(id: string): Promise<boolean>;
-  /** A key stable across attempts, unique per workflow and step: the idempotency key for an outside call. */
-  stepKey(name: string): string;
-}
+import { ChildWorkflowError, StepFailedError } from './workflow.errors';
+import { runStep } from './step.retries';
+import type { StepOptions, TransactionStepOptions, WorkflowContext } from './workflow.api';
 
 /** What a run needs from the worker. */
 export interface WorkflowRunDeps {
@@ -66,7 +21,6 @@ export interface WorkflowRunDeps {
   clock: DatabaseClock;
 }
 
-const DEFAULT_STEP_BACKOFF: BackoffOptions = { type: 'exponential', delayMs: 500, maxDelayMs: 30_000 };
 const NEVER = new Promise<never>(() => undefined);
 /** What a call that parks throws inside `op`: its own promise settles, the caller's never does. */
 const PARKING = Symbol('pg-queue workflow parking');
@@ -110,7 +64,7 @@ export class WorkflowRun implements WorkflowContext {
       if (entry) return this.replayed(seq, entry, name);
       const started = performance.now();
       try {
-        return await this.recordValue(seq, 'step', name, await inStepSpan('step', name, this.a.task.id, () => this.runStep(fn, options)), started);
+        return await this.recordValue(seq, 'step', name, await inStepSpan('step', name, this.a.task.id, () => runStep(fn, options, this.a.signal)), started);
       } catch (err) {
         if (err instanceof LeaseLostError) throw err;
         await this.recordError(seq, 'step', name, err, started);
@@ -246,19 +200,6 @@ export class WorkflowRun implements WorkflowContext {
     }, WORKFLOW_TX_BOUNDS);
   }
 
-  private async runStep<T>(fn: () => T | Promise<T>, o: StepOptions): Promise<T> {
-    const max = Math.max(1, o.maxAttempts ?? 1);
-    for (let run = 1; ; run++) {
-      if (this.a.aborted) throw this.a.abortReason;
-      try {
-        return await withTimeout(fn, o.timeoutMs);
-      } catch (err) {
-        if (run >= max || this.a.aborted) throw err;
-        await delay(backoffDelayMs(o.backoff ?? DEFAULT_STEP_BACKOFF, run), this.a.signal);
-      }
-    }
-  }
-
   private async recordValue<T>(seq: number, kind: CallKind, name: string, value: T, started: number): Promise<T> {
     const json = this.json(value, name);
     if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, seq, kind, name, 'ok', json, performance.now() - started))) throw this.lost();
@@ -333,24 +274,4 @@ export class WorkflowRun implements WorkflowContext {
     this.a.abort(err);
     return err;
   }
-}
-
-async function withTimeout<T>(fn: () => T | Promise<T>, timeoutMs: number | undefined): Promise<T> {
-  if (timeoutMs === undefined) return fn();
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      Promise.resolve().then(fn),
-      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new StepTimeoutError(timeoutMs)), timeoutMs))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-function delay(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
-  });
 }

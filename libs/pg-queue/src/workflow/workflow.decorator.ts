@@ -1,6 +1,6 @@
 import { TaskHandler, WORKFLOW_METADATA, type HandlerMethodDecorator, type TaskHandlerOptions } from '../decorators/task-handler.decorator';
 import type { HandlerPayloadOf } from '../types';
-import type { WorkflowContext } from './workflow.context';
+import type { WorkflowContext } from './workflow.api';
 
 /** `@Workflow` options: a lease-mode handler's (the mode is always lease). */
 export type WorkflowOptions = Omit<TaskHandlerOptions, 'mode'>;

@@ -22,6 +22,8 @@ export class WorkflowSupport {
     private readonly logger: Logger,
     /** The queues of this app's @Workflow handlers. */
     private readonly queues: () => string[],
+    /** Parked workflows of those queues were woken: their workers look now. */
+    private readonly onWoke: () => void = () => undefined,
   ) {
     const deps = { prisma, repo: repo.workflows, insert: repo.insert.bind(repo), rowLimits, clock };
     this.runner = new WorkflowRunner(deps, logger, (at) => this.waker?.wakeAt(at));
@@ -31,7 +33,7 @@ export class WorkflowSupport {
   start(): void {
     const queues = this.queues();
     if (queues.length === 0 || this.waker) return;
-    this.waker = new WorkflowWaker(this.prisma, this.repo.workflows, queues, this.clock, WAKE_POLL_MS, this.logger);
+    this.waker = new WorkflowWaker(this.prisma, this.repo.workflows, queues, this.clock, WAKE_POLL_MS, this.logger, this.onWoke);
     this.waker.start();
   }
 

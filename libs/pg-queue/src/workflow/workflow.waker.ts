@@ -26,6 +26,8 @@ export class WorkflowWaker {
     private readonly clock: DatabaseClock,
     private readonly pollMs: number,
     private readonly logger: Logger,
+    /** Workflows were woken: this process's workers look at once (the NOTIFY would cost a round trip more). */
+    private readonly onWoke: () => void = () => undefined,
   ) {}
 
   start(): void {
@@ -64,6 +66,7 @@ export class WorkflowWaker {
         for (;;) {
           if (this.closed) return;
           const r = await this.repo.wakeDue(this.db, this.queues, WAKE_BATCH);
+          if (r.woke > 0) this.onWoke();
           next = r.nextMs;
           if (r.woke < WAKE_BATCH) break;
         }
