@@ -105,7 +105,7 @@ describe('connection faults', () => {
       }
       const terminate = (appName: string, limit: number) =>
         db.sql<{ pid: number }>(
-          `SELECT pid FROM (SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1 ORDER BY random() LIMIT $2) s
+          `SELECT pid FROM (SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE $1 ORDER BY random() LIMIT $2) s
            WHERE pg_terminate_backend(pid)`,
           [appName, limit],
         );
@@ -115,7 +115,7 @@ describe('connection faults', () => {
       const listenerPids = new Set<number>();
       for (let round = 1; round <= 80 && !(await bothSettled(db.sql)); round++) {
         poolKills += (await terminate('fault worker', 1)).length;
-        if (round === 1 || round === 10) for (const { pid } of await terminate('pg-queue listener', 10)) listenerPids.add(pid);
+        if (round === 1 || round === 10) for (const { pid } of await terminate('pg-queue listener%', 10)) listenerPids.add(pid);
         await pause(150);
       }
       await waitFor('both queues to settle', () => bothSettled(db.sql), { timeoutMs: 60_000, everyMs: 250 });
@@ -128,7 +128,7 @@ describe('connection faults', () => {
       await waitFor(
         'both listeners to reconnect',
         async () => {
-          const rows = await db.sql<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pg-queue listener'");
+          const rows = await db.sql<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'pg-queue listener%'");
           const ok = rows.length === 2 && rows.every((r) => !listenerPids.has(r.pid)) && workers.every((w) => w.orchestrator.listening);
           if (!ok) throw new Error(`listener backends ${JSON.stringify(rows)} (killed ${[...listenerPids]}), listening ${workers.map((w) => w.orchestrator.listening)}`);
           return ok;

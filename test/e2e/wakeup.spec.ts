@@ -41,7 +41,7 @@ describe('LISTEN/NOTIFY wake-up', () => {
   });
 
   it('reconnects after the LISTEN connection is killed, and wakes on NOTIFY again', async () => {
-    const listener = () => db.sql("SELECT pid FROM pg_stat_activity WHERE application_name = 'pg-queue listener' AND datname = current_database()");
+    const listener = () => db.sql("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pg-queue listener%' AND datname = current_database()");
     const [before] = await listener();
     await db.sql('SELECT pg_terminate_backend($1)', [before.pid]);
     // wait (by condition) for a new listener backend

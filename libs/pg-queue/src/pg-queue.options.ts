@@ -106,6 +106,16 @@ export interface PgQueueModuleOptions {
   finished?: FinishedRetention;
   /** How often each instance looks for expired leases. Default 10 000 ms. */
   rescueIntervalMs?: number;
+  /**
+   * With databaseUrl: how long this instance's LISTEN session may be gone from the server before the
+   * other instances take it for dead and take back its running tasks (fenced, as an expired lease)
+   * instead of waiting out their leases; also frees the limit slots they held. Postgres ends the
+   * session when the process dies (at once for a killed process; for a host or network gone, when
+   * the server's TCP keepalive gives up). Shorter than about 6 s risks a live instance whose LISTEN
+   * connection is reconnecting (retries are up to 5 s apart) losing its claims. false: never (its
+   * claims wait for their leases). Default 10 000 ms.
+   */
+  deadInstanceAfterMs?: number | false;
   /** Defaults for every handler, over the library's own. */
   handlerDefaults?: Partial<HandlerOptions>;
   /** Per-queue settings, over handlerDefaults and under the decorator's options. */
@@ -137,6 +147,7 @@ const MODULE_OPTION_KEYS = Object.keys({
   maxErrorBytes: true,
   finished: true,
   rescueIntervalMs: true,
+  deadInstanceAfterMs: true,
   handlerDefaults: true,
   queues: true,
   retention: true,
@@ -210,6 +221,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
     maxErrorBytes: positiveInt('maxErrorBytes', options.maxErrorBytes ?? 2048, { min: 64, max: 1024 * 1024 }),
     finished: options.finished ?? 'archive',
     rescueIntervalMs: positiveInt('rescueIntervalMs', options.rescueIntervalMs ?? 10_000, { min: 10 }),
+    deadInstanceAfterMs: options.deadInstanceAfterMs === false ? false : positiveInt('deadInstanceAfterMs', options.deadInstanceAfterMs ?? 10_000, { min: 1000, max: 86_400_000 }),
     handlerDefaults,
     queues,
     schedules: options.schedules ?? [],

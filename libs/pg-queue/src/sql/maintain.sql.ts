@@ -17,6 +17,40 @@ const PRUNE_LOCK_NAMESPACE = 0x70_67_72; // "pgr"
 const PARTITION_DDL_LOCK_TIMEOUT_MS = 100;
 
 /**
+ * A rescue: the running tasks `candidates` picks (ids, locked FOR UPDATE SKIP LOCKED, so a live
+ * transactional handler's rows are skipped) go back to pending, or to dead when the lost attempt
+ * was the last one (the attempt was counted at its claim: a task that kills its worker every time
+ * cannot loop forever), or to cancelled when that was asked for; their lease is gone, so a late
+ * completion of the lost attempt is refused by its token. `ctes` go before `candidates` (which may
+ * read them), `extra` adds result columns (which may read them). Parameters: $1 batch limit,
+ * $2 channel; the CTEs may use more.
+ */
+export function rescueFrom(s: string, { ctes = '', candidates, lastError, extra = '' }: { ctes?: string; candidates: string; lastError: string; extra?: string }): string {
+  return `
+WITH ${ctes ? `${ctes},
+` : ''}expired AS (${candidates}
+), rescued AS (
+  UPDATE ${s}.task t
+  SET state = CASE WHEN ${cancelRequestedOf(s)} THEN 'cancelled'
+                   WHEN t.attempt >= ${ATTEMPT_LIMIT} THEN 'dead' ELSE 'pending' END,
+      last_error = ${lastError},
+      locked_by = NULL, lease_token = NULL, locked_until = NULL,
+      run_at = now(), finished_at = now()
+  -- By primary key (see claim.sql.ts for why not a join).
+  WHERE t.id = ANY (ARRAY (SELECT id FROM expired))
+  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants
+), uncancel AS (
+  DELETE FROM ${s}.task_cancel c USING rescued r WHERE c.task_id = r.id AND r.state = 'cancelled'
+), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM rescued WHERE state IN ('dead', 'cancelled')", '$2')},
+${notifyCte("SELECT queue, run_at FROM rescued WHERE state = 'pending'", '$2')}
+SELECT count(*)::int AS rescued,
+       count(*) FILTER (WHERE state = 'dead')::int AS dead,
+       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts${extra ? `,
+       ${extra}` : ''}
+FROM rescued`;
+}
+
+/**
  * Housekeeping that any instance may run at any time; SKIP LOCKED keeps instances (and live
  * transactional handlers, which hold their rows locked) out of each other's way.
  */
@@ -30,32 +64,16 @@ export function maintainStatements(schema: string) {
      * holds the row lock and is skipped.
      * Parameters: $1 batch limit, $2 channel.
      */
-    rescueExpired: `
-WITH expired AS (
+    rescueExpired: rescueFrom(s, {
+      candidates: `
   SELECT t.id
   FROM ${s}.task t
   WHERE t.state = 'running' AND t.locked_until < now()
   ORDER BY t.locked_until
   LIMIT $1
-  FOR UPDATE OF t SKIP LOCKED
-), rescued AS (
-  UPDATE ${s}.task t
-  SET state = CASE WHEN ${cancelRequestedOf(s)} THEN 'cancelled'
-                   WHEN t.attempt >= ${ATTEMPT_LIMIT} THEN 'dead' ELSE 'pending' END,
-      last_error = 'lease expired: worker ' || coalesce(t.locked_by, '?') || ' did not finish attempt ' || t.attempt,
-      locked_by = NULL, lease_token = NULL, locked_until = NULL,
-      run_at = now(), finished_at = now()
-  -- By primary key (see claim.sql.ts for why not a join).
-  WHERE t.id = ANY (ARRAY (SELECT id FROM expired))
-  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants
-), uncancel AS (
-  DELETE FROM ${s}.task_cancel c USING rescued r WHERE c.task_id = r.id AND r.state = 'cancelled'
-), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM rescued WHERE state IN ('dead', 'cancelled')", '$2')},
-${notifyCte("SELECT queue, run_at FROM rescued WHERE state = 'pending'", '$2')}
-SELECT count(*)::int AS rescued,
-       count(*) FILTER (WHERE state = 'dead')::int AS dead,
-       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts
-FROM rescued`,
+  FOR UPDATE OF t SKIP LOCKED`,
+      lastError: "'lease expired: worker ' || coalesce(t.locked_by, '?') || ' did not finish attempt ' || t.attempt",
+    }),
 
     /**
      * Ends the statement running on a transactional batch's backend: a handler stuck in a query

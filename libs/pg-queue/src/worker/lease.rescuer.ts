@@ -1,12 +1,29 @@
 import type { Logger } from '@nestjs/common';
 import type { DependencySettler } from './dependency.settler';
+import type { InstanceLiveness } from './instance.liveness';
+import type { LivenessRepository } from '../sql/liveness.repository';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
+/** How long after an instance's grace ends the rescuer looks again (the grace is measured by the database's clock). */
+const GRACE_SLACK_MS = 100;
+
+/** What the rescuer needs to take back the claims of instances that died (see liveness.sql.ts). */
+export interface GoneInstances {
+  repo: LivenessRepository;
+  /** This instance: never judged by its own rescuer. */
+  self: string;
+  /** This instance's own record (null: it never registers, e.g. without databaseUrl). */
+  own: InstanceLiveness | null;
+  listening: () => boolean;
+}
+
 /**
  * Periodically returns tasks with expired leases to the queue (or to `dead` after their last
- * attempt). Every instance runs it; SKIP LOCKED keeps them from contending, and rows held by a live
- * transactional handler are locked, hence skipped.
+ * attempt), and those of instances whose LISTEN session has been gone past their grace (see
+ * liveness.sql.ts): when one is found gone, the next pass comes as soon as its grace ends rather
+ * than an interval later. Every instance runs it; SKIP LOCKED keeps them from contending, and rows
+ * held by a live transactional handler are locked, hence skipped.
  */
 export class LeaseRescuer {
   private timer: NodeJS.Timeout | null = null;
@@ -21,14 +38,17 @@ export class LeaseRescuer {
     private readonly logger: Logger,
     /** Settles dependency debts each round (see DependencySettler). */
     private readonly settler: DependencySettler | null = null,
+    private readonly gone: GoneInstances | null = null,
   ) {}
 
-  start(): void {
+  /** The next pass in about intervalMs, or in `soonerMs` if that is sooner. */
+  start(soonerMs: number | null = null): void {
     if (this.stopped) return;
+    const interval = this.intervalMs * (0.8 + Math.random() * 0.4);
     this.timer = setTimeout(() => {
       this.timer = null;
       this.pass = this.runPass().finally(() => (this.pass = null));
-    }, this.intervalMs * (0.8 + Math.random() * 0.4));
+    }, soonerMs === null ? interval : Math.min(interval, Math.max(0, soonerMs) + GRACE_SLACK_MS));
     this.timer.unref();
   }
 
@@ -42,9 +62,30 @@ export class LeaseRescuer {
 
   private async runPass(): Promise<void> {
     await this.rescueOnce();
+    const nextCheckMs = await this.rescueGoneOnce();
     if (this.stopped) return; // a round now would outlive shutdown
     await this.settler?.request();
-    this.start();
+    this.start(nextCheckMs);
+  }
+
+  /**
+   * Registers this instance if it still has to, then takes back the claims of dead instances;
+   * returns when an instance found gone will have been gone for its grace (null: none is).
+   */
+  async rescueGoneOnce(): Promise<number | null> {
+    if (!this.gone) return null;
+    await this.gone.own?.ensure(this.gone.listening());
+    try {
+      const res = await this.gone.repo.rescueGone(this.db, this.gone.self);
+      if (res.rescued > 0) {
+        this.logger.warn(`rescued ${res.rescued} task(s) of ${res.gone} instance(s) whose database session is gone (${res.dead} now dead)`);
+        return 0; // more may be left past the batch limit
+      }
+      return res.nextCheckMs;
+    } catch (err) {
+      this.logger.error(`rescue of dead instances' tasks failed: ${(err as Error).message}`);
+      return null;
+    }
   }
 
   async rescueOnce(): Promise<{ rescued: number; dead: number }> {

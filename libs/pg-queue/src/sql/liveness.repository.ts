@@ -1,0 +1,42 @@
+import type { SqlExecutor } from '../types';
+import { notifyChannel } from './identifiers';
+import { livenessStatements } from './liveness.sql';
+
+/** What one pass of `rescueGone` did (see liveness.sql.ts). */
+export interface GoneRescue {
+  rescued: number;
+  dead: number;
+  /** Instances judged dead in this pass (their tasks rescued now or in the next). */
+  gone: number;
+  /** When to look again for an instance found gone and not yet judged (ms from now; null: none). */
+  nextCheckMs: number | null;
+}
+
+/** Runs the statements of instance_session (see liveness.sql.ts); the only caller of its SQL. */
+export class LivenessRepository {
+  private readonly sql;
+  private readonly channel: string;
+
+  constructor(schema: string) {
+    this.sql = livenessStatements(schema);
+    this.channel = notifyChannel(schema);
+  }
+
+  /** Records that `instance`'s listener session is up as `listener`; false when no such session shows. */
+  async register(db: SqlExecutor, instance: string, listener: string, graceMs: number): Promise<boolean> {
+    const rows = await db.$queryRawUnsafe<{ registered: number }[]>(this.sql.register, instance, listener, graceMs);
+    return rows.length > 0;
+  }
+
+  async retire(db: SqlExecutor, instance: string): Promise<void> {
+    await db.$executeRawUnsafe(this.sql.retire, instance);
+  }
+
+  /** Rescues the running tasks of the instances (other than `self`) whose session is gone past their grace. */
+  async rescueGone(db: SqlExecutor, self: string, limit = 1000): Promise<GoneRescue> {
+    const [res] = await db.$queryRawUnsafe<{ rescued: number; dead: number; gone: number; next_check_ms: number | null }[]>(
+      this.sql.rescueGone, limit, this.channel, self,
+    );
+    return { rescued: res.rescued, dead: res.dead, gone: res.gone, nextCheckMs: res.next_check_ms };
+  }
+}

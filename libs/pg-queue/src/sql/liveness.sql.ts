@@ -1,0 +1,95 @@
+import { marked } from './fragments.sql';
+import { quoteIdent } from './identifiers';
+import { rescueFrom } from './maintain.sql';
+
+/**
+ * Dead instances' claims back in seconds instead of a lease (table instance_session, migration 19).
+ *
+ * An instance's LISTEN connection (WakeupListener, the one connection of its own the library has)
+ * carries an application_name that names the instance (listenerName in liveness.ts). Postgres
+ * drops that session when the process dies (SIGKILL, OOM kill, a crash: the kernel closes the
+ * socket at once; a host or network gone: once the server's TCP keepalive gives up), and with it
+ * the name from pg_stat_activity, which every role can read. An instance that found its name there
+ * through its own pool records it here (`register`): from then on, a session of that name gone for
+ * longer than the instance's grace means the instance is dead, and the other instances' rescuers
+ * take its running tasks back (`rescueGone`), fenced exactly as an expired lease.
+ *
+ * What keeps the living safe:
+ * - only instances that registered are judged (an older version, one without databaseUrl, one
+ *   whose name a pooler or the URL replaced, or one with deadInstanceAfterMs false never is: its
+ *   claims keep waiting for their leases);
+ * - a name gone counts only once it has been gone for the instance's own grace (missing_since, set
+ *   by the first rescuer pass that finds it gone, cleared by the first that finds it back or by
+ *   the instance re-registering when its LISTEN connection is back): a LISTEN connection that
+ *   drops and reconnects (pg-listen retries at most 5 s apart) never costs its instance a claim;
+ * - an instance never judges itself;
+ * - rows held by a live transactional handler are locked, hence skipped, as for expired leases.
+ */
+export function livenessStatements(schema: string) {
+  const s = quoteIdent(schema);
+  return marked({
+    /**
+     * This instance's listener session is up under name $2: recorded (missing_since cleared) only
+     * if this database shows a session of that name, so that one whose name never reaches the
+     * server is never judged by it. Returns one row when recorded.
+     * Parameters: $1 instance, $2 listener name, $3 grace ms.
+     */
+    register: `
+INSERT INTO ${s}.instance_session (instance, listener, grace_ms)
+SELECT $1::text, $2::text, $3::int
+WHERE EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name = $2::text)
+ON CONFLICT (instance) DO UPDATE SET listener = excluded.listener, grace_ms = excluded.grace_ms,
+                                     registered_at = now(), missing_since = NULL
+RETURNING 1 AS registered`,
+
+    /** At shutdown (its claims released or waiting for their leases): forget it. Parameters: $1 instance. */
+    retire: `DELETE FROM ${s}.instance_session WHERE instance = $1::text`,
+
+    /**
+     * One rescuer pass over the other registered instances ($3: this one), each row taken FOR
+     * UPDATE SKIP LOCKED (two rescuers never judge one instance at once): whether its listener
+     * session is up now; missing_since set when it is newly gone and cleared when it is back (a
+     * data-modifying CTE: the pass after sees it); the running tasks of those gone for longer than
+     * their grace (by the row as this statement found it, so never in the pass that first found it
+     * gone) rescued, at most $1; and the rows of those gone that held no running task when the
+     * statement began forgotten. `next_check_ms`: when the earliest instance found gone and not yet
+     * judged will have been gone for its grace (null: none), so the rescuer can look again then
+     * rather than a whole interval later.
+     * Parameters: $1 batch limit, $2 channel, $3 this instance.
+     */
+    rescueGone: rescueFrom(s, {
+      ctes: `sessions AS MATERIALIZED (
+  SELECT i.instance, i.grace_ms, i.missing_since,
+         i.listener IN (SELECT application_name FROM pg_stat_activity WHERE datname = current_database()) AS live
+  FROM ${s}.instance_session i
+  WHERE i.instance <> $3::text
+  FOR UPDATE OF i SKIP LOCKED
+), marked AS (
+  UPDATE ${s}.instance_session i SET missing_since = CASE WHEN x.live THEN NULL ELSE now() END
+  FROM sessions x
+  WHERE i.instance = x.instance AND x.live = (x.missing_since IS NOT NULL)
+  RETURNING 1
+), gone AS (
+  SELECT instance FROM sessions
+  WHERE NOT live AND missing_since <= now() - grace_ms * interval '1 millisecond'
+), forgotten AS (
+  DELETE FROM ${s}.instance_session i USING gone g
+  WHERE i.instance = g.instance
+    AND NOT EXISTS (SELECT 1 FROM ${s}.task t WHERE t.state = 'running' AND t.locked_by = g.instance)
+  RETURNING 1
+)`,
+      candidates: `
+  SELECT t.id
+  FROM ${s}.task t
+  WHERE t.state = 'running' AND t.locked_by IN (SELECT instance FROM gone)
+  ORDER BY t.locked_until
+  LIMIT $1
+  FOR UPDATE OF t SKIP LOCKED`,
+      lastError: "'instance gone: worker ' || coalesce(t.locked_by, '?') || ' lost its database session before it finished attempt ' || t.attempt",
+      extra: `(SELECT count(*) FROM marked)::int AS marked, (SELECT count(*) FROM forgotten)::int AS forgotten,
+       (SELECT count(*) FROM gone)::int AS gone,
+       (SELECT (extract(epoch FROM min(coalesce(x.missing_since, now()) + x.grace_ms * interval '1 millisecond') - now()) * 1000)::float8
+        FROM sessions x WHERE NOT x.live AND x.instance NOT IN (SELECT instance FROM gone)) AS next_check_ms`,
+    }),
+  });
+}
