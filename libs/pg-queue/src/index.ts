@@ -17,7 +17,8 @@ export { TaskEvents } from './observability/task-events';
 export { WorkerOrchestrator } from './worker/worker.orchestrator';
 export { printSchemaSql } from './sql/schema.sql';
 export { queueStatementName } from './sql/statement-names';
-export type { CancelResult } from './client/task-queue.service';
+export type { CancelResult, PauseScope } from './client/task-queue.service';
+export type { QueuePause } from './sql/pause.repository';
 export * from './errors';
 export type {
   BackoffOptions,

@@ -298,6 +298,10 @@ export interface QueueStats {
   oldestDueMs: number | null;
   /** @deprecated The same as oldestDueMs, under its first name. */
   oldestPendingMs: number | null;
+  /** The queue is paused as a whole (`TaskQueue.pause`): nothing of it is claimed. */
+  paused: boolean;
+  /** Its paused partitions (`TaskQueue.pause(queue, { partition })`), in key order. */
+  pausedPartitions: string[];
 }
 
 /** Task events, published on `TaskQueue.events$`. */

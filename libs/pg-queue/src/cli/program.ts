@@ -91,7 +91,8 @@ export function program(out: (text: string) => void, err: (text: string) => void
     .action(() =>
       withQueue(global(), async (queue) => {
         const stats = await queue.stats();
-        print(output(), stats, () => (stats.length === 0 ? 'no tasks' : table(stats as never, ['queue', 'pending', 'waiting', 'running', 'dead', 'done', 'cancelled', 'oldestDueMs'])));
+        const shown = stats.map((s) => ({ ...s, paused: s.paused ? 'yes' : s.pausedPartitions.length > 0 ? s.pausedPartitions.join(', ') : '' }));
+        print(output(), stats, () => (stats.length === 0 ? 'no tasks' : table(shown as never, ['queue', 'pending', 'waiting', 'running', 'dead', 'done', 'cancelled', 'oldestDueMs', 'paused'])));
       }),
     );
 
@@ -163,6 +164,28 @@ export function program(out: (text: string) => void, err: (text: string) => void
         print(output(), { id, result }, () => (result === 'cancelled' ? `task ${id} cancelled` : `task ${id} runs: cancel requested, its handler is aborted`));
       }),
     );
+
+  // pause <queue> and resume <queue>: the same scope, the same output; exit 1 when there was nothing to do.
+  for (const verb of ['pause', 'resume'] as const) {
+    const [done, undone] = verb === 'pause' ? ['paused', 'was already paused'] : ['resumed', 'was not paused'];
+    command
+      .command(`${verb} <queue>`)
+      .description(
+        verb === 'pause'
+          ? 'stop claiming the queue (or one partition) on every instance until resume; enqueue goes on, running tasks finish'
+          : 'claim the paused queue (or partition) again; its workers are woken at once',
+      )
+      .option('--partition <key>', 'only this partition of the queue')
+      .action((name: string, o: { partition?: string }) =>
+        withQueue(global(), async (queue) => {
+          const scope = o.partition === undefined ? {} : { partition: o.partition };
+          const changed = verb === 'pause' ? await queue.pause(name, scope) : await queue.resume(name, scope);
+          const what = o.partition === undefined ? name : `partition ${o.partition} of ${name}`;
+          if (!changed) exitCode = EXIT.notFound;
+          print(output(), { queue: name, partition: o.partition ?? null, [done]: changed }, () => `${what} ${changed ? done : undone}`);
+        }),
+      );
+  }
 
   command
     .command('purge')

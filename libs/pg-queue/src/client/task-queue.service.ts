@@ -7,6 +7,7 @@ import { currentTraceContext } from '../observability/tracing';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { OperatorRepository, type TaskState } from '../sql/operator.repository';
+import { PauseRepository, type QueuePause } from '../sql/pause.repository';
 import { toTaskInfo } from './task-info';
 import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
@@ -24,12 +25,15 @@ type ListFilter = { queue?: string; state?: TaskState; cursor?: string; limit?: 
 type RetryDeadFilter = { queue: string; errorLike?: string };
 type PurgeFilter = { queue?: string; states: ('done' | 'cancelled' | 'dead')[]; olderThanMs: number };
 type HourlyFilter = { queue?: string; since?: Date };
+/** Which part of a queue `pause`/`resume` applies to: the whole queue (default) or one partition. */
+export type PauseScope = { partition?: string };
 
 // The keys each filter takes: a misspelled one must not widen the filter (a purge of every queue).
 const LIST_FILTER_KEYS = Object.keys({ queue: true, state: true, cursor: true, limit: true } satisfies Record<keyof ListFilter, true>);
 const RETRY_DEAD_FILTER_KEYS = Object.keys({ queue: true, errorLike: true } satisfies Record<keyof RetryDeadFilter, true>);
 const PURGE_FILTER_KEYS = Object.keys({ queue: true, states: true, olderThanMs: true } satisfies Record<keyof PurgeFilter, true>);
 const HOURLY_FILTER_KEYS = Object.keys({ queue: true, since: true } satisfies Record<keyof HourlyFilter, true>);
+const PAUSE_SCOPE_KEYS = Object.keys({ partition: true } satisfies Record<keyof PauseScope, true>);
 
 /**
  * Enqueue and inspect tasks. Pass `{ tx }` to join a Prisma interactive transaction: the task
@@ -45,12 +49,16 @@ const HOURLY_FILTER_KEYS = Object.keys({ queue: true, since: true } satisfies Re
  */
 @Injectable()
 export class TaskQueue {
+  private readonly pauses: PauseRepository;
+
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
     private readonly repo: TaskRepository,
     private readonly operator: OperatorRepository,
     private readonly taskEvents: TaskEvents,
-  ) {}
+  ) {
+    this.pauses = new PauseRepository(options.schema);
+  }
 
   /** Task events of this process (claimed, completed, failed, dead, released, lease-lost). */
   get events$(): Observable<TaskEvent> {
@@ -227,21 +235,55 @@ export class TaskQueue {
   }
 
   /**
+   * Pauses a queue (or one partition of it, `{ partition }`) on every instance, those started
+   * later included, until `resume`: no task of it is claimed, while enqueue goes on and the tasks
+   * already running finish. Stored in the database (it survives restarts). Resolves once no claim
+   * of the queue can still take a task (it waits for the claims in flight, see pause.sql.ts).
+   * True when this call paused it, false when it already was.
+   */
+  async pause(queue: string, scope: PauseScope = {}): Promise<boolean> {
+    return this.pauses.pause(this.options.prisma, validateQueueName(queue), pauseScope(scope));
+  }
+
+  /**
+   * Undoes `pause` (the same scope: a queue's resume does not resume partitions paused on their
+   * own). The queue's workers on every instance are woken by NOTIFY and claim at once. True when
+   * this call resumed it, false when it was not paused.
+   */
+  async resume(queue: string, scope: PauseScope = {}): Promise<boolean> {
+    return this.pauses.resume(this.options.prisma, validateQueueName(queue), pauseScope(scope));
+  }
+
+  /** Every pause: queues (`partition` null) and partitions, by queue name. */
+  async pausedQueues(): Promise<QueuePause[]> {
+    return this.pauses.list(this.options.prisma);
+  }
+
+  /**
    * Exact counts by state, the archive's included, and the age of the oldest due task, per queue.
    * It reads every task row, so its cost grows with history: for operators, not for polling
    * (QueueMetrics reads a bounded statement of its own).
    */
   async stats(): Promise<QueueStats[]> {
-    const rows = await this.operator.stats(this.options.prisma);
+    const [rows, pauses] = await Promise.all([this.operator.stats(this.options.prisma), this.pauses.list(this.options.prisma)]);
     const byQueue = new Map<string, QueueStats>();
-    for (const r of rows) {
-      let s = byQueue.get(r.queue);
+    const of = (queue: string): QueueStats => {
+      let s = byQueue.get(queue);
       if (!s) {
-        s = { queue: r.queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestDueMs: null, oldestPendingMs: null };
-        byQueue.set(r.queue, s);
+        s = { queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestDueMs: null, oldestPendingMs: null, paused: false, pausedPartitions: [] };
+        byQueue.set(queue, s);
       }
+      return s;
+    };
+    for (const r of rows) {
+      const s = of(r.queue);
       s[r.state as 'pending'] += r.count;
       if (r.oldest_due_ms !== null) s.oldestDueMs = s.oldestPendingMs = Math.max(s.oldestDueMs ?? 0, r.oldest_due_ms);
+    }
+    // A paused queue shows even when it has no tasks.
+    for (const p of pauses) {
+      if (p.partition === null) of(p.queue).paused = true;
+      else of(p.queue).pausedPartitions.push(p.partition);
     }
     return [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue));
   }
@@ -258,6 +300,20 @@ export class TaskQueue {
   private get rowLimits() {
     return { maxPayloadBytes: this.options.maxPayloadBytes };
   }
+}
+
+/** The scope of pause / resume: null for the whole queue, else the partition key (as enqueue checks it). */
+function pauseScope(scope: unknown): string | null {
+  if (!isOptionsObject(scope)) throw new InvalidArgumentError('scope', `expected an object, got ${shown(scope)}`);
+  rejectUnknownOptions(scope, PAUSE_SCOPE_KEYS, (key, reason) => {
+    throw new InvalidArgumentError(`scope.${key}`, reason);
+  });
+  const { partition } = scope as PauseScope;
+  if (partition === undefined) return null;
+  if (typeof partition !== 'string' || partition.length === 0 || partition.length > 512 || partition.includes('\u0000')) {
+    throw new InvalidArgumentError('scope.partition', `expected a non-empty string of at most 512 characters, without NUL, got ${shown(partition)}`);
+  }
+  return partition;
 }
 
 /** A task id: a positive bigint as a canonical decimal string (what the API hands out). */

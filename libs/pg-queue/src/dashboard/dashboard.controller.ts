@@ -127,6 +127,24 @@ export abstract class DashboardController {
     return this.backTo(req, 1, (l) => l.tasks({ queue, error, notice: 'retried-dead', n: String(ids.length) }));
   }
 
+  /** Pauses a queue on every instance (TaskQueue.pause): nothing of it is claimed until resumed. */
+  @Post('pause')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async pause(@Req() req: DashboardRequest, @Body() body: Fields): Promise<Redirection> {
+    const paused = await this.queue.pause(queueName(body, 'queue', true));
+    return this.backTo(req, 1, (l) => `${l.overview()}?notice=${paused ? 'paused' : 'already-paused'}`);
+  }
+
+  /** Resumes a paused queue: its workers on every instance are woken and claim again. */
+  @Post('resume')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async resume(@Req() req: DashboardRequest, @Body() body: Fields): Promise<Redirection> {
+    const resumed = await this.queue.resume(queueName(body, 'queue', true));
+    return this.backTo(req, 1, (l) => `${l.overview()}?notice=${resumed ? 'resumed' : 'not-paused'}`);
+  }
+
   private context(req: DashboardRequest, depth: number): PageContext {
     return {
       links: new Links(basePath(req, depth, this.mountPath)),

@@ -21,7 +21,17 @@ import type { WorkflowInfo } from '../workflow/workflow.types';
 /** The overview page's figures. */
 export interface Overview {
   /** `handlers` null: a queue with finished tasks only (not counted). */
-  queues: (Omit<QueueCounts, 'handlers'> & { handlers: number | null; done: number; cancelled: number; failed: number; p50Ms: number | null; p95Ms: number | null })[];
+  queues: (Omit<QueueCounts, 'handlers'> & {
+    handlers: number | null;
+    done: number;
+    cancelled: number;
+    failed: number;
+    p50Ms: number | null;
+    p95Ms: number | null;
+    /** Paused as a whole (TaskQueue.pause), and its partitions paused on their own. */
+    paused: boolean;
+    pausedPartitions: string[];
+  })[];
   /** 60 minutes, oldest first; the last is the current minute. */
   minutes: MinuteCounts[];
   /** When the archive sample hit its cap: the time it reaches back to, and that minute's index. */
@@ -55,16 +65,26 @@ export class DashboardData implements OnModuleInit {
   }
 
   async overview(): Promise<Overview> {
-    const { queues: counts, recent } = await this.db.$transaction((tx: SqlExecutor) => this.repo.overview(tx), { maxWait: 10_000, timeout: 30_000 });
+    const [{ queues: counts, recent }, pauses] = await Promise.all([
+      this.db.$transaction((tx: SqlExecutor) => this.repo.overview(tx), { maxWait: 10_000, timeout: 30_000 }),
+      this.queue.pausedQueues(),
+    ]);
     const byQueue = new Map<string, Overview['queues'][number]>();
-    const none = { due: 0, later: 0, waiting: 0, running: 0, dead: 0, oldestDueMs: null, handlers: null, unhandledMs: null, done: 0, cancelled: 0, failed: 0, p50Ms: null, p95Ms: null };
-    for (const q of counts) byQueue.set(q.queue, { ...none, ...q });
+    const none = { due: 0, later: 0, waiting: 0, running: 0, dead: 0, oldestDueMs: null, handlers: null, unhandledMs: null, done: 0, cancelled: 0, failed: 0, p50Ms: null, p95Ms: null, paused: false };
+    for (const q of counts) byQueue.set(q.queue, { ...none, pausedPartitions: [], ...q });
+    // A paused queue is listed (with its resume button) even when it has no tasks.
+    for (const p of pauses) {
+      const q = byQueue.get(p.queue) ?? { ...none, pausedPartitions: [], queue: p.queue };
+      if (p.partition === null) q.paused = true;
+      else q.pausedPartitions.push(p.partition);
+      byQueue.set(p.queue, q);
+    }
     const minutes: MinuteCounts[] = Array.from({ length: 60 }, () => ({ done: 0, failed: 0 }));
     let sampledFrom: Date | null = null;
     for (const r of recent) {
       sampledFrom = r.sampledFrom ?? sampledFrom;
       if (r.queue !== null) {
-        const q = byQueue.get(r.queue) ?? { ...none, queue: r.queue };
+        const q = byQueue.get(r.queue) ?? { ...none, pausedPartitions: [], queue: r.queue };
         byQueue.set(r.queue, { ...q, done: r.done, cancelled: r.cancelled, failed: r.failed, p50Ms: r.p50Ms, p95Ms: r.p95Ms });
       } else if (r.minutesAgo !== null) {
         minutes[59 - r.minutesAgo] = { done: r.done, failed: r.failed };

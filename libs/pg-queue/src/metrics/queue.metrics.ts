@@ -23,6 +23,7 @@ const DURATION_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120];
  *   (also as `pgqueue_oldest_pending_seconds`, its deprecated first name),
  *   and `pgqueue_queue_handlers{queue}` (running instances handling a queue with live tasks: 0 with
  *   due tasks is a queue nothing will run, such as a typo in a @TaskHandler queue name),
+ *   and `pgqueue_queue_paused{queue}` (1 while paused as a whole, see TaskQueue.pause),
  *   read from the database at scrape time (one statement), so every instance reports the same
  *   queue-wide figures. The statement's cost does not grow with the archive or with delayed
  *   tasks (every scrape of every instance runs it): it counts neither, and stops counting due and
@@ -69,7 +70,7 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     // gauges wait for the one statement of this scrape.
     let reading: Promise<void> | null = null;
     const collect = (): Promise<void> =>
-      (reading ??= this.read(tasks, [oldest, oldestDeprecated], handlers).finally(() => {
+      (reading ??= this.read(tasks, [oldest, oldestDeprecated], handlers, paused).finally(() => {
         reading = null;
       }));
     const tasks: Gauge = new Gauge({
@@ -101,6 +102,13 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
       help:
         'Running instances that handle the queue (with autoStart), per queue with live tasks. 0 with due tasks: ' +
         'nothing will run them (a typo in a @TaskHandler queue name, or no worker deployed)',
+      labelNames: ['queue'],
+      registers: [this.registry],
+      collect,
+    });
+    const paused: Gauge = new Gauge({
+      name: 'pgqueue_queue_paused',
+      help: '1 while the queue is paused as a whole (TaskQueue.pause: nothing of it is claimed), else 0; per queue with live tasks or a pause',
       labelNames: ['queue'],
       registers: [this.registry],
       collect,
@@ -142,13 +150,14 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     this.stopCounting();
   }
 
-  private async read(tasks: Gauge, oldest: Gauge[], handlers: Gauge): Promise<void> {
+  private async read(tasks: Gauge, oldest: Gauge[], handlers: Gauge, paused: Gauge): Promise<void> {
     const rows = new Map((await this.source.operator.metrics(this.source.options.prisma)).map((r) => [r.queue, r]));
     for (const queue of rows.keys()) this.queues.add(queue);
     tasks.reset();
     for (const g of oldest) g.reset();
     handlers.reset(); // only for queues with live tasks: a queue that has none has no series
     for (const r of rows.values()) handlers.set({ queue: r.queue }, r.handlers);
+    paused.reset();
     for (const queue of this.queues) {
       const r = rows.get(queue);
       tasks.set({ queue, state: 'due' }, r?.due ?? 0);
@@ -156,6 +165,7 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
       tasks.set({ queue, state: 'dead' }, r?.dead ?? 0);
       tasks.set({ queue, state: 'waiting' }, r?.waiting ?? 0);
       for (const g of oldest) g.set({ queue }, (r?.oldest_due_ms ?? 0) / 1000);
+      paused.set({ queue }, r?.paused ? 1 : 0);
     }
   }
 }

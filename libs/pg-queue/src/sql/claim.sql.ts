@@ -1,5 +1,6 @@
 import { HELD, idList, marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
+import { partitionNotPaused, queueNotPaused } from './pause.sql';
 
 /**
  * Claiming work. A claim is its own committed statement: it takes a lease (locked_by, a fresh
@@ -24,6 +25,8 @@ import { quoteIdent } from './identifiers';
  *   every due time is met without polling and without trusting the app's clock. It returns the
  *   database's time too, from which the worker estimates how far its clock is off (see
  *   DatabaseClock) to read the due times that notifications carry.
+ * - A paused queue or partition is never claimed (pause.sql.ts): a probe of the tiny queue_pause
+ *   table per claim, one-time filters that cost an unpaused queue two primary-key probes.
  *
  * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 the claiming handler's
  * maxAttempts (the limit in force unless the enqueuer set one).
@@ -80,7 +83,10 @@ SELECT coalesce(json_agg(c), '[]')::text AS claimed,
          SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM ${s}.task d
          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
        ) END AS next_due_in_ms,
-       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms${extra ? `,
+       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
+       -- A claim that took nothing says whether the queue is paused: an instance that missed the
+       -- notice learns it here (see PauseWatcher).
+       CASE WHEN count(*) = 0 THEN NOT ${queueNotPaused(s)} END AS paused${extra ? `,
        ${extra}` : ''}
 FROM claimed c`;
 }
@@ -96,6 +102,10 @@ export function claimStatements(schema: string) {
     -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
     -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
     AND (SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
+    -- Paused (pause.sql.ts): the whole queue, a one-time filter; a partition, per row only while
+    -- the queue has a paused partition.
+    AND ${queueNotPaused(s)}
+    AND ${partitionNotPaused(s)}
     AND ${groupFirst(s)}
   ORDER BY t.priority, t.run_at, t.id
   LIMIT $2

@@ -56,7 +56,8 @@ SELECT queue, state, count(*)::int, NULL FROM ${s}.task_archive GROUP BY queue, 
      * and read whole from task_running_idx. The due figures are range scans of task_due_idx
      * (queue, run_at <= now()), which never reach the not-yet-due rows. With, per queue, the
      * running instances that handle it and how long it has had due tasks and none (see
-     * unhandledMs), from the few rows of queue_handler.
+     * unhandledMs), from the few rows of queue_handler. And whether it is paused, as a whole or in
+     * some partitions (queue_pause, a few rows): a paused queue is listed even without live tasks.
      */
     /**
      * What the server accepts, for the connection budget checked when workers start (see
@@ -80,8 +81,10 @@ SELECT q.queue,
           SELECT 1 FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting' LIMIT ${METRICS_COUNT_CAP}
         ) waiting)::int AS waiting,
        (extract(epoch FROM now() - o.run_at) * 1000)::float8 AS oldest_due_ms,
-       h.live AS handlers, ${unhandledMs('h', 'o.run_at')} AS unhandled_ms
-FROM queues q
+       h.live AS handlers, ${unhandledMs('h', 'o.run_at')} AS unhandled_ms,
+       EXISTS (SELECT 1 FROM ${s}.queue_pause p WHERE p.queue = q.queue AND p.partition_key = '') AS paused,
+       (SELECT count(*) FROM ${s}.queue_pause p WHERE p.queue = q.queue AND p.partition_key <> '')::int AS paused_partitions
+FROM (SELECT queue FROM queues UNION SELECT queue FROM ${s}.queue_pause) q
 ${oldestDueAndHandlers(s)}
 ORDER BY q.queue`,
 

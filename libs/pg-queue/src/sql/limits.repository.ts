@@ -50,6 +50,8 @@ export class LimitsRepository {
         await tx.$executeRawUnsafe(this.sql.lock, `${this.schema}.${queue}`, String(b.lockWaitMs), String(b.idleMs), String(b.statementMs));
         const windowMs = queueRate?.perMs ?? 0;
         const [room] = await tx.$queryRawUnsafe<Room[]>(this.sql.room, queue, windowMs, partitionRate?.max ?? null, partitionRate?.perMs ?? 0);
+        // Paused as a whole (pause.sql.ts): nothing to claim, nothing to record; a resume wakes the workers.
+        if (room.paused) return { rows: [], nextDueInMs: null, dbNowMs: room.db_now_ms, paused: true };
         let take = want;
         if (limits.globalConcurrency !== null) take = Math.min(take, limits.globalConcurrency - room.running);
         // When the rate is what stops the claim, the worker's timer waits for the window to move.
@@ -127,6 +129,8 @@ interface Room {
   room_wanted: boolean;
   /** Some task of the queue is due. */
   due: boolean;
+  /** The queue is paused as a whole. */
+  paused: boolean;
 }
 
 /** How many tasks each partition just started ('' for tasks without a partition). */

@@ -1,6 +1,7 @@
 import { claimFrom, groupFirst } from './claim.sql';
 import { quoteIdent } from './identifiers';
 import { marked } from './fragments.sql';
+import { hasPausedPartition, queueNotPaused } from './pause.sql';
 import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
 
 /** The notification payload's prefix that announces freed room in a queue (`!room <queue>`; see WakeupListener). */
@@ -62,7 +63,9 @@ SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1)) FROM bounds`
      * the next window open too soon. With a rate limit per partition, also when the first full
      * partition's window frees a slot. And for freed-room announcements (see `record`): whether a
      * claim that a concurrency rule cut short is waiting, and whether any task is due (an index
-     * probe of task_due_idx).
+     * probe of task_due_idx). And whether the queue is paused as a whole (pause.sql.ts): the claim
+     * then stops here. Read in the claim's transaction, which holds queue_pause's ACCESS SHARE lock
+     * until it ends: a pause waits for it, so what this says holds for the claim that follows.
      * Parameters: $1 queue, $2 rate window in ms (0: no queue-wide rate limit), $3 per-partition
      * rate limit (NULL: none), $4 its window in ms.
      */
@@ -77,7 +80,8 @@ SELECT (SELECT count(*) FROM ${s}.task WHERE queue = $1 AND state = 'running')::
         WHERE r.queue = $1 AND $3::int IS NOT NULL AND ${windowCount('r.rate_at', 'r.rate_n', '$4', 'c.now')} >= $3::int) AS partition_frees_in_ms,
        (extract(epoch FROM c.now) * 1000)::float8 AS db_now_ms,
        coalesce(q.room_wanted, false) AS room_wanted,
-       coalesce((SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now(), false) AS due
+       coalesce((SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now(), false) AS due,
+       NOT ${queueNotPaused(s)} AS paused
 FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
 
     /**
@@ -232,7 +236,11 @@ const keyedTask = (alias: string) =>
   `t.queue = $1 AND t.state = 'pending' AND t.partition_key = ${alias}.p AND (t.priority, t.run_at) <= (${alias}.top, now())`;
 const unpartitionedTask = `t.queue = $1 AND t.state = 'pending' AND t.partition_key IS NULL`;
 
-/** A walked partition `w.p`: its highest pending priority (`x.top`), and its room (`r.room`, 0 when nothing is due). */
+/**
+ * A walked partition `w.p`: its highest pending priority (`x.top`), and its room (`r.room`, 0 when
+ * nothing is due or it is paused: pause.sql.ts; the per-partition probe only while the queue has a
+ * paused partition).
+ */
 function visit(s: string): string {
   // OFFSET 0 keeps each LATERAL a subquery of its own, evaluated once per partition: flattened,
   // the room expression would be computed again for the filter on it.
@@ -240,7 +248,9 @@ function visit(s: string): string {
     SELECT (SELECT max(m.priority) FROM ${s}.task m WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = w.p) AS top OFFSET 0
   ) x
   CROSS JOIN LATERAL (
-    SELECT CASE WHEN (CASE WHEN w.p = '' THEN EXISTS (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now())
+    SELECT CASE WHEN w.p <> '' AND ${hasPausedPartition(s)}
+                     AND EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = w.p) THEN 0
+                WHEN (CASE WHEN w.p = '' THEN EXISTS (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now())
                            ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT w.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now()) END)
            THEN greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = w.p), 0),
                                coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), $6)), 0)

@@ -46,6 +46,10 @@ export interface MetricsRow {
   handlers: number;
   /** How long it has had due tasks and no running instance handling it; null when it has one or nothing is due. */
   unhandled_ms: number | null;
+  /** Paused as a whole (see pause.sql.ts). */
+  paused: boolean;
+  /** How many of its partitions are paused on their own. */
+  paused_partitions: number;
 }
 
 /** Runs the operator and inspection statements (never on the claim/complete hot path). */

@@ -48,6 +48,8 @@ export interface Claim {
   nextDueInMs: number | null;
   /** The database's clock (epoch ms) when the claim ran. */
   dbNowMs: number;
+  /** Set by a claim that took nothing: the queue is paused as a whole (see pause.sql.ts). */
+  paused?: boolean;
 }
 
 export interface Lease {

@@ -80,10 +80,10 @@ export class TaskRepository {
 
   /** `maxAttempts`: the claiming handler's limit, for tasks whose enqueuer set none. */
   async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number): Promise<Claim> {
-    const [res] = await db.$queryRawUnsafe<{ claimed: string; next_due_in_ms: number | null; db_now_ms: number }[]>(
+    const [res] = await db.$queryRawUnsafe<{ claimed: string; next_due_in_ms: number | null; db_now_ms: number; paused: boolean | null }[]>(
       this.claimSql.claim, queue, limit, workerId, leaseMs, maxAttempts,
     );
-    return { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms };
+    return { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms, paused: res.paused === true };
   }
 
   /** The ids among `leases` (just claimed) whose group has another running task (see claim.sql.ts). */

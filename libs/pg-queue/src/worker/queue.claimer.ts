@@ -24,6 +24,8 @@ export class QueueClaimer {
    */
   readonly roomLimited: boolean;
   lastClaimAt: number | null = null;
+  /** The last claim took nothing because the queue is paused as a whole (see pause.sql.ts). */
+  sawPaused = false;
   /** The last claim's error as one line; null once a claim succeeds. */
   lastClaimError: string | null = null;
   /** When the claim in flight was sent; null when none is. */
@@ -115,6 +117,7 @@ export class QueueClaimer {
       ? await this.deps.limits.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o)
       : await this.deps.repo.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts);
     this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
+    this.sawPaused = claim.paused === true;
     if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
     const attempts = claim.rows.map((r) => new Attempt(r));
     return (await this.withoutGroupRivals(attempts)).sort(byClaimOrder);

@@ -25,6 +25,10 @@ export interface QueueHealth {
     oldestDueMs: number | null;
     handlers: number;
     unhandledMs: number | null;
+    /** Paused as a whole (TaskQueue.pause): its due tasks wait by design. */
+    paused: boolean;
+    /** Partitions paused on their own. */
+    pausedPartitions: number;
   }[];
 }
 
@@ -51,6 +55,8 @@ export async function readQueueHealth(
       oldestDueMs: r.oldest_due_ms,
       handlers: r.handlers,
       unhandledMs: r.unhandled_ms,
+      paused: r.paused,
+      pausedPartitions: r.paused_partitions,
     }));
     return { database: { up: true, error: null }, ...local, queues };
   } catch (err) {

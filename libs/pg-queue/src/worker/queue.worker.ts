@@ -28,6 +28,8 @@ export interface WorkerStatus {
   running: number;
   lastClaimAt: Date | null;
   lastClaimError: string | null;
+  /** The queue is paused as a whole (see pause.sql.ts): the loop claims nothing until it is resumed. */
+  paused: boolean;
 }
 
 /**
@@ -68,6 +70,10 @@ export class QueueWorker {
   /** The most rows one claim takes: batchSize, or fewer when large payloads would pass CLAIM_PAYLOAD_BUDGET. */
   private readonly claimCeiling: number;
   private readonly claimer: QueueClaimer;
+  /** The queue is paused as a whole, as far as this process knows (see PauseWatcher): no claims. */
+  private paused = false;
+  /** Changes of `paused` by PauseWatcher: a claim that saw a pause records it only if none came meanwhile. */
+  private pauseSeq = 0;
 
   constructor(
     readonly handler: RegisteredHandler,
@@ -110,6 +116,22 @@ export class QueueWorker {
     this.claimer.roomNotice();
   }
 
+  /**
+   * The queue was paused or resumed as a whole (PauseWatcher). Paused, the loop claims nothing
+   * (running and claimed work goes on); resumed, it claims at once. Only saves claims: the claim
+   * statements themselves never take a paused queue's tasks (pause.sql.ts).
+   */
+  setPaused(paused: boolean): void {
+    this.pauseSeq++;
+    if (this.paused === paused) return;
+    this.paused = paused;
+    if (!paused) this.wake();
+  }
+
+  get isPaused(): boolean {
+    return this.paused;
+  }
+
   /** A task becomes due in `ms`: wake then, unless an earlier wake-up is already set. */
   wakeIn(ms: number): void {
     if (this.state !== 'running') return;
@@ -137,6 +159,7 @@ export class QueueWorker {
       running: this.work.size,
       lastClaimAt: this.claimer.lastClaimAt === null ? null : new Date(this.claimer.lastClaimAt),
       lastClaimError: error,
+      paused: this.paused,
     };
   }
 
@@ -212,7 +235,7 @@ export class QueueWorker {
 
   private fill(): void {
     // Checked here too, not only in the loop: fill() runs after every task, mostly with nothing to do.
-    if (this.filling || this.state !== 'running' || this.claimedSeq === this.wakeSeq || this.capacity() === 0) return;
+    if (this.filling || this.state !== 'running' || this.paused || this.claimedSeq === this.wakeSeq || this.capacity() === 0) return;
     this.filling = this.claimWhileRoom().then((ended) => {
       this.filling = null;
       // A slot freed or a wake that came while the loop was finishing found it still running.
@@ -223,11 +246,14 @@ export class QueueWorker {
   /** Claims while there is room and maybe work; false when a claim failed (a retry is scheduled). */
   private async claimWhileRoom(): Promise<boolean> {
     try {
-      while (this.state === 'running' && this.claimedSeq !== this.wakeSeq) {
+      while (this.state === 'running' && !this.paused && this.claimedSeq !== this.wakeSeq) {
         const want = this.capacity();
         if (want === 0) break;
         const seq = this.wakeSeq;
+        const pauseSeq = this.pauseSeq;
         const rows = await this.claimer.claim(want);
+        // Paused, and this process missed the notice: stop claiming until a resume (unless one came meanwhile).
+        if (this.claimer.sawPaused && pauseSeq === this.pauseSeq) this.paused = true;
         if (this.state !== 'running') {
           // Came back after stop() gave up waiting for it: nothing may start now. Given back while
           // the app is still closing; once stopped, the database is not touched (leases expire).

@@ -1,5 +1,6 @@
 import { SETTLE_NOTICE } from '../sql/dependencies.sql';
 import { ROOM_NOTICE } from '../sql/limits.sql';
+import { PAUSE_NOTICE, RESUME_NOTICE } from '../sql/pause.sql';
 import { WAKE_NOTICE } from '../sql/workflow.sql';
 import type { Logger } from '@nestjs/common';
 import createPostgresSubscriber, { type Subscriber } from 'pg-listen';
@@ -32,24 +33,23 @@ export class WakeupListener {
       room: (queue: string) => void;
       /** A workflow parked until `at`, epoch ms by the database's clock (see WorkflowWaker). */
       wakeWorkflows: (at: number) => void;
-      /** The connection is up (first time, or back): notifications sent while it was down were lost. */
+      /** `queue` was paused or resumed as a whole (see PauseWatcher). */
+      paused: (queue: string, paused: boolean) => void;
       reconnected: () => void;
-      /** The connection was lost. */
-      lost?: () => void;
     },
-    /**
-     * The session's application_name: names the instance (see instance.liveness.ts), so it must
-     * reach the server even when databaseUrl sets one of its own.
-     */
-    private readonly applicationName = 'pg-queue listener',
   ) {}
 
-  /** Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`, `!settle`, `!room <queue>`, `!wake@<epoch ms>`. */
+  /**
+   * Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`, `!settle`, `!room <queue>`, `!wake@<epoch ms>`,
+   * `!pause <queue>`, `!resume <queue>`.
+   */
   private dispatch(payload: string): void {
     if (payload.startsWith('!cancel ')) return this.on.cancel(payload.slice('!cancel '.length));
     if (payload === SETTLE_NOTICE) return this.on.settle();
     if (payload.startsWith(ROOM_NOTICE)) return this.on.room(payload.slice(ROOM_NOTICE.length));
     if (payload.startsWith(WAKE_NOTICE)) return this.on.wakeWorkflows(Number(payload.slice(WAKE_NOTICE.length)));
+    if (payload.startsWith(PAUSE_NOTICE)) return this.on.paused(payload.slice(PAUSE_NOTICE.length), true);
+    if (payload.startsWith(RESUME_NOTICE)) return this.on.paused(payload.slice(RESUME_NOTICE.length), false);
     const at = payload.lastIndexOf('@');
     if (at < 0) return this.on.wake(payload, null);
     this.on.wake(payload.slice(0, at), Number(payload.slice(at + 1)));
@@ -61,7 +61,7 @@ export class WakeupListener {
 
   async start(): Promise<void> {
     const subscriber = createPostgresSubscriber(
-      { connectionString: withApplicationName(this.databaseUrl, this.applicationName), keepAlive: true, application_name: this.applicationName },
+      { connectionString: this.databaseUrl, keepAlive: true, application_name: 'pg-queue listener' },
       {
         parse: (payload: string) => payload,
         // pg-listen's reconnect loop does not look at close(): once stopped, the next retry throws,
@@ -84,7 +84,6 @@ export class WakeupListener {
     subscriber.events.on('reconnect', (attempt: number) => {
       this.connected = false;
       this.lost = true;
-      this.on.lost?.();
       if (this.stopped) return;
       this.logger.warn(`LISTEN connection lost; reconnecting (attempt ${attempt}); polling meanwhile`);
     });
@@ -139,20 +138,5 @@ export class WakeupListener {
     this.subscriber = null;
     this.connected = false;
     if (s) await s.close().catch(() => undefined);
-  }
-}
-
-/**
- * `url` with its application_name parameter set to `name` (pg takes a connection string's
- * parameters over the config's); unchanged if it cannot be parsed as a URL (the listener's name
- * then is whatever it says, and the instance is never judged by it: see InstanceLiveness).
- */
-function withApplicationName(url: string, name: string): string {
-  try {
-    const u = new URL(url);
-    u.searchParams.set('application_name', name);
-    return u.toString();
-  } catch {
-    return url;
   }
 }

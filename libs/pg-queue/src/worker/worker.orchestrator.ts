@@ -11,6 +11,7 @@ import { HandlerRepository } from '../sql/handlers.repository';
 import { within } from '../core/within';
 import { LimitsRepository } from '../sql/limits.repository';
 import { OperatorRepository } from '../sql/operator.repository';
+import { PauseRepository } from '../sql/pause.repository';
 import { installSchema, schemaUpgradeState, type UnfinishedUpgrade } from '../sql/schema.installer';
 import { ScheduleRepository } from '../sql/schedule.repository';
 import { TaskRepository } from '../sql/task.repository';
@@ -19,9 +20,8 @@ import { connectionBudget } from './connection.budget';
 import { startupConnectionError } from './startup.errors';
 import { DatabaseClock } from './database.clock';
 import { HandlerPresence } from './handler.presence';
-import { LeaseRescuer, type GoneInstances } from './lease.rescuer';
-import { InstanceLiveness, listenerName } from './instance.liveness';
-import { LivenessRepository } from '../sql/liveness.repository';
+import { PauseWatcher } from './pause.watcher';
+import { LeaseRescuer } from './lease.rescuer';
 import { DependencySettler } from './dependency.settler';
 import { RetentionPruner, type PruneResult } from './retention.pruner';
 import { QueueDrainer, type DrainOptions, type DrainReport } from './queue.drainer';
@@ -58,9 +58,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private ticker: ScheduleTicker | null = null;
   private pruner: RetentionPruner | null = null;
   private presence: HandlerPresence | null = null;
-  /** This instance's record that its LISTEN session is up (null: none, without databaseUrl or with deadInstanceAfterMs false). */
-  private readonly liveness: InstanceLiveness | null;
-  private readonly gone: GoneInstances;
+  private pauses: PauseWatcher | null = null;
   private readonly settler: DependencySettler;
   private readonly drainer: QueueDrainer;
   private started = false;
@@ -99,12 +97,6 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       clock,
       workflows: this.workflows.runner,
     };
-    const livenessRepo = new LivenessRepository(options.schema);
-    this.liveness =
-      options.databaseUrl && options.deadInstanceAfterMs !== false
-        ? new InstanceLiveness(options.prisma, livenessRepo, options.workerId, listenerName(options.schema, options.workerId), options.deadInstanceAfterMs, this.logger)
-        : null;
-    this.gone = { repo: livenessRepo, self: options.workerId, own: this.liveness, listening: () => this.listening };
   }
 
   async onModuleInit(): Promise<void> {
@@ -141,8 +133,12 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       await this.checkConnectionBudget();
       await this.ensureListener();
       const ticker = await this.syncedTicker();
+      // Which queues are paused, before any worker claims (see PauseWatcher).
+      for (const handler of this.registry.all()) this.worker(handler.queue);
+      this.pauses = new PauseWatcher(this.options.prisma, new PauseRepository(this.options.schema), () => this.workers.values(), () => this.pollIntervalMs(), this.logger);
+      await this.pauses.start();
       for (const handler of this.registry.all()) this.worker(handler.queue).start();
-      this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger, this.settler, this.gone);
+      this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger, this.settler);
       this.rescuer.start();
       this.pruner = new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger);
       this.pruner.start();
@@ -179,13 +175,11 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       // Each part starts nothing once stopped and resolves when what it had under way ended: once
       // shutdown resolves, nothing of the queue's touches the Prisma client.
       const stopping = (async () => {
-        const maintenance = Promise.all([this.rescuer?.stop(), this.pruner?.stop(), this.presence?.stop(), this.workflows.stop()]);
+        const maintenance = Promise.all([this.rescuer?.stop(), this.pruner?.stop(), this.presence?.stop(), this.workflows.stop(), this.pauses?.stop()]);
         await this.ticker?.stop();
         await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
         await this.listener?.stop();
         await maintenance;
-        // After the workers released what they could and the listener closed: what is left waits for its lease.
-        if (this.listener) await this.liveness?.retire();
         await this.settler.close();
       })();
       if ((await within(stopping.then(() => true), deadline + SHUTDOWN_GRACE_MS - Date.now(), false)) === false) {
@@ -283,12 +277,12 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       settle: () => void this.settler.request(),
       room: (queue) => this.workers.get(queue)?.roomFreed(),
       wakeWorkflows: (at) => this.workflows.wakeAt(at),
+      paused: (queue, paused) => this.pauses?.notice(queue, paused),
       reconnected: () => {
+        this.pauses?.refresh();
         this.wakeAll();
-        void this.liveness?.connected();
       },
-      lost: () => this.liveness?.lost(),
-    }, this.liveness?.listener);
+    });
     await this.listener.start();
   }
 
@@ -301,12 +295,15 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     if (!w) {
       const handler = this.registry.get(queue);
       if (!handler) throw new PgQueueError(`pg-queue: no handler for queue "${queue}" in this process`);
-      // With LISTEN healthy, NOTIFY and due-time timers start tasks; polling is only a safety net.
-      const poll = () => (this.listening ? this.options.listenPollIntervalMs : this.options.pollIntervalMs);
-      w = new QueueWorker(handler, this.deps, poll);
+      w = new QueueWorker(handler, this.deps, () => this.pollIntervalMs());
       this.workers.set(queue, w);
     }
     return w;
+  }
+
+  /** With LISTEN healthy, NOTIFY and due-time timers start tasks; polling is only a safety net. */
+  private pollIntervalMs(): number {
+    return this.listening ? this.options.listenPollIntervalMs : this.options.pollIntervalMs;
   }
 
   private holdDisconnectUntilDrained(): void {

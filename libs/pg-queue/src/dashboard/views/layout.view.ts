@@ -29,6 +29,10 @@ const NOTICES: Record<string, { text: string; ok: boolean }> = {
   'priority-set': { text: 'Priority changed.', ok: true },
   'priority-not-set': { text: 'Priority unchanged: only a pending task can be moved.', ok: false },
   'retried-dead': { text: 'Dead tasks retried:', ok: true },
+  paused: { text: 'Queue paused: no instance claims its tasks until it is resumed; running tasks finish, enqueue goes on.', ok: true },
+  'already-paused': { text: 'The queue was already paused.', ok: false },
+  resumed: { text: 'Queue resumed: its workers claim again.', ok: true },
+  'not-paused': { text: 'The queue was not paused.', ok: false },
 };
 
 /** The page shell: header with navigation, an optional notice, the content. */

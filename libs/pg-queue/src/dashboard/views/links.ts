@@ -34,6 +34,15 @@ export class Links {
   retryDead(): string {
     return `${this.base}/retry-dead`;
   }
+
+  /** Where a queue's pause / resume posts (the queue in the form). */
+  pause(): string {
+    return `${this.base}/pause`;
+  }
+
+  resume(): string {
+    return `${this.base}/resume`;
+  }
 }
 
 function search(query: Record<string, string | null | undefined>): string {

@@ -2,7 +2,7 @@ import { DASHBOARD_LIMITS } from '../../sql/dashboard.repository';
 import type { Overview } from '../dashboard.data';
 import { capped, duration, timestamp } from './format';
 import { html, type Html } from './html';
-import { page, type PageContext } from './layout.view';
+import { actionForm, page, type PageContext } from './layout.view';
 import { throughputChart } from './throughput.chart';
 
 /** Queues: counts by state, the last hour per minute, the oldest due task, run-time percentiles. */
@@ -14,9 +14,13 @@ export function overviewPage(ctx: PageContext, o: Overview, notice: { key?: stri
   const oldest = waits.length > 0 ? Math.max(...waits) : null;
   const unhandled = o.queues.filter((q) => q.unhandledMs !== null).length;
   const card = (label: string, value: string, cls = '') => html`<div class="card ${cls}"><div class="value">${value}</div><div class="label">${label}</div></div>`;
+  const pauseButton = (q: Overview['queues'][number]) =>
+    actionForm(ctx, q.paused ? l.resume() : l.pause(), q.paused ? 'Resume' : 'Pause', html`<input type="hidden" name="queue" value="${q.queue}">`, q.paused ? 'btn' : 'btn danger');
   const rows = o.queues.map(
-    (q) => html`<tr>
-<th scope="row"><a href="${l.tasks({ queue: q.queue })}">${q.queue}</a></th>
+    (q) => html`<tr${q.paused ? html` class="paused"` : ''}>
+<th scope="row"><a href="${l.tasks({ queue: q.queue })}">${q.queue}</a>${q.paused ? html` <span class="badge st-paused" title="nothing of this queue is claimed until it is resumed">paused</span>` : ''}${
+      q.pausedPartitions.length > 0 ? html` <span class="hint" title="partitions paused on their own">partitions paused: ${q.pausedPartitions.join(', ')}</span>` : ''
+    }</th>
 <td class="num">${capped(q.due, cap)}</td>
 <td class="num">${capped(q.later, cap)}</td>
 <td class="num">${capped(q.waiting, cap)}</td>
@@ -35,6 +39,7 @@ export function overviewPage(ctx: PageContext, o: Overview, notice: { key?: stri
     }</td>
 <td class="num">${duration(q.p50Ms)}</td>
 <td class="num">${duration(q.p95Ms)}</td>
+<td>${pauseButton(q)}</td>
 </tr>`,
   );
   const content = html`<h1>Queues</h1>
@@ -60,7 +65,7 @@ ${o.queues.length === 0
     ? html`<p class="empty">No tasks yet.</p>`
     : html`<table class="grid-table">
 <thead><tr><th>queue</th><th class="num" title="pending, due">due</th><th class="num" title="pending, run_at in the future">later</th><th class="num" title="waiting for the tasks it depends on">waiting</th><th class="num">running</th><th class="num">dead</th>
-<th class="num">done 1 h</th><th class="num">failed 1 h</th><th class="num">cancelled 1 h</th><th class="num">oldest due</th><th class="num" title="running instances that handle the queue">handlers</th><th class="num">run p50</th><th class="num">run p95</th></tr></thead>
+<th class="num">done 1 h</th><th class="num">failed 1 h</th><th class="num">cancelled 1 h</th><th class="num">oldest due</th><th class="num" title="running instances that handle the queue">handlers</th><th class="num">run p50</th><th class="num">run p95</th><th>${ctx.readOnly ? '' : 'claims'}</th></tr></thead>
 <tbody>${rows}</tbody>
 </table>
 <p class="hint">Counts of pending, waiting and dead tasks stop at ${cap}. Run times are over the tasks that finished done in the last hour.</p>`}
