@@ -15,6 +15,7 @@ describe('schema installation', () => {
     expect(await installSchema(db.prisma(), 'jobs_a')).toEqual([]);
     const tables = await db.sql("SELECT table_name FROM information_schema.tables WHERE table_schema = 'jobs_a' ORDER BY 1");
     expect(tables.map((t) => t.table_name)).toEqual([
+      'instance_session',
       'partition_rate',
       'queue_handler',
       'queue_pause',

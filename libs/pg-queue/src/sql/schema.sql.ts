@@ -3,6 +3,7 @@ import { archiveMigrations } from './migrations/archive.migrations';
 import { flowMigrations } from './migrations/flow.migrations';
 import { handlerMigrations } from './migrations/handlers.migrations';
 import { inspectMigrations } from './migrations/inspect.migrations';
+import { instanceMigrations } from './migrations/instances.migrations';
 import { limitMigrations } from './migrations/limits.migrations';
 import { pauseMigrations } from './migrations/pause.migrations';
 import { taskMigrations } from './migrations/tasks.migrations';
@@ -73,7 +74,7 @@ export function migrationStepPlans(m: SchemaMigration): readonly { sql: string; 
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
   const s = quoteIdent(schema);
-  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s)];
+  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s), ...instanceMigrations(s)];
 }
 
 /** Everything needed to create the schema from nothing, including the version bookkeeping. */

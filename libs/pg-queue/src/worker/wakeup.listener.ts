@@ -35,8 +35,16 @@ export class WakeupListener {
       wakeWorkflows: (at: number) => void;
       /** `queue` was paused or resumed as a whole (see PauseWatcher). */
       paused: (queue: string, paused: boolean) => void;
+      /** The connection is up (first time, or back): notifications sent while it was down were lost. */
       reconnected: () => void;
+      /** The connection was lost. */
+      lost?: () => void;
     },
+    /**
+     * The session's application_name: names the instance (see instance.liveness.ts), so it must
+     * reach the server even when databaseUrl sets one of its own.
+     */
+    private readonly applicationName = 'pg-queue listener',
   ) {}
 
   /**
@@ -61,7 +69,7 @@ export class WakeupListener {
 
   async start(): Promise<void> {
     const subscriber = createPostgresSubscriber(
-      { connectionString: this.databaseUrl, keepAlive: true, application_name: 'pg-queue listener' },
+      { connectionString: withApplicationName(this.databaseUrl, this.applicationName), keepAlive: true, application_name: this.applicationName },
       {
         parse: (payload: string) => payload,
         // pg-listen's reconnect loop does not look at close(): once stopped, the next retry throws,
@@ -84,6 +92,7 @@ export class WakeupListener {
     subscriber.events.on('reconnect', (attempt: number) => {
       this.connected = false;
       this.lost = true;
+      this.on.lost?.();
       if (this.stopped) return;
       this.logger.warn(`LISTEN connection lost; reconnecting (attempt ${attempt}); polling meanwhile`);
     });
@@ -138,5 +147,20 @@ export class WakeupListener {
     this.subscriber = null;
     this.connected = false;
     if (s) await s.close().catch(() => undefined);
+  }
+}
+
+/**
+ * `url` with its application_name parameter set to `name` (pg takes a connection string's
+ * parameters over the config's); unchanged if it cannot be parsed as a URL (the listener's name
+ * then is whatever it says, and the instance is never judged by it: see InstanceLiveness).
+ */
+function withApplicationName(url: string, name: string): string {
+  try {
+    const u = new URL(url);
+    u.searchParams.set('application_name', name);
+    return u.toString();
+  } catch {
+    return url;
   }
 }

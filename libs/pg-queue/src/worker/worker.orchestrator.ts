@@ -21,7 +21,9 @@ import { startupConnectionError } from './startup.errors';
 import { DatabaseClock } from './database.clock';
 import { HandlerPresence } from './handler.presence';
 import { PauseWatcher } from './pause.watcher';
-import { LeaseRescuer } from './lease.rescuer';
+import { LeaseRescuer, type GoneInstances } from './lease.rescuer';
+import { InstanceLiveness, listenerName } from './instance.liveness';
+import { LivenessRepository } from '../sql/liveness.repository';
 import { DependencySettler } from './dependency.settler';
 import { RetentionPruner, type PruneResult } from './retention.pruner';
 import { QueueDrainer, type DrainOptions, type DrainReport } from './queue.drainer';
@@ -59,6 +61,9 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private pruner: RetentionPruner | null = null;
   private presence: HandlerPresence | null = null;
   private pauses: PauseWatcher | null = null;
+  /** This instance's record that its LISTEN session is up (null: none, without databaseUrl or with deadInstanceAfterMs false). */
+  private readonly liveness: InstanceLiveness | null;
+  private readonly gone: GoneInstances;
   private readonly settler: DependencySettler;
   private readonly drainer: QueueDrainer;
   private started = false;
@@ -97,6 +102,12 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       clock,
       workflows: this.workflows.runner,
     };
+    const livenessRepo = new LivenessRepository(options.schema);
+    this.liveness =
+      options.databaseUrl && options.deadInstanceAfterMs !== false
+        ? new InstanceLiveness(options.prisma, livenessRepo, options.workerId, listenerName(options.schema, options.workerId), options.deadInstanceAfterMs, this.logger)
+        : null;
+    this.gone = { repo: livenessRepo, self: options.workerId, own: this.liveness, listening: () => this.listening };
   }
 
   async onModuleInit(): Promise<void> {
@@ -138,7 +149,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       this.pauses = new PauseWatcher(this.options.prisma, new PauseRepository(this.options.schema), () => this.workers.values(), () => this.pollIntervalMs(), this.logger);
       await this.pauses.start();
       for (const handler of this.registry.all()) this.worker(handler.queue).start();
-      this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger, this.settler);
+      this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger, this.settler, this.gone);
       this.rescuer.start();
       this.pruner = new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger);
       this.pruner.start();
@@ -180,6 +191,8 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
         await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
         await this.listener?.stop();
         await maintenance;
+        // After the workers released what they could and the listener closed: what is left waits for its lease.
+        if (this.listener) await this.liveness?.retire();
         await this.settler.close();
       })();
       if ((await within(stopping.then(() => true), deadline + SHUTDOWN_GRACE_MS - Date.now(), false)) === false) {
@@ -281,8 +294,10 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       reconnected: () => {
         this.pauses?.refresh();
         this.wakeAll();
+        void this.liveness?.connected();
       },
-    });
+      lost: () => this.liveness?.lost(),
+    }, this.liveness?.listener);
     await this.listener.start();
   }
 
