@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { DependencySettler } from './dependency.settler';
 import type { InstanceLiveness } from './instance.liveness';
+import type { OwedOutcomes } from './owed.outcomes';
 import type { LivenessRepository } from '../sql/liveness.repository';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
@@ -16,6 +17,8 @@ export interface GoneInstances {
   /** This instance's own record (null: it never registers, e.g. without databaseUrl). */
   own: InstanceLiveness | null;
   listening: () => boolean;
+  /** What this instance owes the database (see OwedOutcomes): written on every pass. */
+  owed?: OwedOutcomes;
 }
 
 /**
@@ -74,6 +77,7 @@ export class LeaseRescuer {
    */
   async rescueGoneOnce(): Promise<number | null> {
     if (!this.gone) return null;
+    await this.gone.owed?.settle(this.db, this.repo);
     await this.gone.own?.ensure(this.gone.listening());
     try {
       const res = await this.gone.repo.rescueGone(this.db, this.gone.self);

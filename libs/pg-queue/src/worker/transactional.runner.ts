@@ -269,8 +269,10 @@ export class TransactionalRunner {
     try {
       return await this.deps.repo.fail(this.deps.prisma, failures, this.handler.options.retryBlocksGroup);
     } catch (err) {
-      // The database is unreachable: the leases will expire and the rescuer retries the tasks.
-      this.deps.logger.error(`could not record failed attempts: ${(err as Error).message}`);
+      // The database is unreachable: written once it answers again (see OwedOutcomes), else the
+      // leases expire and the rescuer retries the tasks.
+      this.deps.owed?.fail(failures, this.handler.options.retryBlocksGroup);
+      this.deps.logger.error(`could not record failed attempts (recorded once the database answers): ${(err as Error).message}`);
       return null;
     }
   }

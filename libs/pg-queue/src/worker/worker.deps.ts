@@ -12,6 +12,7 @@ import { backoffDelayMs } from './backoff';
 import type { DatabaseClock } from './database.clock';
 import { errorText } from './error-text';
 import type { InvokeOutcome } from './handler.invoker';
+import type { OwedOutcomes } from './owed.outcomes';
 
 /** Runs the attempts of @Workflow handlers (workflow/workflow.runner.ts); null when the app has none. */
 export interface WorkflowEngine {
@@ -33,6 +34,8 @@ export interface WorkerDeps {
   /** This process's estimate of the database's clock (claims feed it; notifications read it). */
   clock: DatabaseClock;
   workflows: WorkflowEngine | null;
+  /** Releases and failures the database could not be told of yet (see OwedOutcomes). */
+  owed?: OwedOutcomes;
 }
 
 /** The failure record of an attempt: fatal errors and last attempts go to dead (the SQL decides). */
@@ -49,7 +52,7 @@ export function failureOf(attempt: Attempt, error: unknown, handler: RegisteredH
  * Gives attempts back uncounted and publishes what became of each: `released`, or `lease-lost`
  * when its lease had already been taken over (another attempt may even have finished the task).
  * `announce` false for attempts no event was published for yet (given back right after the claim).
- * When the database cannot be reached the leases expire and the rescuer gives the tasks back.
+ * When the database cannot be reached they are owed (see OwedOutcomes): given back once it answers.
  */
 export async function releaseAttempts(deps: WorkerDeps, attempts: Attempt[], what: string, announce = true): Promise<void> {
   if (attempts.length === 0) return;
@@ -58,7 +61,8 @@ export async function releaseAttempts(deps: WorkerDeps, attempts: Attempt[], wha
     if (!announce) return;
     for (const a of attempts) publish(deps, a, released.has(a.task.id) ? 'released' : 'lease-lost');
   } catch (err) {
-    deps.logger.error(`could not release ${what}: ${(err as Error).message}`);
+    deps.owed?.release(attempts.map((a) => a.lease));
+    deps.logger.error(`could not release ${what} (given back once the database answers): ${(err as Error).message}`);
   }
 }
 

@@ -23,6 +23,7 @@ import { HandlerPresence } from './handler.presence';
 import { PauseWatcher } from './pause.watcher';
 import { LeaseRescuer, type GoneInstances } from './lease.rescuer';
 import { InstanceLiveness, listenerName } from './instance.liveness';
+import { OwedOutcomes } from './owed.outcomes';
 import { LivenessRepository } from '../sql/liveness.repository';
 import { DependencySettler } from './dependency.settler';
 import { RetentionPruner, type PruneResult } from './retention.pruner';
@@ -101,13 +102,14 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       rowLimits,
       clock,
       workflows: this.workflows.runner,
+      owed: new OwedOutcomes(this.logger),
     };
     const livenessRepo = new LivenessRepository(options.schema);
     this.liveness =
       options.databaseUrl && options.deadInstanceAfterMs !== false
         ? new InstanceLiveness(options.prisma, livenessRepo, options.workerId, listenerName(options.schema, options.workerId), options.deadInstanceAfterMs, this.logger)
         : null;
-    this.gone = { repo: livenessRepo, self: options.workerId, own: this.liveness, listening: () => this.listening };
+    this.gone = { repo: livenessRepo, self: options.workerId, own: this.liveness, listening: () => this.listening, owed: this.deps.owed };
   }
 
   async onModuleInit(): Promise<void> {
@@ -193,6 +195,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
         await maintenance;
         // After the workers released what they could and the listener closed: what is left waits for its lease.
         if (this.listener) await this.liveness?.retire();
+        await this.deps.owed?.close();
         await this.settler.close();
       })();
       if ((await within(stopping.then(() => true), deadline + SHUTDOWN_GRACE_MS - Date.now(), false)) === false) {
@@ -295,6 +298,8 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
         this.pauses?.refresh();
         this.wakeAll();
         void this.liveness?.connected();
+        // Back after a failover or a cut: what ended here meanwhile goes back at once.
+        void this.deps.owed?.settle(this.options.prisma, this.repo);
       },
       lost: () => this.liveness?.lost(),
     }, this.liveness?.listener);

@@ -1,0 +1,89 @@
+import { Injectable } from '@nestjs/common';
+import { TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
+import { WorkerOrchestrator } from '../../libs/pg-queue/src/worker/worker.orchestrator';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { PrismaClient, type Prisma } from '../../src/generated/prisma/client';
+import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { StallProxy } from '../support/stall-proxy';
+import { queueStates } from '../support/task-ledger';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { waitFor } from '../support/wait-for';
+
+/**
+ * Issue 26: an instance cut off from the database (every connection through a proxy that drops
+ * them and refuses new ones for a while, as in a failover or a network cut) gives back, as soon as
+ * its LISTEN connection is back, the claims whose attempts ended while it was cut off, fenced by
+ * token, instead of letting them wait out their leases. Leases here are a minute long; the
+ * instance's rescuer runs once a minute, so only the reconnect can explain tasks back in seconds.
+ */
+const LEASE_MS = 60_000;
+const TASKS = 8;
+
+@Injectable()
+class CutHandlers {
+  started = 0;
+
+  /** The first attempt waits in a statement of its transaction until the connection is cut; the second writes. */
+  @TaskHandler('cut.tx', { concurrency: TASKS, leaseMs: LEASE_MS, timeoutMs: 300_000 })
+  async tx(task: Task<{ customer: string }>, ctx: TaskContext<Prisma.TransactionClient>) {
+    if (task.attempt === 1) {
+      this.started++;
+      await ctx.tx.$queryRawUnsafe('SELECT pg_sleep(600)');
+    }
+    await ctx.tx.order.create({ data: { customer: task.payload.customer, amountCents: 1 } });
+  }
+}
+
+describe('an instance cut off from the database gives back what ended meanwhile once it reconnects', () => {
+  let db: TestDatabase;
+  let proxy: StallProxy;
+  /** The instance's pool, through the proxy. */
+  let prisma: PrismaClient;
+  let worker: QueueApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    proxy = new StallProxy(Number(new URL(db.url).port));
+    await proxy.start();
+    prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: proxy.url(db.url), max: TASKS + 6 }) });
+  });
+  afterAll(async () => {
+    await worker?.close();
+    await prisma?.$disconnect();
+    await proxy?.close();
+    await db?.drop();
+  });
+
+  it('transactional attempts that failed with the connection: failed and retried seconds after it is back, each write once', async () => {
+    // Its rescuer would write what is owed too, but not within this test: only the reconnect can.
+    worker = await bootQueueApp(prisma, [CutHandlers], { databaseUrl: proxy.url(db.url), workerId: 'cut', rescueIntervalMs: LEASE_MS, pollIntervalMs: 500 });
+    const handlers = worker.app.get(CutHandlers);
+    const owed = () => (worker.app.get(WorkerOrchestrator) as unknown as { deps: { owed: { size: number } } }).deps.owed.size;
+
+    await worker.queue.enqueueMany(Array.from({ length: TASKS }, (_, i) => ({ queue: 'cut.tx' as const, payload: { customer: `cut-${i}` } })));
+    await waitFor('every first attempt inside its statement', () => handlers.started === TASKS);
+    expect((await queueStates(db.sql, 'cut.tx')).running).toBe(TASKS);
+
+    // Cut: every connection of the instance dropped, new ones refused; the server side of the
+    // statements the proxy cut ends too.
+    const port = proxy.port;
+    await proxy.close();
+    await db.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid()");
+    await waitFor('the failed attempts owed to the database', () => owed() === TASKS, { timeoutMs: 30_000 });
+    expect((await queueStates(db.sql, 'cut.tx')).running).toBe(TASKS); // nothing could be written
+
+    await proxy.start(port);
+    const backAt = Date.now();
+    await waitFor('every task done', async () => (await queueStates(db.sql, 'cut.tx')).done === TASKS, { timeoutMs: LEASE_MS - 15_000 });
+    const doneMs = Date.now() - backAt;
+    console.log(`connection back → the ${TASKS} cut-off claims done: ${doneMs} ms (lease ${LEASE_MS} ms)`);
+    expect(doneMs).toBeLessThan(15_000);
+    expect(owed()).toBe(0);
+    const orders = await db.sql("SELECT customer, count(*)::int AS n FROM orders WHERE customer LIKE 'cut-%' GROUP BY 1");
+    expect(orders).toHaveLength(TASKS);
+    expect(orders.filter((o) => o.n !== 1)).toEqual([]);
+    // The cut attempt counted as a failure (its error recorded), the second one did the work.
+    const rows = await db.sql("SELECT attempt, last_error FROM pgqueue.task_archive WHERE queue = 'cut.tx'");
+    expect(rows.map((r) => r.attempt)).toEqual(Array(TASKS).fill(2));
+  }, 90_000);
+});
