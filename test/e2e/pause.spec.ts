@@ -13,6 +13,7 @@ import { PgQueueDashboardModule, PgQueueModule, TaskHandler, TaskQueue, WorkerOr
 import { PgQueueHealthIndicator, PgQueueHealthModule } from '@app/pg-queue/health';
 import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
 import type { PrismaClient } from '../../src/generated/prisma/client';
+import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { bootQueueApp, deferred, nextEvents, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -203,6 +204,64 @@ describe('pause and resume', () => {
     await waitFor('the kept task to run after the resume', async () => (await state(qa, id)) === 'done');
     expect(await qa.app.get(QueueMetrics).metrics()).toContain('pgqueue_queue_paused{queue="pause.kept"} 0');
     await qa.close();
+  });
+
+  it('pause waits for the claims in flight, and a claim that starts while it waits sees the pause', async () => {
+    const qa = await boot({ autoStart: false });
+    await qa.queue.enqueue('pause.race', {});
+    // A transaction that has read queue_pause, as a claim in flight has.
+    const inFlight = db.prisma(1);
+    const held = deferred();
+    const holder = inFlight.$transaction(async (tx) => {
+      await tx.$queryRawUnsafe('SELECT 1 FROM pgqueue.queue_pause LIMIT 1');
+      await held.promise;
+    }, { timeout: 60_000 });
+    await waitFor('the holder to have read queue_pause', async () =>
+      (await db.sql("SELECT 1 FROM pg_locks WHERE relation = 'pgqueue.queue_pause'::regclass AND mode = 'AccessShareLock' AND granted")).length > 0);
+    let pausedAt = 0;
+    const pausing = qa.queue.pause('pause.race').then((r) => ((pausedAt = Date.now()), r));
+    await waitFor('the pause to wait for the claim in flight', async () =>
+      (await db.sql("SELECT 1 FROM pg_locks WHERE relation = 'pgqueue.queue_pause'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted")).length > 0);
+    // A claim that starts now waits behind the pause, then reads the table after its commit.
+    const claim = qa.app.get(TaskRepository).claim(db.prisma(1), 'pause.race', 10, 'racing-claimer', 30_000, 3);
+    await waitFor('the claim to queue behind the pause', async () =>
+      (await db.sql("SELECT 1 FROM pg_locks WHERE relation = 'pgqueue.queue_pause'::regclass AND mode = 'AccessShareLock' AND NOT granted")).length > 0);
+    expect(pausedAt).toBe(0);
+    held.resolve();
+    await holder;
+    expect(await pausing).toBe(true);
+    expect(await claim).toMatchObject({ rows: [], paused: true });
+  });
+
+  it("costs an unpaused queue's claim two probes of queue_pause and nothing per task; a paused queue's claim reads no task (EXPLAIN ANALYZE, generic plan)", async () => {
+    const qa = await boot({ autoStart: false });
+    for (let i = 0; i < 50; i++) await qa.queue.enqueue('pause.plan', { i });
+    const claimSql = claimStatements('pgqueue').claim;
+    const explain = async () => {
+      await db.sql('BEGIN');
+      try {
+        await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
+        await db.sql(`PREPARE claim_probe (text, int, text, int, int) AS ${claimSql}`);
+        const rows = await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE claim_probe ('pause.plan', 10, 'w', 30000, 3)`);
+        return rows.map((r) => r['QUERY PLAN']).join('\n');
+      } finally {
+        await db.sql('ROLLBACK'); // the claim's update too
+        await db.sql('DEALLOCATE claim_probe');
+      }
+    };
+    const queuePauseReads = (plan: string) => plan.split('\n').filter((l) => /Scan .*on queue_pause/.test(l));
+
+    const unpaused = await explain();
+    expect(unpaused).toMatch(/Index Scan using task_claim_idx on task t \(actual rows=10 loops=1\)/);
+    // Two probes, once each; the per-task probe of paused partitions is never run.
+    const reads = queuePauseReads(unpaused);
+    expect(reads.filter((l) => /\(actual rows=0 loops=1\)/.test(l))).toHaveLength(2);
+    expect(reads.filter((l) => !/\(actual rows=0 loops=1\)|never executed/.test(l))).toEqual([]);
+
+    await qa.queue.pause('pause.plan');
+    const paused = await explain();
+    expect(paused).toMatch(/Index Scan using task_claim_idx on task t \(never executed\)/);
+    expect(paused).toMatch(/One-Time Filter: .*NOT \$\d+/);
   });
 
   it('pause and resume from the CLI', async () => {
