@@ -1,7 +1,7 @@
 // Aggregation and markdown tables for bench/run.js.
 'use strict';
 
-const PEERS = new Set(['pg-boss', 'graphile-worker', 'dbos']);
+const PEERS = new Set(['pg-boss', 'graphile-worker', 'bullmq', 'dbos']);
 
 function median(xs) {
   const s = [...xs].sort((a, b) => a - b);

@@ -1,4 +1,4 @@
-// `npm run bench`: pg-queue against pg-boss and graphile-worker (and a bare `pg` loop on pg-queue's
+// `npm run bench`: pg-queue against pg-boss, graphile-worker and BullMQ on PostgreSQL (and a bare `pg` loop on pg-queue's
 // SQL), one fresh database per library × scenario × repetition, each run in its own child process
 // (bench/child.js). Tables go to stdout, progress to stderr. See BENCHMARKS.md.
 //
@@ -8,7 +8,8 @@
 //                           processes(10, pg-queue only) workflows(11, pg-queue and DBOS Transact,
 //                           see bench/scenario-workflows.js for its sizes)
 //   BENCH_LIBS=pg-queue,pg-boss   pg-queue (both modes), pg-queue-transactional, pg-queue-lease,
-//                           pg-boss, graphile-worker, dbos (scenario 11 only)
+//                           pg-boss, graphile-worker, bullmq (both rows), bullmq-production,
+//                           bullmq-defaults, dbos (scenario 11 only)
 //   BENCH_QUICK=1           small counts, for smoke tests
 //   BENCH_WRITE=1           also write the results into BENCHMARKS.md
 //   BENCH_ANALYZE=0         do not ANALYZE after inserting a drain's backlog (default: do, as
@@ -38,7 +39,7 @@ const SIZES = QUICK
   ? { enqueue: 500, bulk: 10_000, bulkSize: 1000, drain: 2_000, latency: 50, latencyGapMs: 20, idleMs: 5_000, history: 50_000, historyDrain: 2_000, limit: 2_000, scaleCalls: 50, flow: 2_000, processes: 5_000 }
   : { enqueue: 5_000, bulk: 100_000, bulkSize: 1000, drain: 20_000, latency: 200, latencyGapMs: 20, idleMs: 20_000, history: 1_000_000, historyDrain: 20_000, limit: 20_000, scaleCalls: 200, flow: 10_000, processes: 100_000 };
 
-const LIBS = ['pg-queue-transactional', 'pg-queue-lease', 'pg-boss', 'graphile-worker'];
+const LIBS = ['pg-queue-transactional', 'pg-queue-lease', 'pg-boss', 'graphile-worker', 'bullmq-production', 'bullmq-defaults'];
 const SCENARIO_IDS = ['enqueue', 'bulk', 'drain', 'latency', 'idle', 'history', 'limit', 'scale', 'flow', 'processes', 'workflows'];
 
 function positiveInt(name, value) {
@@ -76,17 +77,28 @@ const ALL_LIBS = selected('library', 'BENCH_LIBS', [...LIBS, 'dbos'], {
   'pg-queue-tx': ['pg-queue-transactional'],
   pgboss: ['pg-boss'],
   graphile: ['graphile-worker'],
+  bullmq: ['bullmq-production', 'bullmq-defaults'],
+  'bullmq-pg': ['bullmq-production', 'bullmq-defaults'],
   'dbos-sdk': ['dbos'],
 });
 const LIB_SET = ALL_LIBS.filter((l) => l !== 'dbos');
+// BullMQ's defaults differ from its production settings only in what it keeps of finished jobs: a
+// second row where finished jobs matter (drain, history), not where none finish (enqueue, idle) or
+// only the handler's start is timed (wake-up).
+const ROW_LIBS = LIB_SET.filter((l) => l !== 'bullmq-defaults' || !LIB_SET.includes('bullmq-production'));
 
 // ---------------------------------------------------------------------------------------------
 // Variants: what one table row measures.
 
 function variant(libKey, concurrency, group = '') {
   const [lib, mode] = libKey.startsWith('pg-queue') ? ['pg-queue', libKey.slice('pg-queue-'.length)] : [libKey, undefined];
+  const key = `${libKey}@${concurrency}${group ? `/${group}` : ''}`;
+  if (libKey.startsWith('bullmq-')) {
+    const preset = libKey.slice('bullmq-'.length);
+    return { key, lib: 'bullmq', preset, libKey, concurrency, group, label: preset === 'defaults' ? 'bullmq-pg (defaults: finished jobs kept)' : 'bullmq-pg' };
+  }
   const label = lib === 'pg-queue' ? `pg-queue (${mode})` : lib;
-  return { key: `${libKey}@${concurrency}${group ? `/${group}` : ''}`, lib, mode, libKey, concurrency, group, label };
+  return { key, lib, mode, libKey, concurrency, group, label };
 }
 
 /** Enqueueing does not depend on the handler mode: one pg-queue row. */
@@ -96,7 +108,7 @@ function enqueueVariants() {
     const v = variant(LIB_SET.find((l) => l.startsWith('pg-queue')), 10);
     out.push({ ...v, label: 'pg-queue' });
   }
-  for (const l of LIB_SET) if (!l.startsWith('pg-queue')) out.push(variant(l, 10));
+  for (const l of ROW_LIBS) if (!l.startsWith('pg-queue')) out.push(variant(l, 10));
   return out;
 }
 
@@ -189,7 +201,7 @@ const SCENARIOS = {
     num: 4,
     title: `Wake-up latency: idle worker, ${SIZES.latency} tasks enqueued ${SIZES.latencyGapMs} ms apart, enqueue call → handler start`,
     // With pg-queue, also its "physical limit" here: the same statements on bare pg clients.
-    variants: () => [...LIB_SET.map((l) => variant(l, 10)), ...bareWakeUpVariants()],
+    variants: () => [...ROW_LIBS.map((l) => variant(l, 10)), ...bareWakeUpVariants()],
     n: SIZES.latency,
     timeoutMs: 60_000,
     metrics: ['p50', 'p95', 'p99', 'max'].map((p) => ({ key: p, label: `${p}, ms`, unit: `ms ${p}`, better: 'lower' })),
@@ -197,7 +209,7 @@ const SCENARIOS = {
   idle: {
     num: 5,
     title: `Idle cost: statements per second of a started, idle worker over ${SIZES.idleMs / 1000} s (pg_stat_statements)`,
-    variants: () => LIB_SET.map((l) => variant(l, 10)),
+    variants: () => ROW_LIBS.map((l) => variant(l, 10)),
     n: 0,
     timeoutMs: SIZES.idleMs + 60_000,
     metrics: [{ key: 'stmtsPerSec', label: 'statements/s', unit: 'statements/s', better: 'lower' }],
@@ -359,7 +371,7 @@ function machine(pgVersion, settings) {
     node: process.version,
     postgres: pgVersion,
     settings,
-    versions: { 'pg-boss': version('pg-boss'), 'graphile-worker': version('graphile-worker'), '@dbos-inc/dbos-sdk': version('@dbos-inc/dbos-sdk'), '@dbos-inc/prisma-datasource': version('@dbos-inc/prisma-datasource'), '@prisma/client': version('@prisma/client'), '@prisma/adapter-pg': version('@prisma/adapter-pg'), pg: version('pg'), '@nestjs/core': version('@nestjs/core') },
+    versions: { 'pg-boss': version('pg-boss'), 'graphile-worker': version('graphile-worker'), bullmq: version('bullmq'), '@dbos-inc/dbos-sdk': version('@dbos-inc/dbos-sdk'), '@dbos-inc/prisma-datasource': version('@dbos-inc/prisma-datasource'), '@prisma/client': version('@prisma/client'), '@prisma/adapter-pg': version('@prisma/adapter-pg'), pg: version('pg'), '@nestjs/core': version('@nestjs/core') },
     command: [...benchEnv, 'npm run bench'].join(' '),
     database: pg ? 'throwaway local cluster started by the bench (scripts/local-postgres.js)' : 'DATABASE_URL',
   };
@@ -420,7 +432,7 @@ async function main() {
       // (CREATE DATABASE … TEMPLATE … STRATEGY FILE_COPY), so every repetition starts from a fresh,
       // identical database and the only difference between the two rows is the history.
       for (const v of sc.all) {
-        const tkey = `${v.lib}/${v.group}`;
+        const tkey = templateKey(v);
         if (tkey in templates) continue;
         templates[tkey] = null;
         const rows = sc.template.rows(v.group);
@@ -428,7 +440,7 @@ async function main() {
         await createDatabase(name);
         const t0 = Date.now();
         const res = await runChild(
-          { scenario: sc.template.scenario, lib: v.lib, mode: 'transactional', concurrency: 10, url: dbUrl(name), adminUrl, dbName: name, n: rows, delayed: sc.template.delayed?.(v.group), timeoutMs: 1_800_000 },
+          { scenario: sc.template.scenario, lib: v.lib, mode: 'transactional', preset: v.preset, concurrency: 10, url: dbUrl(name), adminUrl, dbName: name, n: rows, delayed: sc.template.delayed?.(v.group), timeoutMs: 1_800_000 },
           1_800_000,
         );
         if (!res.ok) {
@@ -447,7 +459,7 @@ async function main() {
         const name = dbName([sc.id.slice(0, 4), v.libKey.replace('pg-queue-', 'pgq_').replace('graphile-worker', 'gw').replace('pg-boss', 'boss'), `c${v.concurrency}`, { empty: 'e', history: 'h', tenth: 't', full: 'f' }[v.group] ?? '', `r${rep}`]);
         const t0 = Date.now();
         let res;
-        const template = sc.template ? templates[`${v.lib}/${v.group}`] : undefined;
+        const template = sc.template ? templates[templateKey(v)] : undefined;
         if (sc.template && !template) {
           res = { ok: false, metrics: {}, notes: [], error: 'no template database' };
         } else {
@@ -458,6 +470,7 @@ async function main() {
                 scenario: sc.id,
                 lib: v.lib,
                 mode: v.mode,
+                preset: v.preset,
                 concurrency: v.concurrency,
                 url: dbUrl(name),
                 adminUrl,
@@ -519,7 +532,7 @@ function render(plan, results, settingsByLib, notes, m, statementStats, elapsed)
   out.push('');
   for (const [lib, s] of Object.entries(settingsByLib)) out.push(`- ${lib}: \`${s}\``);
   out.push('');
-  out.push('Each table: min / median / max over the repetitions (`runs` = successful/attempted); the last column divides pg-queue\'s median by the best peer\'s median (pg-boss or graphile-worker) in the same setting. For throughput above 1× means pg-queue is faster; for times and statement counts below 1× means pg-queue is cheaper.');
+  out.push('Each table: min / median / max over the repetitions (`runs` = successful/attempted); the last column divides pg-queue\'s median by the best peer\'s median (pg-boss, graphile-worker or BullMQ on PostgreSQL, either of its rows) in the same setting. For throughput above 1× means pg-queue is faster; for times and statement counts below 1× means pg-queue is cheaper.');
 
   for (const sc of plan) {
     const rows = sc.all;
@@ -552,6 +565,11 @@ function render(plan, results, settingsByLib, notes, m, statementStats, elapsed)
     for (const d of dupes) out.push('', `Note: ${d.variantKey} rep ${d.rep}: ${d.notes.join('; ')}`);
   }
   return out.join('\n');
+}
+
+/** A template database per library (BullMQ: per row, as what it keeps differs) and history group. */
+function templateKey(v) {
+  return `${v.lib}${v.preset ? `-${v.preset}` : ''}/${v.group}`;
 }
 
 /** Scenario 6: each library's history row against its own empty-history row. */

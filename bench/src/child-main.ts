@@ -13,8 +13,10 @@ import type { PgQueueTarget } from './targets/pg-queue';
 
 export interface RunSpec {
   scenario: 'enqueue' | 'bulk' | 'drain' | 'latency' | 'idle' | 'history' | 'limit' | 'scale' | 'flow' | 'processes' | 'workflows' | 'process-worker' | 'make-history' | 'make-scale';
-  lib: 'pg-queue' | 'pg-boss' | 'graphile-worker' | 'bare-pg' | 'dbos';
+  lib: 'pg-queue' | 'pg-boss' | 'graphile-worker' | 'bullmq' | 'bare-pg' | 'dbos';
   mode?: 'transactional' | 'lease';
+  /** BullMQ's row: its production settings or its defaults (see targets/bullmq.ts). */
+  preset?: 'production' | 'defaults';
   concurrency: number;
   url: string;
   adminUrl: string;
@@ -48,7 +50,7 @@ export interface RunResult {
 }
 
 async function makeTarget(spec: RunSpec): Promise<BenchTarget> {
-  const opts: TargetOptions = { url: spec.url, concurrency: spec.concurrency, mode: spec.mode, metrics: spec.scenario === 'scale' || spec.scenario === 'make-scale' };
+  const opts: TargetOptions = { url: spec.url, concurrency: spec.concurrency, mode: spec.mode, preset: spec.preset, metrics: spec.scenario === 'scale' || spec.scenario === 'make-scale' };
   switch (spec.lib) {
     case 'pg-queue': {
       const { PgQueueTarget } = await import('./targets/pg-queue.js');
@@ -61,6 +63,10 @@ async function makeTarget(spec: RunSpec): Promise<BenchTarget> {
     case 'graphile-worker': {
       const { GraphileWorkerTarget } = await import('./targets/graphile-worker.js');
       return new GraphileWorkerTarget(opts);
+    }
+    case 'bullmq': {
+      const { BullMqTarget } = await import('./targets/bullmq.js');
+      return new BullMqTarget(opts);
     }
     case 'bare-pg': {
       const { BarePgTarget } = await import('./targets/bare-pg.js');

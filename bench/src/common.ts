@@ -37,6 +37,8 @@ export interface TargetOptions {
   url: string;
   concurrency: number;
   mode?: 'transactional' | 'lease';
+  /** BullMQ: `production` (removeOnComplete/removeOnFail as its production guide advises, the default) or `defaults`. */
+  preset?: 'production' | 'defaults';
   /** pg-queue: import PgQueueMetricsModule (scenario 8 scrapes it; an app without metrics does not pay for them). */
   metrics?: boolean;
 }
