@@ -91,8 +91,10 @@ export function program(out: (text: string) => void, err: (text: string) => void
     .action(() =>
       withQueue(global(), async (queue) => {
         const stats = await queue.stats();
+        // A `paused` column only when something is paused: `yes` for a whole queue, else its paused partitions.
         const shown = stats.map((s) => ({ ...s, paused: s.paused ? 'yes' : s.pausedPartitions.length > 0 ? s.pausedPartitions.join(', ') : '' }));
-        print(output(), stats, () => (stats.length === 0 ? 'no tasks' : table(shown as never, ['queue', 'pending', 'waiting', 'running', 'dead', 'done', 'cancelled', 'oldestDueMs', 'paused'])));
+        const columns = ['queue', 'pending', 'waiting', 'running', 'dead', 'done', 'cancelled', 'oldestDueMs', ...(shown.some((s) => s.paused) ? ['paused'] : [])];
+        print(output(), stats, () => (stats.length === 0 ? 'no tasks' : table(shown as never, columns)));
       }),
     );
 
