@@ -262,6 +262,24 @@ describe('dashboard (headless Chromium)', () => {
     expect(await state(ids.cancelMe)).toBe('cancelled');
   });
 
+  it("pause and resume a queue from the overview's button (issue 27): a badge while paused, nothing in read-only mode", async () => {
+    const row = () => page.locator('tbody tr', { has: page.locator('th a:text-is("dash.later")') });
+    await page.goto(`${base}/queues`);
+    await row().locator('form[action$="/pause"] button').click();
+    await page.waitForURL(/notice=paused/);
+    expect(await page.locator('.notice').textContent()).toContain('Queue paused');
+    expect(await row().locator('th .badge').textContent()).toBe('paused');
+    expect(await queue.pausedQueues()).toEqual([expect.objectContaining({ queue: 'dash.later', partition: null })]);
+    await page.goto(`${base}/ro`);
+    expect(await row().locator('th .badge').textContent()).toBe('paused');
+    expect(await page.locator('form[method=post]').count()).toBe(0);
+    await page.goto(`${base}/queues`);
+    await row().locator('form[action$="/resume"] button').click();
+    await page.waitForURL(/notice=resumed/);
+    expect(await row().locator('th .badge').count()).toBe(0);
+    expect(await queue.pausedQueues()).toEqual([]);
+  });
+
   it('retry never revives a join its dead parent cancelled: "Retry dead tasks" skips it, its own Retry says why', async () => {
     const join = await queue.enqueue('dash.join', {}, { dependsOn: [ids.xss] }); // xss is dead: cancelled at once
     expect(await state(join)).toBe('cancelled');
