@@ -133,8 +133,8 @@ describe('dead instances: claims and limit slots back within seconds, fenced', (
       );
       const allDoneMs = Date.now() - killedAt;
       console.log(`SIGKILL → holder-a's 33 claims done elsewhere: ${allDoneMs} ms (the limited queue's 9 tasks: ${limitedDoneMs} ms); grace 5000 ms, lease ${LIVENESS_LEASE_MS} ms`);
-      // Generous for a loaded machine; a lease would take a minute.
-      expect(allDoneMs).toBeLessThan(15_000);
+      // Generous for a loaded machine (6.6 s alone, 11 s after heavy specs); a lease would take a minute.
+      expect(allDoneMs).toBeLessThan(25_000);
 
       // The killed attempts' writes rolled back with their connections: each task wrote once.
       const orders = await db.sql("SELECT customer, count(*)::int AS n FROM orders WHERE customer LIKE 'a-%' OR customer LIKE 'b-tx-%' GROUP BY 1");
