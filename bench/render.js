@@ -54,7 +54,7 @@ function render(plan, results, settingsByLib, notes, m, statementStats, elapsed)
       out.push('', 'Failed runs:', '');
       for (const f of failed) out.push(`- ${f.variantKey} rep ${f.rep}: ${String(f.error).split('\n')[0]}`);
     }
-    const dupes = results.filter((r) => r.scenario === sc.id && r.ok && r.notes?.some((n) => n.includes('duplicate')));
+    const dupes = results.filter((r) => r.scenario === sc.id && r.ok && r.notes?.some((n) => n.includes('duplicate') || n.includes('ended failed')));
     for (const d of dupes) out.push('', `Note: ${d.variantKey} rep ${d.rep}: ${d.notes.join('; ')}`);
   }
   return out.join('\n');

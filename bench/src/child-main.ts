@@ -167,6 +167,8 @@ async function timedDrain(spec: RunSpec, target: BenchTarget, db: Client, stats:
   const st = await stats?.read(target.claimStatementPattern);
   const notes: string[] = [];
   if (duplicates > 0) notes.push(`${duplicates} duplicate handler calls`);
+  const failed = (await target.failedAfterHandler?.(db)) ?? 0;
+  if (failed > 0) notes.push(`${failed} tasks ended failed by the library although their handler returned`);
   return {
     ok: true,
     metrics: {

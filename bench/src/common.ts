@@ -19,6 +19,8 @@ export interface BenchTarget {
   startWorker(onTask: (payload: Payload) => void): Promise<void>;
   /** Tasks of the bench queue that are not finished (pending, running, retrying) per the database. */
   unfinished(db: Client): Promise<number>;
+  /** Tasks that the library ended failed although their (no-op) handler returned; where it can tell. */
+  failedAfterHandler?(db: Client): Promise<number>;
   /** Tasks of the bench queue that exist in any state, finished ones included where kept. */
   stored(db: Client): Promise<number>;
   /**

@@ -31,8 +31,12 @@ export const BULLMQ_PRODUCTION = { removeOnComplete: { count: 1000 }, removeOnFa
  * each own their backend: a pool and one dedicated LISTEN connection each.
  */
 export class BullMqTarget implements BenchTarget {
-  /** The claim alone; most claims of a drain ride on `move_to_completed_fetch` (complete + claim in one call). */
-  readonly claimStatementPattern = '%FROM move_to_active(%';
+  /**
+   * The statements that claim: `move_to_active` (a slot's first claim) and the fused
+   * `move_to_completed_fetch` / `move_to_failed_fetch` that finish a job and claim the next in one
+   * call, which most claims of a drain are (so the figure includes the completion).
+   */
+  readonly claimStatementPattern = '%FROM move_to_%';
   private queue: ReturnType<typeof makeQueue> | null = null;
   private worker: ReturnType<typeof makeWorker> | null = null;
   private readonly production: boolean;
@@ -72,6 +76,17 @@ export class BullMqTarget implements BenchTarget {
 
   async unfinished(db: Client): Promise<number> {
     const r = await db.query(`SELECT count(*)::int AS n FROM bullmq.job WHERE queue = $1 AND state NOT IN ('completed', 'failed')`, [QUEUE]);
+    return r.rows[0].n;
+  }
+
+  /**
+   * The no-op handler never throws, so a failed job is one whose completion failed: with
+   * `removeOnComplete: { count }` the completing call can die with `deadlock detected`, and the
+   * Worker then moves the handled job to `failed` with that reason (the production row shows it).
+   * Counted as finished (it is no longer pending) and reported in the run's notes.
+   */
+  async failedAfterHandler(db: Client): Promise<number> {
+    const r = await db.query(`SELECT count(*)::int AS n FROM bullmq.job WHERE queue = $1 AND state = 'failed'`, [QUEUE]);
     return r.rows[0].n;
   }
 
