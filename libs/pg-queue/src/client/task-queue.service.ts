@@ -14,26 +14,19 @@ import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, 
 import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
 import { TASK_STATES } from '../core/task-states';
 import { isPriority, isTaskId } from '../core/task-rules';
-import { isOptionsObject, rejectUnknownOptions } from '../option-keys';
 
 
 /** What `cancel()` did: cancelled at once (it was not running), requested (the running attempt
  * is being aborted and the task will end cancelled), or nothing (already finished, or unknown). */
 export type CancelResult = 'cancelled' | 'requested' | 'not-cancellable';
 
-type ListFilter = { queue?: string; state?: TaskState; cursor?: string; limit?: number };
-type RetryDeadFilter = { queue: string; errorLike?: string };
-type PurgeFilter = { queue?: string; states: ('done' | 'cancelled' | 'dead')[]; olderThanMs: number };
-type HourlyFilter = { queue?: string; since?: Date };
-/** Which part of a queue `pause`/`resume` applies to: the whole queue (default) or one partition. */
-export type PauseScope = { partition?: string };
+import {
+  HOURLY_FILTER_KEYS, LIST_FILTER_KEYS, PURGE_FILTER_KEYS, RETRY_DEAD_FILTER_KEYS,
+  filterObject, pauseScope, rowLimit, shown, taskId,
+  type HourlyFilter, type ListFilter, type PauseScope, type PurgeFilter, type RetryDeadFilter,
+} from './arguments';
 
-// The keys each filter takes: a misspelled one must not widen the filter (a purge of every queue).
-const LIST_FILTER_KEYS = Object.keys({ queue: true, state: true, cursor: true, limit: true } satisfies Record<keyof ListFilter, true>);
-const RETRY_DEAD_FILTER_KEYS = Object.keys({ queue: true, errorLike: true } satisfies Record<keyof RetryDeadFilter, true>);
-const PURGE_FILTER_KEYS = Object.keys({ queue: true, states: true, olderThanMs: true } satisfies Record<keyof PurgeFilter, true>);
-const HOURLY_FILTER_KEYS = Object.keys({ queue: true, since: true } satisfies Record<keyof HourlyFilter, true>);
-const PAUSE_SCOPE_KEYS = Object.keys({ partition: true } satisfies Record<keyof PauseScope, true>);
+export type { PauseScope } from './arguments';
 
 /**
  * Enqueue and inspect tasks. Pass `{ tx }` to join a Prisma interactive transaction: the task
@@ -299,57 +292,5 @@ export class TaskQueue {
 
   private get rowLimits() {
     return { maxPayloadBytes: this.options.maxPayloadBytes };
-  }
-}
-
-/** The scope of pause / resume: null for the whole queue, else the partition key (as enqueue checks it). */
-function pauseScope(scope: unknown): string | null {
-  if (!isOptionsObject(scope)) throw new InvalidArgumentError('scope', `expected an object, got ${shown(scope)}`);
-  rejectUnknownOptions(scope, PAUSE_SCOPE_KEYS, (key, reason) => {
-    throw new InvalidArgumentError(`scope.${key}`, reason);
-  });
-  const { partition } = scope as PauseScope;
-  if (partition === undefined) return null;
-  if (typeof partition !== 'string' || partition.length === 0 || partition.length > 512 || partition.includes('\u0000')) {
-    throw new InvalidArgumentError('scope.partition', `expected a non-empty string of at most 512 characters, without NUL, got ${shown(partition)}`);
-  }
-  return partition;
-}
-
-/** A task id: a positive bigint as a canonical decimal string (what the API hands out). */
-function taskId(id: unknown, argument = 'id'): string {
-  if (!isTaskId(id)) {
-    throw new InvalidArgumentError(argument, `expected a task id (a positive bigint as a decimal string), got ${shown(id)}`);
-  }
-  return id;
-}
-
-/** A page size (`list`, `topErrors`): an integer in [1, 10000]. */
-function rowLimit(limit: unknown): number {
-  if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > 10_000) {
-    throw new InvalidArgumentError('limit', `expected an integer in [1, 10000], got ${shown(limit)}`);
-  }
-  return limit;
-}
-
-/**
- * The filter object of list / retryDead / purge / hourly: a missing one is a call-site error, not a
- * TypeError inside; a key it does not take (a misspelling) is an error too, never a wider filter.
- */
-function filterObject(filter: unknown, known: readonly string[]): void {
-  if (!isOptionsObject(filter)) throw new InvalidArgumentError('filter', `expected an object, got ${shown(filter)}`);
-  rejectUnknownOptions(filter, known, (key, reason) => {
-    throw new InvalidArgumentError(`filter.${key}`, reason);
-  });
-}
-
-/** A bad argument as the caller would write it (JSON.stringify turns NaN into null and throws on BigInt). */
-function shown(value: unknown): string {
-  if (typeof value === 'number' || typeof value === 'undefined') return String(value);
-  if (typeof value === 'bigint') return `${value}n`;
-  try {
-    return JSON.stringify(value) ?? String(value);
-  } catch {
-    return String(value);
   }
 }
