@@ -8,6 +8,8 @@ export interface DrainLeft {
   running: number;
   expired: number;
   waiting: number;
+  /** Workflows parked (sleeping, waiting for a signal or a child). */
+  parked: number;
   unsettled: number;
 }
 
@@ -28,7 +30,7 @@ export class DrainRepository {
   /** Per queue of `queues`, what is left (queues with nothing left are left out). */
   async left(db: SqlExecutor, queues: readonly string[], allPending: boolean): Promise<DrainLeft[]> {
     const rows = await db.$queryRawUnsafe<DrainLeft[]>(this.sql.left, queues, allPending);
-    return rows.filter((r) => r.due + r.running + r.expired + r.waiting + r.unsettled > 0);
+    return rows.filter((r) => r.due + r.running + r.expired + r.waiting + r.parked + r.unsettled > 0);
   }
 
   /** Queues outside `queues` with pending tasks (due ones, or all when `allPending`), and how many. */

@@ -23,7 +23,8 @@ SELECT count(*)::int AS moved FROM moved`,
     /**
      * What is left in each queue of $1: due (pending with run_at passed, or any pending when $2),
      * running under a live lease (in this process or another), running with an expired lease (for
-     * the rescuer), waiting for dependencies, and dependency debts not settled yet (see
+     * the rescuer), waiting for dependencies, parked workflows (sleeping or waiting for a signal or a
+     * child), and dependency debts not settled yet (see
      * dependencies.sql.ts). The drain waits for the debts; the rest is what its timeout reports.
      */
     left: `
@@ -31,7 +32,8 @@ SELECT q.queue,
        (SELECT count(*) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'pending' AND ($2::boolean OR t.run_at <= now()))::int AS due,
        (SELECT count(*) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'running' AND t.locked_until > now())::int AS running,
        (SELECT count(*) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'running' AND t.locked_until <= now())::int AS expired,
-       (SELECT count(*) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting')::int AS waiting,
+       (SELECT count(*) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting' AND t.waiting_for IS NULL)::int AS waiting,
+       (SELECT count(*) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting' AND t.waiting_for IS NOT NULL)::int AS parked,
        (SELECT count(*) FROM ${s}.task_dependency_debt d JOIN ${s}.task w ON w.id = d.dependant
         WHERE w.queue = q.queue AND w.state = 'waiting')::int AS unsettled
 FROM unnest($1::text[]) AS q(queue)

@@ -44,6 +44,7 @@ export class DrainTimeoutError extends PgQueueError {
         l.running && `${l.running} running`,
         l.due && `${l.due} due`,
         l.waiting && `${l.waiting} waiting for dependencies`,
+        l.parked && `${l.parked} parked workflows (wakeWorkflows ends their sleeps)`,
         l.unsettled && `${l.unsettled} dependency settlements pending`,
         l.expired && `${l.expired} running with an expired lease (rescueExpiredLeases returns them)`,
       ].filter(Boolean);
