@@ -441,7 +441,7 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
       async (c) => (await c.query("SELECT relname FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition ORDER BY relname")).rows.map((r) => r.relname as string),
       db.name,
     );
-    const words = ['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten', 'eleven', 'twelve'];
+    const words = ['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten', 'eleven', 'twelve', 'thirteen', 'fourteen', 'fifteen', 'sixteen', 'seventeen', 'eighteen', 'nineteen', 'twenty'];
     expect({ count: owned?.[1], named }).toEqual({ count: words[tables.length], named: tables });
   });
 
