@@ -97,7 +97,10 @@ describe('connection faults', () => {
         // @prisma/adapter-pg attaching its own after `await pool.connect()`; not confirmed): a race
         // below the queue, which an app avoids the same way (README, Deployment).
         const pool = new Pool({ connectionString: db.url, max: 20, application_name: 'fault worker' });
+        // Each connection and the pool itself: pg-pool re-emits an idle connection's error on the pool,
+        // and the adapter's own pool listener is there only between its connect and its dispose.
         pool.on('connect', (client) => client.on('error', () => undefined));
+        pool.on('error', () => undefined);
         pools.push(pool);
         const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
         prismas.push(prisma);
