@@ -15,8 +15,8 @@ import { PauseRepository } from '../sql/pause.repository';
 import { installSchema, schemaUpgradeState, type UnfinishedUpgrade } from '../sql/schema.installer';
 import { ScheduleRepository } from '../sql/schedule.repository';
 import { TaskRepository } from '../sql/task.repository';
-import { prismaPoolMax } from '../prisma-adapter';
-import { connectionBudget } from './connection.budget';
+import { checkConnectionBudget } from './connection.check';
+import { holdDisconnect } from './disconnect.guard';
 import { startupConnectionError } from './startup.errors';
 import { DatabaseClock } from './database.clock';
 import { HandlerPresence } from './handler.presence';
@@ -115,7 +115,9 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   async onModuleInit(): Promise<void> {
     this.explorer.explore();
     this.registry.schedules();
-    this.holdDisconnectUntilDrained();
+    holdDisconnect(this.options.prisma, async () => {
+      if (this.started) await this.shutdown();
+    });
     // Also the startup check that the database can be reached: without it a process whose database
     // is down would start its workers, listener and timers, fail later in bootstrap with a
     // multi-line driver error, and keep running (and logging) after Nest gave up on it.
@@ -143,7 +145,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     try {
       // What can fail first (the connection budget; the LISTEN connection retries by itself; the
       // ticker syncs its rows).
-      await this.checkConnectionBudget();
+      await checkConnectionBudget(this.operator, this.options, this.registry.all(), this.logger);
       await this.ensureListener();
       const ticker = await this.syncedTicker();
       // Which queues are paused, before any worker claims (see PauseWatcher).
@@ -164,17 +166,6 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       await this.shutdown(); // Nest calls no destroy hook after a failed bootstrap: nothing may stay open
       throw err;
     }
-  }
-
-  /**
-   * Refuses a configuration whose connections the server cannot accept, and warns when the queue's
-   * work will wait for the Prisma pool (see connection.budget.ts).
-   */
-  private async checkConnectionBudget(): Promise<void> {
-    const server = await this.operator.connectionLimits(this.options.prisma);
-    const budget = connectionBudget(this.registry.all(), Boolean(this.options.databaseUrl), { poolMax: prismaPoolMax(this.options.prisma), ...server });
-    if (budget.refusal) throw new PgQueueError(`pg-queue: connection budget: ${budget.refusal}`);
-    if (budget.warning) this.logger.warn(`connection budget: ${budget.warning}`);
   }
 
   /**
@@ -324,19 +315,5 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   /** With LISTEN healthy, NOTIFY and due-time timers start tasks; polling is only a safety net. */
   private pollIntervalMs(): number {
     return this.listening ? this.options.listenPollIntervalMs : this.options.pollIntervalMs;
-  }
-
-  private holdDisconnectUntilDrained(): void {
-    const prisma = this.options.prisma as unknown as { $disconnect: () => Promise<void> };
-    const disconnect = prisma.$disconnect;
-    if (typeof disconnect !== 'function') return;
-    Object.defineProperty(prisma, '$disconnect', {
-      configurable: true,
-      writable: true,
-      value: async () => {
-        if (this.started) await this.shutdown();
-        return disconnect.call(prisma);
-      },
-    });
   }
 }
