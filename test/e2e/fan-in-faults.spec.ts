@@ -32,12 +32,14 @@ class Handlers {
 describe('fan-in in production conditions', () => {
   let db: TestDatabase;
   let qa: QueueApp;
+  let prisma: ReturnType<TestDatabase['prisma']>;
   const queue = () => qa.queue;
 
   beforeAll(async () => {
     db = await createTestDatabase();
     // 'fif.join' and 'fif.idle' have no handler here: their tasks stay where settling leaves them.
-    qa = await bootQueueApp(db.prisma(12), [Handlers], { databaseUrl: db.url, pollIntervalMs: 1000 });
+    prisma = db.prisma(12);
+    qa = await bootQueueApp(prisma, [Handlers], { databaseUrl: db.url, pollIntervalMs: 1000 });
   });
   afterAll(async () => {
     gate.resolve();
@@ -114,5 +116,20 @@ describe('fan-in in production conditions', () => {
     // The transaction gone, the same enqueue goes through.
     const join = await queue().enqueue('fif.join', { held: true }, { dependsOn: [parent] });
     expect(await queue().get(join)).toMatchObject({ state: 'waiting', dependenciesLeft: 1 });
+  });
+  it("an enqueue with dependsOn inside the caller's transaction leaves that transaction's settings as they were", async () => {
+    const [parent] = await queue().enqueueMany([{ queue: 'fif.idle', payload: {} }]);
+    const settings = () => "SELECT current_setting('lock_timeout') AS lock, current_setting('idle_in_transaction_session_timeout') AS idle, current_setting('statement_timeout') AS stmt";
+    type Settings = { lock: string; idle: string; stmt: string };
+    const [before, after] = await prisma.$transaction(async (tx) => {
+      const [b] = await tx.$queryRawUnsafe<Settings[]>(settings());
+      await queue().enqueue('fif.join', {}, { tx, dependsOn: [parent] });
+      const [a] = await tx.$queryRawUnsafe<Settings[]>(settings());
+      return [b, a];
+    });
+    // Before the fix, Prisma 7's transaction client (which has $transaction: nested ones are
+    // savepoints) was taken for a root client: the enqueue's own bounds (idle 5 s, ...) stayed set
+    // for the rest of the business transaction, which the server then ended when it idled.
+    expect(after).toEqual(before);
   });
 });

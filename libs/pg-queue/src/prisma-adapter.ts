@@ -1,3 +1,5 @@
+import type { PrismaClientLike } from './types';
+
 /**
  * What the queue reads of the app's PrismaClient beyond its query API: the @prisma/adapter-pg
  * adapter's config (pool size, server address), from Prisma's internals. Used by the connection
@@ -45,4 +47,16 @@ export function prismaServer(prisma: unknown): { host?: string; port?: number; u
     }
   }
   return { host: text(o.host), port: typeof o.port === 'number' ? o.port : undefined, user: text(o.user), database: text(o.database) };
+}
+
+/**
+ * Whether `db` is a root PrismaClient, which can open transactions of its own, rather than the
+ * client of an interactive transaction (the caller's, or one of ours). Having `$transaction` is
+ * no test: Prisma 7's transaction clients have it (nested transactions, as savepoints), and work
+ * "in a transaction of its own" done there would run in the caller's, with its SET LOCAL bounds
+ * left set for the rest of it. Transaction clients of Prisma 6 and 7 both lack `$connect`.
+ */
+export function isRootClient(db: unknown): db is PrismaClientLike {
+  const c = db as { $transaction?: unknown; $connect?: unknown } | null;
+  return typeof c?.$transaction === 'function' && typeof c.$connect === 'function';
 }

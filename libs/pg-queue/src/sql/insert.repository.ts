@@ -1,11 +1,12 @@
 import { dependantOrder } from '../core/dependency-order';
 import { PgQueueError } from '../errors';
-import type { PrismaClientLike, SqlExecutor } from '../types';
+import type { SqlExecutor } from '../types';
 import { inBoundedTransaction, type TransactionBounds } from './bounded-transaction';
 import { debounceStatements } from './debounce.sql';
 import type { DependencyRepository } from './dependencies.repository';
 import { enqueueStatements, type ConflictMode } from './enqueue.sql';
 import { parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
+import { isRootClient } from '../prisma-adapter';
 
 type InsertPart = ConflictMode | 'plain' | 'debounce' | 'dependant';
 
@@ -60,14 +61,13 @@ export class TaskInserter {
   async insert(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
     if (rows.length === 0) return [];
     const parts = splitByConflictMode(rows);
-    const root = db as Partial<PrismaClientLike>;
     if (parts.size === 1 && parts.has('plain')) return this.insertPlain(db, rows);
     const dependants = parts.has('dependant') ? dependantOrder(rows) : [];
     // Debounced rows take a statement each; dependants three or four in all.
     const oneStatement = parts.size === 1 && dependants.length === 0 && (parts.get('debounce')?.length ?? 1) === 1;
-    if (!oneStatement && typeof root.$transaction === 'function') {
-      if (dependants.length === 0) return root.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants));
-      return inBoundedTransaction(root as PrismaClientLike, 'enqueue with dependsOn', DEPENDANTS_BOUNDS, rows.length, (tx) => this.insertParts(tx, rows, parts, dependants));
+    if (!oneStatement && isRootClient(db)) {
+      if (dependants.length === 0) return db.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants));
+      return inBoundedTransaction(db, 'enqueue with dependsOn', DEPENDANTS_BOUNDS, rows.length, (tx) => this.insertParts(tx, rows, parts, dependants));
     }
     return this.insertParts(db, rows, parts, dependants);
   }

@@ -1,5 +1,6 @@
 import { PgQueueError } from '../errors';
-import type { PrismaClientLike, SqlExecutor } from '../types';
+import { isRootClient } from '../prisma-adapter';
+import type { SqlExecutor } from '../types';
 import { inBoundedTransaction, type TransactionBounds } from './bounded-transaction';
 import { claimStatements } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
@@ -153,10 +154,9 @@ export class TaskRepository {
    * transaction itself can no longer be used (the rollback to the savepoint failed).
    */
   private async isolated<T>(db: SqlExecutor, rows: number, work: (tx: SqlExecutor) => Promise<T>): Promise<{ value: T } | { error: unknown }> {
-    const root = db as Partial<PrismaClientLike>;
-    if (typeof root.$transaction === 'function') {
+    if (isRootClient(db)) {
       try {
-        const value = await inBoundedTransaction(root as PrismaClientLike, 'the completion', FOLLOW_UP_BOUNDS, rows, work);
+        const value = await inBoundedTransaction(db, 'the completion', FOLLOW_UP_BOUNDS, rows, work);
         return { value };
       } catch (error) {
         return { error };
