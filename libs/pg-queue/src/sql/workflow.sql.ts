@@ -10,9 +10,12 @@ export const WAKE_NOTICE = '!wake@';
 /**
  * Durable workflows (see workflow/). A workflow is a task run in lease mode whose context journals
  * each call in workflow_step, by call position. Every journal write is fenced like a completion:
- * it names the attempt's lease token and takes the task row FOR SHARE, so it commits only while
- * that lease is held, and a rescue or claim of the task waits for it (a new attempt then loads a
- * journal that has it). The primary key (task_id, seq) makes a position's first record the only
+ * it names the attempt's lease token and takes the task row FOR KEY SHARE, so it commits only
+ * while that lease is held, and no claim or rescue (FOR UPDATE SKIP LOCKED) takes the task over
+ * before it commits (a new attempt then loads a journal that has it). The weakest row lock, as the
+ * transactional handler's (claim.sql.ts lockLeases): an UPDATE of other columns does not wait for
+ * it and it does not wait for one, so a business transaction that holds the row (it enqueued a
+ * task that depends on this workflow) does not stop the workflow's steps. The primary key (task_id, seq) makes a position's first record the only
  * one. A parked workflow is a task in state 'waiting' with waiting_for set, out of every claim
  * index; the waker moves those whose wake_at has come back to pending.
  *
@@ -25,7 +28,7 @@ export const WAKE_NOTICE = '!wake@';
 export function workflowStatements(schema: string) {
   const s = quoteIdent(schema);
   /** The attempt's row while its lease ($1 id, $2 token) is held; locked against a takeover until commit. */
-  const fence = `SELECT t.id, t.attempt FROM ${s}.task t WHERE t.id = $1::bigint AND t.lease_token = $2::uuid FOR SHARE`;
+  const fence = `SELECT t.id, t.attempt FROM ${s}.task t WHERE t.id = $1::bigint AND t.lease_token = $2::uuid FOR KEY SHARE`;
   const signalLock = `pg_advisory_xact_lock(${SIGNAL_LOCK_NAMESPACE}, hashtext($1::text))`;
   /**
    * Whether what parked workflow `t` waits for has come (see park). `t.woken` is read from the row
