@@ -4,16 +4,20 @@
  * locks the workflow's row until it commits (FOR NO KEY UPDATE: the link is ordered against the
  * workflow's end, see dependencies.sql.ts). The workflow's journal writes must not wait for it:
  * its steps go on while that transaction is open, each run once; its end waits for the commit,
- * as any task's does.
+ * as any task's does. A park (a sleep) waits for the row too, but no statement waits longer than
+ * its bound: the park is tried again until the row is free.
  */
 import { Injectable } from '@nestjs/common';
 import { TaskHandler, Workflow, type WorkflowContext } from '@app/pg-queue';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { holdTaskRow } from '../support/held-task-row';
 import { waitFor } from '../support/wait-for';
 
 const gate = deferred();
 const keys: string[] = [];
+const sleeperGate = deferred();
+const sleeperAt = deferred();
 
 @Injectable()
 class HeldWorkflows {
@@ -26,6 +30,16 @@ class HeldWorkflows {
     });
     const b = await wf.step('b', () => 2);
     return a + b;
+  }
+
+  @Workflow('held.sleeper', { maxAttempts: 50 })
+  async sleeper(_input: unknown, wf: WorkflowContext) {
+    await wf.step('a', async () => {
+      sleeperAt.resolve();
+      await sleeperGate.promise;
+    });
+    await wf.sleep(200);
+    return wf.step('b', () => 'woke');
   }
 
   @TaskHandler('held.after')
@@ -55,18 +69,8 @@ describe('a workflow whose row a business transaction holds', () => {
     const id = await app.queue.enqueue('held.wf', {});
     await waitFor('step a under way', async () => keys.length === 1);
 
-    // A business transaction enqueues a task that depends on the running workflow: it holds the
-    // workflow's row (FOR NO KEY UPDATE, see dependencies.sql.ts) until it commits.
-    const locked = deferred();
-    const holder = prisma.$transaction(
-      async (tx) => {
-        await app.queue.enqueue('held.after', {}, { tx: tx as never, dependsOn: [id] });
-        locked.resolve();
-        await new Promise((r) => setTimeout(r, HOLD_MS));
-      },
-      { maxWait: 5000, timeout: HOLD_MS + 10_000 },
-    );
-    await locked.promise;
+    // A business transaction that enqueues a task depending on the workflow holds its row.
+    const holder = (await holdTaskRow(prisma, app.queue, id, HOLD_MS)).committed;
     const heldSince = Date.now();
     gate.resolve(); // step a returns: its journal write now meets the held row
 
@@ -86,5 +90,29 @@ describe('a workflow whose row a business transaction holds', () => {
     await waitFor('workflow done', async () => (await app.queue.get(id))?.state === 'done', { timeoutMs: 30_000 });
     expect((await app.queue.get(id))?.result).toBe(3);
     expect(keys).toEqual([`${id}:a`]); // step a ran once
+  }, 60_000);
+
+  it('a park waits for the row within its bound, again and again, and parks once the row is free', async () => {
+    const id = await app.queue.enqueue('held.sleeper', {});
+    await sleeperAt.promise;
+    const holder = (await holdTaskRow(prisma, app.queue, id, HOLD_MS)).committed;
+    const heldSince = Date.now();
+    sleeperGate.resolve(); // step a is journaled (no wait), then the sleep's park meets the held row
+
+    // The longest lock wait of any statement of the queue's (marked /* pg-queue */) while held.
+    let longest = 0;
+    while (Date.now() - heldSince < HOLD_MS - 1000) {
+      const [row] = await db.sql<{ age: number | null }>(
+        `SELECT max(extract(epoch FROM clock_timestamp() - query_start) * 1000)::float8 AS age FROM pg_stat_activity
+         WHERE wait_event_type = 'Lock' AND query LIKE '%pg-queue%' AND pid <> pg_backend_pid()`,
+      );
+      longest = Math.max(longest, row.age ?? 0);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await holder;
+    await waitFor('the sleeper done', async () => (await app.queue.get(id))?.state === 'done', { timeoutMs: 30_000 });
+    expect((await app.queue.get(id))?.result).toBe('woke');
+    expect(longest).toBeGreaterThan(0); // the park did meet the held row
+    expect(longest).toBeLessThan(3500); // its bound is 1 s (ROW_LOCK_WAIT_MS); room for a loaded machine
   }, 60_000);
 });

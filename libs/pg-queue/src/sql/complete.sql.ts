@@ -1,6 +1,6 @@
 import { debtsCte } from './dependencies.sql';
 import { quoteIdent } from './identifiers';
-import { ATTEMPT_LIMIT, HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked } from './fragments.sql';
+import { ATTEMPT_LIMIT, HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked, rowLockBound } from './fragments.sql';
 
 /**
  * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
@@ -13,11 +13,14 @@ import { ATTEMPT_LIMIT, HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_
  * leases by task id.
  * Each takes a whole batch, so a batch finishes in one round trip. A pending cancel request
  * (task_cancel) turns any outcome into `cancelled`.
+ * `rowLockWaitMs`: for statements run outside a transaction (lease mode), how long each waits for
+ * a row lock (rowLockBound); null inside one (a transactional batch), whose own bounds apply.
  */
 export type FinishedRetention = 'archive' | 'delete';
 
-export function completeStatements(schema: string, retention: FinishedRetention) {
+export function completeStatements(schema: string, retention: FinishedRetention, rowLockWaitMs: number | null = null) {
   const s = quoteIdent(schema);
+  const bound = rowLockBound(rowLockWaitMs);
   // The archive keeps when each handler really started and ended: $5 and $6 say how many ms before
   // this statement, per lease in $1's order (measured on the worker's monotonic clock, so neither
   // the transaction's start, which now() would give, nor clock skew distorts run times). They are
@@ -62,7 +65,7 @@ export function completeStatements(schema: string, retention: FinishedRetention)
     complete: `
 WITH done AS (
   DELETE FROM ${s}.task t
-  WHERE ${HELD} AND (t.rerun_payload IS NULL OR ${cancelRequested})
+  WHERE ${HELD} AND (t.rerun_payload IS NULL OR ${cancelRequested})${bound}
   RETURNING t.*, ${cancelRequested} AS cancelled
 ), rerun AS (
   -- Only the leases not finished above are looked up again: almost always none. The count check
@@ -74,7 +77,7 @@ WITH done AS (
   WHERE (SELECT count(*) FROM done) < ${LEASE_COUNT}
     AND t.id = ANY (ARRAY (SELECT unnest(string_to_array($1, ',')::bigint[]) EXCEPT ALL SELECT id FROM done))
     AND ${TOKEN_HELD}
-    AND t.rerun_payload IS NOT NULL AND NOT ${cancelRequested}
+    AND t.rerun_payload IS NOT NULL AND NOT ${cancelRequested}${bound}
   RETURNING t.id, t.queue, t.run_at
 )${keepHistory}, uncancel AS (
   DELETE FROM ${s}.task_cancel c USING done d WHERE c.task_id = d.id AND d.cancelled
@@ -125,7 +128,7 @@ WITH lease_pos AS (
       last_error = ${perLease(3, 'text')},
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       finished_at = now()
-  WHERE ${HELD}
+  WHERE ${HELD}${bound}
   RETURNING t.id, t.state, t.queue, t.run_at, t.dependants
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING failed f WHERE c.task_id = f.id AND f.state = 'cancelled'
@@ -143,7 +146,7 @@ WITH released AS (
   SET state = CASE WHEN ${cancelRequested} THEN 'cancelled' ELSE 'pending' END,
       attempt = greatest(t.attempt - 1, 0),
       locked_by = NULL, lease_token = NULL, locked_until = NULL
-  WHERE ${HELD}
+  WHERE ${HELD}${bound}
   RETURNING t.id, t.queue, t.state, t.run_at, t.dependants
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING released r WHERE c.task_id = r.id AND r.state = 'cancelled'
@@ -163,12 +166,24 @@ SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
 
     /**
      * Lease mode: extend the leases still held, and report cancel requests (the fallback when the
-     * `!cancel` notification was missed). Parameters: $1 ids, $2 lease tokens (see HELD), $3 lease ms.
+     * `!cancel` notification was missed). A row locked by another transaction is skipped, not
+     * waited for (one wait would delay every lease of the statement past its end), and reported
+     * `busy`: held as far as this snapshot knows, extended by a later heartbeat. Only a business
+     * transaction holds a running task's row for long (see rowLockBound), and while it does, no
+     * claim or rescue (FOR UPDATE SKIP LOCKED) can take the task over.
+     * Parameters: $1 ids, $2 lease tokens (see HELD), $3 lease ms.
      */
     heartbeat: `
-UPDATE ${s}.task t
-SET locked_until = now() + $3 * interval '1 millisecond'
-WHERE ${HELD}
-RETURNING t.id::text AS id, ${cancelRequested} AS cancelled`,
+WITH free AS (
+  SELECT t.id FROM ${s}.task t WHERE ${HELD} FOR NO KEY UPDATE OF t SKIP LOCKED
+), extended AS (
+  UPDATE ${s}.task t
+  SET locked_until = now() + $3 * interval '1 millisecond'
+  FROM free WHERE t.id = free.id
+  RETURNING t.id, ${cancelRequested} AS cancelled
+)
+SELECT id::text AS id, cancelled, false AS busy FROM extended
+UNION ALL
+SELECT t.id::text, ${cancelRequested}, true FROM ${s}.task t WHERE ${HELD} AND t.id NOT IN (SELECT id FROM free)`,
   });
 }

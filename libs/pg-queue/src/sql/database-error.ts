@@ -11,3 +11,8 @@ export function databaseError(err: unknown): { code: string; message: string } |
   const message = [cause?.originalMessage, e?.meta?.message, /Message: `([\s\S]*)`/.exec(text)?.[1]].find((m): m is string => typeof m === 'string') ?? text;
   return { code, message };
 }
+
+/** A wait for a lock that gave up at its lock_timeout (SQLSTATE 55P03), as Prisma or `pg` reports it. */
+export function isLockTimeout(err: unknown): boolean {
+  return databaseError(err)?.code === '55P03' || (err as { code?: unknown } | null)?.code === '55P03';
+}

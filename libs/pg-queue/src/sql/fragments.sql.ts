@@ -56,6 +56,23 @@ export const TOKEN_HELD = `(t.lease_token IN (SELECT unnest(string_to_array($2, 
 export const HELD = `t.id = ANY ((SELECT string_to_array($1, ',')::bigint[])::bigint[])
   AND ${TOKEN_HELD}`;
 
+/**
+ * How long a lease-mode statement that ends or parks an attempt waits for a task's row lock (see
+ * rowLockBound): the library's own holders keep a running task's row for milliseconds.
+ */
+export const ROW_LOCK_WAIT_MS = 1000;
+
+/**
+ * For a statement run outside a transaction: waits for row locks at most `ms`, then fails with
+ * 55P03. Set (for this statement's implicit transaction only) by an uncorrelated subquery, which
+ * runs once, before the first row is checked and so before any row lock is asked for. A running
+ * task's row is held for long only by a business transaction (it enqueued a dependant of the task,
+ * or asked it to rerun, inside `{ tx }`); the library's own holders are short and bounded.
+ */
+export function rowLockBound(ms: number | null = ROW_LOCK_WAIT_MS): string {
+  return ms === null ? '' : `\n  AND (SELECT set_config('lock_timeout', '${ms}ms', true)) IS NOT NULL`;
+}
+
 /** How many leases $1 names, counted from its separators (a string function, no parse of the list). */
 export const LEASE_COUNT = `(length($1) - length(replace($1, ',', '')) + 1)`;
 

@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { PgQueueError } from '../errors';
 import type { PrismaClientLike, SqlExecutor } from '../types';
 import { prismaPoolMax } from '../prisma-adapter';
+import { isLockTimeout } from './database-error';
 import { quoteIdent } from './identifiers';
 import { migrationStepPlans, schemaBootstrapSql, schemaMigrations, type SchemaMigration, type StepMode } from './schema.sql';
 import { runConcurrently } from './schema.index-builds';
@@ -281,11 +282,6 @@ function describe(step: CurrentStep | null): string {
   return step.of > 1 ? `${what} step ${step.index + 1} of ${step.of}` : what;
 }
 
-function isLockTimeout(err: unknown): boolean {
-  const e = err as { code?: unknown; meta?: { driverAdapterError?: { cause?: { originalCode?: unknown; code?: unknown } } } } | null;
-  const cause = e?.meta?.driverAdapterError?.cause;
-  return e?.code === '55P03' || cause?.originalCode === '55P03' || cause?.code === '55P03';
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));

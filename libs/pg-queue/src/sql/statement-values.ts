@@ -86,6 +86,8 @@ export interface CompleteResult {
   rerun: Set<string>;
   /** Attempts whose follow-ups could not be inserted, with why: not completed, lease still held. */
   failed: Map<string, Error>;
+  /** Attempts not completed because a business transaction holds their row (byLeaseWhenHeld): lease still held, to complete later. */
+  held: Set<string>;
 }
 
 

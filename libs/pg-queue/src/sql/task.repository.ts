@@ -7,7 +7,9 @@ import { completeStatements, type FinishedRetention } from './complete.sql';
 import { DependencyRepository } from './dependencies.repository';
 import { byCompletionBytes } from './completion-batches';
 import { DEPENDANTS_BOUNDS, TaskInserter } from './insert.repository';
+import { byLeaseWhenHeld } from './held-rows';
 import { notifyChannel } from './identifiers';
+import { ROW_LOCK_WAIT_MS } from './fragments.sql';
 import { maintainStatements } from './maintain.sql';
 import { WorkflowRepository } from './workflow.repository';
 import {
@@ -36,6 +38,7 @@ import {
  */
 export const FOLLOW_UP_BOUNDS: TransactionBounds = { ...DEPENDANTS_BOUNDS, perRowMs: 20 };
 
+
 /** The error an attempt fails with when its follow-ups could not be inserted (see complete). */
 function followUpsFailed(taskId: string, cause: unknown): PgQueueError {
   const reason = cause instanceof Error ? cause.message : String(cause);
@@ -55,6 +58,8 @@ export class TaskRepository {
   readonly workflows: WorkflowRepository;
   private readonly claimSql;
   private readonly completeSql;
+  /** The same, for statements run outside a transaction (lease mode): row-lock waits bounded. */
+  private readonly completeSqlOutside;
   private readonly maintainSql;
   readonly channel: string;
   /** Finished tasks are archived (the completion then records run times). */
@@ -64,6 +69,7 @@ export class TaskRepository {
     this.archives = retention === 'archive';
     this.claimSql = claimStatements(schema);
     this.completeSql = completeStatements(schema, retention);
+    this.completeSqlOutside = completeStatements(schema, retention, ROW_LOCK_WAIT_MS);
     this.maintainSql = maintainStatements(schema);
     this.channel = notifyChannel(schema);
     this.dependencies = new DependencyRepository(schema, this.channel);
@@ -179,30 +185,34 @@ export class TaskRepository {
    * The completion statement, fenced. A rerun request that commits while the statement runs is
    * seen by the DELETE's recheck of the row but not by the rerun UPDATE's snapshot, so the lease
    * lands in no set: a second statement, with a fresh snapshot, settles those (rare: most batches
-   * never need it).
+   * never need it). Outside a transaction, leases whose row a business transaction holds are
+   * completed one by one, and those still held come back in `held` (byLeaseWhenHeld).
    */
   private async completeFenced(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
-    if (leases.length === 0) return { done: new Set(), cancelled: new Set(), rerun: new Set(), failed: new Map() };
-    const parts = byCompletionBytes(leases, followUps);
-    if (parts.length > 1) {
-      const followUpsOf = (part: RanLease[]) => {
-        const ids = new Set(part.map((l) => l.id));
-        return followUps.filter((f) => ids.has(f.parentId!));
-      };
-      const result = await this.completeFenced(db, parts[0], followUpsOf(parts[0]));
-      for (const part of parts.slice(1)) {
-        const more = await this.completeFenced(db, part, followUpsOf(part));
-        for (const key of ['done', 'cancelled', 'rerun'] as const) for (const id of more[key]) result[key].add(id);
-      }
-      return result;
+    const result: CompleteResult = { done: new Set(), cancelled: new Set(), rerun: new Set(), failed: new Map(), held: new Set() };
+    if (leases.length === 0) return result;
+    const followUpsOf = (part: RanLease[]) => {
+      const ids = new Set(part.map((l) => l.id));
+      return followUps.filter((f) => f.parentId !== null && ids.has(f.parentId));
+    };
+    for (const part of byCompletionBytes(leases, followUps)) {
+      const held = await byLeaseWhenHeld(part, (p) => this.completeSettled(db, p, followUpsOf(p), result));
+      for (const l of held) result.held.add(l.id);
     }
-    const result = await this.completeOnce(db, leases, followUps);
-    if (result.done.size + result.rerun.size + result.cancelled.size === leases.length) return result;
-    const unsettled = leases.filter((l) => !result.done.has(l.id) && !result.rerun.has(l.id) && !result.cancelled.has(l.id));
-    const ids = new Set(unsettled.map((l) => l.id));
-    const again = await this.completeOnce(db, unsettled, followUps.filter((f) => f.parentId !== null && ids.has(f.parentId)));
-    for (const key of ['done', 'cancelled', 'rerun'] as const) for (const id of again[key]) result[key].add(id);
     return result;
+  }
+
+  /** One completion statement, and a second for the leases that raced a rerun request; adds to `into`. */
+  private async completeSettled(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[], into: CompleteResult): Promise<void> {
+    const settled = (id: string) => into.done.has(id) || into.rerun.has(id) || into.cancelled.has(id);
+    const add = (r: CompleteResult) => {
+      for (const key of ['done', 'cancelled', 'rerun'] as const) for (const id of r[key]) into[key].add(id);
+    };
+    add(await this.completeOnce(db, leases, followUps));
+    const unsettled = leases.filter((l) => !settled(l.id));
+    if (unsettled.length === 0) return;
+    const ids = new Set(unsettled.map((l) => l.id));
+    add(await this.completeOnce(db, unsettled, followUps.filter((f) => f.parentId !== null && ids.has(f.parentId))));
   }
 
   private async completeOnce(db: SqlExecutor, leases: RanLease[], followUps: NewTaskRow[]): Promise<CompleteResult> {
@@ -210,7 +220,7 @@ export class TaskRepository {
     const now = performance.now();
     const ranAgo = this.archives ? [msList(leases, (l) => now - l.startedAt), msList(leases, (l) => now - l.finishedAt)] : [];
     const [res] = await db.$queryRawUnsafe<{ done_ids: string; cancelled_ids: string; rerun_ids: string }[]>(
-      this.completeSql.complete,
+      this.statementsFor(db).complete,
       ...leaseParams(leases),
       taskRowsJson(followUps),
       this.channel,
@@ -222,48 +232,66 @@ export class TaskRepository {
       cancelled: new Set(parseIds(res.cancelled_ids)),
       rerun: new Set(parseIds(res.rerun_ids)),
       failed: new Map(),
+      held: new Set(),
     };
   }
 
   /**
    * Records failed attempts; returns the new state of each task whose lease still held.
-   * `retryBlocksGroup` false moves a retried group task behind the rest of its group.
+   * `retryBlocksGroup` false moves a retried group task behind the rest of its group. Outside a
+   * transaction, the ids of attempts whose row a business transaction holds go to `held` (not
+   * recorded, lease still held; see byLeaseWhenHeld).
    */
-  async fail(db: SqlExecutor, failures: Failure[], retryBlocksGroup = true): Promise<Map<string, FailedState>> {
-    if (failures.length === 0) return new Map();
+  async fail(db: SqlExecutor, failures: Failure[], retryBlocksGroup = true, held?: Set<string>): Promise<Map<string, FailedState>> {
+    const states = new Map<string, FailedState>();
+    if (failures.length === 0) return states;
     assertOneLeasePerTask(failures);
-    const rows = await db.$queryRawUnsafe<{ id: string; state: FailedState }[]>(
-      this.completeSql.fail,
-      ...leaseParams(failures),
-      failures.map((f) => f.error),
-      failures.map((f) => Math.max(0, Math.round(f.delayMs))),
-      failures.map((f) => f.fatal),
-      this.channel,
-      retryBlocksGroup,
-    );
-    return new Map(rows.map((r) => [r.id, r.state]));
+    const stillHeld = await byLeaseWhenHeld(failures, async (part) => {
+      const rows = await db.$queryRawUnsafe<{ id: string; state: FailedState }[]>(
+        this.statementsFor(db).fail,
+        ...leaseParams(part),
+        part.map((f) => f.error),
+        part.map((f) => Math.max(0, Math.round(f.delayMs))),
+        part.map((f) => f.fatal),
+        this.channel,
+        retryBlocksGroup,
+      );
+      for (const r of rows) states.set(r.id, r.state);
+    });
+    for (const f of stillHeld) held?.add(f.id);
+    return states;
   }
 
+  /** Gives leases back uncounted; returns the ids given back (a row a business transaction holds is not: its lease expires). */
   async release(db: SqlExecutor, leases: Lease[]): Promise<Set<string>> {
-    if (leases.length === 0) return new Set();
+    const released = new Set<string>();
+    if (leases.length === 0) return released;
     assertOneLeasePerTask(leases);
-    const [res] = await db.$queryRawUnsafe<{ released_ids: string }[]>(this.completeSql.release, ...leaseParams(leases), this.channel);
-    return new Set(parseIds(res.released_ids));
+    await byLeaseWhenHeld(leases, async (part) => {
+      const [res] = await db.$queryRawUnsafe<{ released_ids: string }[]>(this.statementsFor(db).release, ...leaseParams(part), this.channel);
+      for (const id of parseIds(res.released_ids)) released.add(id);
+    });
+    return released;
   }
 
-  /** Extends the leases still held; returns them by token, each with whether a cancel was requested. */
+  /**
+   * Extends the leases still held; returns them by token, each with whether a cancel was requested.
+   * A lease whose row another transaction holds counts as held without waiting (see heartbeat in
+   * complete.sql.ts); the next heartbeat extends it.
+   */
   async heartbeat(db: SqlExecutor, leases: Lease[], leaseMs: number): Promise<Map<string, { cancelled: boolean }>> {
     const held = new Map<string, { cancelled: boolean }>();
     for (const run of oneLeasePerTask(leases, (l) => l.id)) {
-      const rows = await db.$queryRawUnsafe<{ id: string; cancelled: boolean }[]>(
-        this.completeSql.heartbeat,
-        ...leaseParams(run),
-        leaseMs,
-      );
+      const rows = await db.$queryRawUnsafe<{ id: string; cancelled: boolean }[]>(this.completeSql.heartbeat, ...leaseParams(run), leaseMs);
       const tokenOf = new Map(run.map((l) => [l.id, l.token]));
       for (const r of rows) held.set(tokenOf.get(r.id)!, { cancelled: r.cancelled });
     }
     return held;
+  }
+
+  /** The lease-ending statements for `db`: row-lock waits bounded outside a transaction (see rowLockBound). */
+  private statementsFor(db: SqlExecutor) {
+    return isRootClient(db) ? this.completeSqlOutside : this.completeSql;
   }
 
   async rescueExpired(db: SqlExecutor, limit = 1000): Promise<{ rescued: number; dead: number }> {

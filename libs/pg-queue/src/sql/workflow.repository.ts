@@ -1,4 +1,5 @@
 import type { PrismaClientLike, SqlExecutor } from '../types';
+import { isLockTimeout } from './database-error';
 import { workflowStatements } from './workflow.sql';
 import type { Lease } from './statement-values';
 
@@ -82,8 +83,9 @@ export class WorkflowRepository {
         return this.parked(tx, params);
       }, TX_BOUNDS);
     } catch (err) {
-      if (!/lock timeout|55P03/i.test(String((err as Error)?.message))) throw err;
+      if (!isLockTimeout(err)) throw err;
       // A signal transaction held the lock past the bound: park as due, the replay looks again.
+      // (If the row's lock timed out instead, this times out too and the caller tries again.)
       return this.parked(prisma, [lease.id, lease.token, p.waitingFor, new Date(0), null, null, this.channel]);
     }
   }

@@ -1,5 +1,5 @@
 import { quoteIdent } from './identifiers';
-import { cancelRequestedOf, marked, notifyCte } from './fragments.sql';
+import { cancelRequestedOf, marked, notifyCte, rowLockBound } from './fragments.sql';
 
 /** First key of the advisory lock that orders a signal against a workflow parking on it; the second is hashtext(task id). */
 const SIGNAL_LOCK_NAMESPACE = 0x70_67_77; // "pgw"
@@ -100,7 +100,8 @@ SELECT set_config('lock_timeout', $2, true) AS bound, ${signalLock} IS NULL AS l
      * attempt not counted. It goes back to pending at once instead when what it waits for has come:
      * its time ($4 passed), a signal of that name ($5), the child's entry resolved ($6: its
      * position), or `woken` (a child ended while it ran). A cancel request leaves the row alone (the
-     * caller records the cancellation as for any attempt). $7 channel.
+     * caller records the cancellation as for any attempt). Its wait for the row lock is bounded (a
+     * business transaction may hold the row, see rowLockBound); the caller tries again. $7 channel.
      */
     park: `
 WITH parked AS (
@@ -110,7 +111,7 @@ WITH parked AS (
       waiting_for = CASE WHEN ${ready} THEN NULL ELSE $3 END,
       run_at = now(), woken = NULL, attempt = greatest(t.attempt - 1, 0),
       locked_by = NULL, lease_token = NULL, locked_until = NULL
-  WHERE t.id = $1::bigint AND t.lease_token = $2::uuid AND NOT ${cancelRequestedOf(s)}
+  WHERE t.id = $1::bigint AND t.lease_token = $2::uuid AND NOT ${cancelRequestedOf(s)}${rowLockBound()}
   RETURNING t.queue, t.state, t.run_at, t.wake_at
 ), wake AS (
   SELECT pg_notify($7, '${WAKE_NOTICE}' || (extract(epoch FROM wake_at) * 1000)::bigint) FROM parked WHERE state = 'waiting' AND wake_at IS NOT NULL

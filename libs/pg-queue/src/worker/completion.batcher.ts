@@ -18,18 +18,26 @@ interface Completion extends Pending<CompletionOutcome> {
   followUps: NewTaskRow[];
 }
 
+/** How long an outcome whose row a business transaction holds waits before it is written again. */
+const HELD_RETRY_MS = 500;
+
 /**
  * Lease mode finishes tasks one by one as their handlers return; this collects the outcomes and
  * writes them in one statement each (complete, fail). Group-commit style: while a completion
  * statement is in flight the next outcomes accumulate (up to the batch size), so batches grow with
  * load and an idle queue pays no delay. Every entry is still fenced by its own lease token, so one
- * lost lease never blocks its neighbours.
+ * lost lease never blocks its neighbours, nor does a row that a business transaction holds: the
+ * statement gives up on it within its bound, the rest are written, and that outcome is written
+ * again every HELD_RETRY_MS until the row is free (or, at shutdown, left to its lease).
  */
 export class CompletionBatcher {
   private completions: Completion[] = [];
   private failures: (Pending<FailedState | null> & { failure: Failure })[] = [];
   private scheduled = false;
   private readonly inFlight = new Set<Promise<void>>();
+  /** Outcomes waiting to be written again (a business transaction held their row). */
+  private readonly held = new Set<{ timer: NodeJS.Timeout; again: () => void }>();
+  private flushing = false;
 
   constructor(
     private readonly db: SqlExecutor,
@@ -54,11 +62,29 @@ export class CompletionBatcher {
     });
   }
 
-  /** Writes whatever is queued and waits for every write in flight. */
+  /**
+   * Writes whatever is queued and waits for every write in flight. Outcomes whose row is still
+   * held get one more try, then are rejected: their leases expire and the tasks run again.
+   */
   async flush(): Promise<void> {
-    while (this.completions.length + this.failures.length + this.inFlight.size > 0) {
-      this.write();
-      await Promise.allSettled([...this.inFlight]);
+    this.giveUpHeld();
+    try {
+      while (this.completions.length + this.failures.length + this.inFlight.size > 0) {
+        this.write();
+        await Promise.allSettled([...this.inFlight]);
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  /** From now until the end of the next flush: outcomes still held after one more try are rejected (shutdown's deadline). */
+  giveUpHeld(): void {
+    this.flushing = true;
+    for (const h of [...this.held]) {
+      clearTimeout(h.timer);
+      this.held.delete(h);
+      h.again();
     }
   }
 
@@ -88,7 +114,8 @@ export class CompletionBatcher {
         for (const c of completions) {
           const id = c.lease.id;
           const failed = res.failed.get(id);
-          if (failed) c.resolve({ failed });
+          if (res.held.has(id)) this.later(c, () => this.completions.push(c));
+          else if (failed) c.resolve({ failed });
           else if (res.done.has(id)) c.resolve('done');
           else if (res.rerun.has(id)) c.resolve('rerun');
           else if (res.cancelled.has(id)) c.resolve('cancelled');
@@ -98,10 +125,33 @@ export class CompletionBatcher {
     }
     if (failures.length > 0) {
       this.track(async () => {
-        const states = await this.repo.fail(this.db, failures.map((f) => f.failure), this.retryBlocksGroup);
-        for (const f of failures) f.resolve(states.get(f.failure.id) ?? null);
+        const held = new Set<string>();
+        const states = await this.repo.fail(this.db, failures.map((f) => f.failure), this.retryBlocksGroup, held);
+        for (const f of failures) {
+          if (held.has(f.failure.id)) this.later(f, () => this.failures.push(f));
+          else f.resolve(states.get(f.failure.id) ?? null);
+        }
       }, failures);
     }
+  }
+
+  /** Writes `entry` again after HELD_RETRY_MS (`requeue` puts it back); while flushing, gives it up. */
+  private later(entry: Pending<never> | Pending<any>, requeue: () => void): void {
+    if (this.flushing) {
+      entry.reject(new Error('its row is held by another transaction (a business transaction that enqueued a task depending on it, or asked it to rerun, is still open)'));
+      return;
+    }
+    const h = {
+      again: () => {
+        requeue();
+        this.schedule();
+      },
+      timer: setTimeout(() => {
+        this.held.delete(h);
+        h.again();
+      }, HELD_RETRY_MS),
+    };
+    this.held.add(h);
   }
 
   private track(work: () => Promise<void>, entries: Pending<never>[] | Pending<any>[]): void {

@@ -19,6 +19,7 @@ export class LeaseRunner {
   private readonly batcher: CompletionBatcher;
   private readonly scope: ContextScope;
   private heartbeatTimer: NodeJS.Timeout | null = null;
+  private heartbeating = false;
 
   constructor(
     private readonly deps: WorkerDeps,
@@ -79,6 +80,11 @@ export class LeaseRunner {
     return this.batcher.flush();
   }
 
+  /** Shutdown's deadline passed: outcomes waiting for a row a business transaction holds are given up (see CompletionBatcher). */
+  giveUpHeld(): void {
+    this.batcher.giveUpHeld();
+  }
+
   private async record(a: Attempt, result: InvokeOutcome | { kind: 'parked' }): Promise<void> {
     if (result.kind === 'parked') return; // a workflow recorded its park (workflow.runner.ts)
     try {
@@ -130,16 +136,23 @@ export class LeaseRunner {
     this.heartbeatTimer = null;
   }
 
-  /** One statement extends every lease this runner holds; the ones not extended were lost. */
+  /**
+   * One statement extends every lease this runner holds; the ones not extended were lost. One at a
+   * time: a heartbeat still under way when the next is due (a slow database) is not joined by
+   * another, which would take one more pool connection each interval.
+   */
   private async heartbeatAll(): Promise<void> {
     const running = [...this.active].filter((a) => !a.finished && !a.aborted);
     // (includes claimed attempts still waiting for a slot)
-    if (running.length === 0) return;
+    if (running.length === 0 || this.heartbeating) return;
+    this.heartbeating = true;
     try {
       const held = await this.deps.repo.heartbeat(this.deps.prisma, running.map((a) => a.lease), this.handler.options.leaseMs);
       for (const a of running) this.applyHeartbeat(a, held);
     } catch (err) {
       this.deps.logger.warn(`heartbeat failed for queue "${this.handler.queue}": ${(err as Error).message}`);
+    } finally {
+      this.heartbeating = false;
     }
   }
 

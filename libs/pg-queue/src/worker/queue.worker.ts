@@ -179,6 +179,7 @@ export class QueueWorker {
     if (!finished) {
       // Transactional attempts see the abort and roll their transaction back; lease attempts are released.
       for (const a of this.running()) a.abort(new ShutdownAbortError());
+      this.lease?.giveUpHeld();
       await this.work.settleWithin(Number.MAX_SAFE_INTEGER);
     }
     await this.lease?.flush();

@@ -1,11 +1,15 @@
 import type { Logger } from '@nestjs/common';
 import { TaskCancelledError } from '../errors';
+import { isLockTimeout } from '../sql/database-error';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Attempt } from '../worker/attempt';
 import { invokeTraced, type InvokeOutcome } from '../worker/handler.invoker';
 import type { WorkflowEngine } from '../worker/worker.deps';
 import { ReplayCursor, type JournalEntry } from './journal';
 import { PARKED, WorkflowRun, type WorkflowRunDeps } from './workflow.context';
+
+/** Pause before a park whose row was held is tried again. */
+const PARK_RETRY_MS = 500;
 
 /**
  * Runs one attempt of a workflow (a lease-mode task whose handler is a `@Workflow` method): loads
@@ -55,16 +59,24 @@ export class WorkflowRunner implements WorkflowEngine {
 
   private async park(a: Attempt, run: WorkflowRun): Promise<InvokeOutcome | { kind: 'parked' }> {
     const request = run.park!;
-    try {
-      const state = await this.deps.repo.park(this.deps.prisma, a.lease, request);
-      // No row: the lease was lost, or a cancel request waits; recorded as for any attempt.
-      if (state === null) return { kind: 'aborted', reason: new TaskCancelledError(a.task.id), settled: Promise.resolve() };
-      if (state === 'waiting' && request.wakeAt !== null) this.wakeAt(request.wakeAt);
-      return { kind: 'parked' };
-    } catch (err) {
-      // The lease expires and the rescuer gives the task back: the replay parks again.
-      this.logger.error(`workflow ${a.task.id} of "${a.task.queue}" could not park: ${(err as Error).message}`);
-      return { kind: 'parked' };
+    for (;;) {
+      try {
+        const state = await this.deps.repo.park(this.deps.prisma, a.lease, request);
+        // No row: the lease was lost, or a cancel request waits; recorded as for any attempt.
+        if (state === null) return { kind: 'aborted', reason: new TaskCancelledError(a.task.id), settled: Promise.resolve() };
+        if (state === 'waiting' && request.wakeAt !== null) this.wakeAt(request.wakeAt);
+        return { kind: 'parked' };
+      } catch (err) {
+        // A business transaction holds the row (see rowLockBound): the attempt, its lease kept by
+        // heartbeats, parks once the row is free.
+        if (isLockTimeout(err) && !a.aborted) {
+          await new Promise((r) => setTimeout(r, PARK_RETRY_MS));
+          continue;
+        }
+        // The lease expires and the rescuer gives the task back: the replay parks again.
+        this.logger.error(`workflow ${a.task.id} of "${a.task.queue}" could not park: ${(err as Error).message}`);
+        return { kind: 'parked' };
+      }
     }
   }
 }
