@@ -1,4 +1,5 @@
 import type { Logger } from '@nestjs/common';
+import { ScheduleNameTakenError } from '../errors';
 import type { ScheduleRepository } from '../sql/schedule.repository';
 import type { NewTaskRow } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
@@ -10,13 +11,16 @@ const MAX_SLEEP_MS = 30_000;
 /**
  * Enqueues the tasks of due schedules. Any number of instances may run it: each pass locks the due
  * schedule rows with SKIP LOCKED, enqueues their ticks and advances them in one transaction, so
- * every tick is enqueued exactly once. It sleeps until the earliest next tick (at most 30 s, to see
- * schedules other instances declared).
+ * every tick is enqueued exactly once. Declared and runtime schedules alike: both are rows of that
+ * table. It sleeps until the earliest next tick (at most 30 s, to see schedules other instances
+ * declared); a runtime schedule's write is announced by NOTIFY and wakes it at once (`wake`).
  */
 export class ScheduleTicker {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private running: Promise<void> | null = null;
+  /** A wake-up came while a pass ran: it may have read the table before the change. */
+  private again = false;
 
   constructor(
     private readonly prisma: PrismaClientLike,
@@ -31,7 +35,9 @@ export class ScheduleTicker {
    */
   async sync(declared: ValidSchedule[], handledQueues: string[]): Promise<void> {
     for (const s of declared) {
-      await this.schedules.upsertSchedule(this.prisma, { ...s, firstTick: nextTick(s, new Date()) });
+      // Not announced: the other instances see it within their 30 s, as before runtime schedules.
+      const written = await this.schedules.upsertSchedule(this.prisma, { ...s, firstTick: nextTick(s, new Date()), origin: 'code' }, null);
+      if (written === null) throw new ScheduleNameTakenError(s.name, 'runtime');
     }
     const retired = await this.schedules.retireSchedules(this.prisma, handledQueues, declared.map((s) => s.name));
     if (retired.length > 0) this.logger.log(`retired schedules no longer declared: ${retired.join(', ')}`);
@@ -39,6 +45,20 @@ export class ScheduleTicker {
 
   start(): void {
     this.stopped = false;
+    this.sleep(0);
+  }
+
+  /**
+   * Look at the table again now (a runtime schedule was created or changed, or LISTEN came back):
+   * the earliest tick may be sooner than this ticker sleeps for. One pass per notification at most.
+   */
+  wake(): void {
+    if (this.stopped || this.timer === null) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    clearTimeout(this.timer);
     this.sleep(0);
   }
 
@@ -90,6 +110,7 @@ export class ScheduleTicker {
 
   private async pass(): Promise<void> {
     let wait = 1000;
+    this.again = false;
     try {
       await this.tickOnce();
       const ms = await this.schedules.msUntilNextSchedule(this.prisma);
@@ -97,6 +118,6 @@ export class ScheduleTicker {
     } catch (err) {
       this.logger.error(`schedule pass failed: ${(err as Error).message}`);
     }
-    this.sleep(wait);
+    this.sleep(this.again ? 0 : wait);
   }
 }

@@ -1,7 +1,8 @@
 import type { SqlExecutor } from '../types';
 import { scheduleStatements } from './schedule.sql';
 
-export interface ScheduleRow {
+/** A schedule as stored (see schedule.sql.ts `read`). */
+export interface StoredSchedule {
   name: string;
   queue: string;
   cron: string | null;
@@ -10,7 +11,27 @@ export interface ScheduleRow {
   payload: unknown;
   missed: 'skip' | 'once';
   next_run_at: Date;
-  db_now: Date;
+  last_run_at: Date | null;
+  updated_at: Date;
+  origin: ScheduleOrigin;
+}
+
+export type ScheduleOrigin = 'code' | 'runtime';
+
+/** A due schedule as the ticker locks it, with the database clock. */
+export type ScheduleRow = Omit<StoredSchedule, 'last_run_at' | 'updated_at' | 'origin'> & { db_now: Date };
+
+/** What the upsert writes: a validated schedule, its first tick and who owns it. */
+export interface ScheduleWrite {
+  name: string;
+  queue: string;
+  cron: string | null;
+  everyMs: number | null;
+  tz: string | null;
+  payloadJson: string;
+  missed: string;
+  firstTick: Date;
+  origin: ScheduleOrigin;
 }
 
 /** Runs the schedule statements. */
@@ -21,8 +42,26 @@ export class ScheduleRepository {
     this.scheduleSql = scheduleStatements(schema);
   }
 
-  async upsertSchedule(db: SqlExecutor, s: { name: string; queue: string; cron: string | null; everyMs: number | null; tz: string | null; payloadJson: string; missed: string; firstTick: Date }) {
-    await db.$executeRawUnsafe(this.scheduleSql.upsert, s.name, s.queue, s.cron, s.everyMs, s.tz, s.payloadJson, s.missed, s.firstTick.toISOString());
+  /**
+   * True when created, false when changed, null when a schedule of the other origin holds the name
+   * (nothing written). `channel`: announce the write to running tickers (null: do not).
+   */
+  async upsertSchedule(db: SqlExecutor, s: ScheduleWrite, channel: string | null): Promise<boolean | null> {
+    const [row] = await db.$queryRawUnsafe<{ created: boolean | null }[]>(
+      this.scheduleSql.upsert, s.name, s.queue, s.cron, s.everyMs, s.tz, s.payloadJson, s.missed, s.firstTick.toISOString(), s.origin, channel,
+    );
+    return row.created;
+  }
+
+  /** Removes a runtime schedule; `origin` is what held the name (null: nothing did). */
+  async removeSchedule(db: SqlExecutor, name: string): Promise<{ removed: boolean; origin: ScheduleOrigin | null }> {
+    const [row] = await db.$queryRawUnsafe<{ removed: boolean; origin: ScheduleOrigin | null }[]>(this.scheduleSql.remove, name);
+    return row;
+  }
+
+  /** Schedule `name`, or every schedule (null), by name. */
+  async readSchedules(db: SqlExecutor, name: string | null): Promise<StoredSchedule[]> {
+    return db.$queryRawUnsafe<StoredSchedule[]>(this.scheduleSql.read, name);
   }
 
   async retireSchedules(db: SqlExecutor, queues: string[], keep: string[]): Promise<string[]> {
