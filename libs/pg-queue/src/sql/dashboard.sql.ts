@@ -181,10 +181,10 @@ FROM walked w CROSS JOIN LATERAL (
 ) x
 ORDER BY w.stage, w.id`,
 
-    /** Every schedule (one row per declared schedule: a small table), by name. Parameters: $1 most rows. */
+    /** Every schedule (one row per schedule, declared or runtime: a small table), by name. Parameters: $1 most rows. */
     schedules: `
 SELECT name, queue, cron, every_ms::float8 AS "everyMs", tz, missed, next_run_at AS "nextRunAt",
-       last_run_at AS "lastRunAt", now() AS "dbNow"
+       last_run_at AS "lastRunAt", now() AS "dbNow", origin = 'runtime' AS runtime
 FROM ${s}.schedule ORDER BY name LIMIT $1`,
   });
 }
