@@ -122,6 +122,22 @@ describe('runtime schedules', () => {
     expect(await db.sql("SELECT queue FROM pgqueue.schedule WHERE name = 'declared.extra'")).toEqual([{ queue: 'rt.declared' }]);
   });
 
+  it('migration 21 on a database that has declared schedules: existing rows become declared ones (origin code)', async () => {
+    await db.sql("INSERT INTO pgqueue.schedule (name, queue, every_ms, next_run_at) VALUES ('old.one', 'rt.old', 60000, now() + interval '1 minute')");
+    // Back to the schema before migration 21, its row in place.
+    await db.sql('ALTER TABLE pgqueue.schedule DROP COLUMN origin');
+    await db.sql('DELETE FROM pgqueue.schema_version WHERE version = 21');
+    const a = await bootQueueApp(db.prisma(2), [], { autoStart: false });
+    try {
+      expect(await db.sql("SELECT origin FROM pgqueue.schedule WHERE name = 'old.one'")).toEqual([{ origin: 'code' }]);
+      expect(await a.queue.getSchedule('old.one')).toMatchObject({ declared: true, everyMs: 60_000 });
+      await expect(a.queue.removeSchedule('old.one')).rejects.toThrow(ScheduleNameTakenError);
+    } finally {
+      await a.close();
+      await db.sql("DELETE FROM pgqueue.schedule WHERE name = 'old.one'");
+    }
+  });
+
   it('refuses bad input up front, naming the option', async () => {
     const a = await bootQueueApp(db.prisma(2), [], { autoStart: false });
     try {
