@@ -11,7 +11,7 @@ import { containsPattern, listFilter, noticeParams, priorityField, queueName, ta
 import type { ResolvedDashboardOptions } from './dashboard.options';
 import { basePath, type DashboardRequest } from './dashboard.request';
 import { DASHBOARD_OPTIONS } from './dashboard.tokens';
-import { scheduleForm, scheduleInputError } from './schedule.input';
+import { scheduleForm, scheduleInputError, scheduleNameField } from './schedule.input';
 import type { PageContext } from './views/layout.view';
 import { Links } from './views/links';
 import { overviewPage } from './views/overview.view';
@@ -75,7 +75,7 @@ export abstract class DashboardController {
   @HtmlPage()
   async schedules(@Req() req: DashboardRequest, @Query() query: Fields): Promise<string> {
     // ?edit=<name>: the form filled in with that runtime schedule (a declared or unknown one: an empty form).
-    const edit = this.options.readOnly ? null : text(query, 'edit');
+    const edit = this.options.readOnly ? null : scheduleNameField(query, 'edit');
     const editing = edit === null ? null : await this.queue.getSchedule(edit);
     return schedulesPage(this.context(req, 1), await this.data.schedules(), noticeParams(query), editing?.declared === false ? editing : null).text;
   }
@@ -170,7 +170,7 @@ export abstract class DashboardController {
   @UseGuards(DashboardActionGuard)
   @Redirect()
   async removeSchedule(@Req() req: DashboardRequest, @Body() body: Fields): Promise<Redirection> {
-    const name = text(body, 'name');
+    const name = scheduleNameField(body, 'name');
     if (name === null) throw new BadDashboardInput('name', 'a schedule name');
     const notice = await this.queue.removeSchedule(name).then(
       (removed) => (removed ? 'schedule-removed' : 'schedule-not-found'),

@@ -29,6 +29,17 @@ export function scheduleForm(body: Fields): { name: string; options: RuntimeSche
   return { name, options };
 }
 
+/**
+ * The name of an existing schedule (Remove's hidden field, `?edit=`): as given, not trimmed, since
+ * upsertSchedule keeps spaces a name was made with; null when absent or empty.
+ */
+export function scheduleNameField(fields: Fields, field: string): string | null {
+  const value = fields?.[field];
+  if (value === undefined || value === null || value === '') return null;
+  if (typeof value !== 'string' || value.length > 200 || value.includes('\u0000')) throw new BadDashboardInput(field, 'a schedule name of 1-200 characters');
+  return value;
+}
+
 function payloadField(body: Fields): unknown {
   const value = body?.payload;
   if (value === undefined || value === null || (typeof value === 'string' && value.trim() === '')) return {};
