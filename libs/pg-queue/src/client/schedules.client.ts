@@ -1,6 +1,5 @@
 import { InvalidArgumentError, ScheduleNameTakenError } from '../errors';
 import { nextTick, validateRuntimeSchedule, type RuntimeScheduleOptions } from '../schedules/schedule.definition';
-import { inBoundedTransaction, type TransactionBounds } from '../sql/bounded-transaction';
 import { notifyChannel } from '../sql/identifiers';
 import { ScheduleRepository, type StoredSchedule } from '../sql/schedule.repository';
 import type { PrismaClientLike } from '../types';
@@ -25,16 +24,11 @@ export interface ScheduleInfo {
 }
 
 /**
- * A write waits at most for a ticker pass that holds the row (milliseconds: it enqueues the tick
- * and advances the row); the bounds only stop a stuck transaction from holding the caller.
- */
-const WRITE_BOUNDS: TransactionBounds = { maxWaitMs: 5000, lockWaitMs: 5000, idleMs: 5000, statementMs: 10_000, transactionMs: 15_000, perRowMs: 0 };
-
-/**
- * Runtime schedules (TaskQueue.upsertSchedule and friends): rows of the same `schedule` table the
- * declared ones live in, ticked by the same pass on every instance (see ScheduleTicker), so a tick
- * is enqueued once however many instances run. Names are one namespace with declared schedules
- * (see ScheduleNameTakenError).
+ * Runtime schedules (TaskQueue.upsertSchedule and friends): rows of `schedule_runtime`, beside the
+ * declared ones' `schedule` (which older instances declare and retire by queue: they never touch
+ * this table), ticked by the same pass on every instance (see ScheduleTicker), so a tick is
+ * enqueued once however many instances run. Names are one namespace with declared schedules (see
+ * ScheduleNameTakenError and schedule.sql.ts).
  */
 export class ScheduleClient {
   private readonly repo: ScheduleRepository;
@@ -51,8 +45,7 @@ export class ScheduleClient {
   /** True when created, false when an existing runtime schedule was changed. */
   async upsert(name: string, options: RuntimeScheduleOptions): Promise<boolean> {
     const valid = validateRuntimeSchedule(name, options);
-    const write = { ...valid, firstTick: nextTick(valid, new Date()), origin: 'runtime' as const };
-    const created = await inBoundedTransaction(this.prisma, `upsertSchedule("${name}")`, WRITE_BOUNDS, 1, (tx) => this.repo.upsertSchedule(tx, write, this.channel));
+    const created = await this.repo.writeSchedule(this.prisma, 'runtime', { ...valid, firstTick: nextTick(valid, new Date()) }, this.channel);
     if (created === null) throw new ScheduleNameTakenError(name, 'code');
     return created;
   }
@@ -69,8 +62,8 @@ export class ScheduleClient {
   /** True when removed, false when there was no such schedule; a declared one is refused. */
   async remove(name: string): Promise<boolean> {
     const checked = scheduleName(name);
-    const res = await inBoundedTransaction(this.prisma, `removeSchedule("${checked}")`, WRITE_BOUNDS, 1, (tx) => this.repo.removeSchedule(tx, checked));
-    if (!res.removed && res.origin === 'code') throw new ScheduleNameTakenError(checked, 'code');
+    const res = await this.repo.removeSchedule(this.prisma, checked);
+    if (!res.removed && res.declared) throw new ScheduleNameTakenError(checked, 'code');
     return res.removed;
   }
 }
@@ -94,6 +87,6 @@ function scheduleInfo(r: StoredSchedule): ScheduleInfo {
     nextRunAt: new Date(r.next_run_at),
     lastRunAt: r.last_run_at === null ? null : new Date(r.last_run_at),
     updatedAt: new Date(r.updated_at),
-    declared: r.origin === 'code',
+    declared: r.declared,
   };
 }

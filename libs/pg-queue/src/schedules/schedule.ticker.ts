@@ -11,9 +11,12 @@ const MAX_SLEEP_MS = 30_000;
 /**
  * Enqueues the tasks of due schedules. Any number of instances may run it: each pass locks the due
  * schedule rows with SKIP LOCKED, enqueues their ticks and advances them in one transaction, so
- * every tick is enqueued exactly once. Declared and runtime schedules alike: both are rows of that
- * table. It sleeps until the earliest next tick (at most 30 s, to see schedules other instances
- * declared); a runtime schedule's write is announced by NOTIFY and wakes it at once (`wake`).
+ * every tick is enqueued exactly once. Declared schedules (`schedule`) and runtime ones
+ * (`schedule_runtime`) alike: the pass locks the due rows of each table so. Instances of a release
+ * before runtime schedules lock and fire `schedule` alone: they never fire a runtime schedule, the
+ * newer instances do, still once per tick. It sleeps until the earliest next tick of either table
+ * (at most 30 s, to see schedules other instances declared); a runtime schedule's write is
+ * announced by NOTIFY and wakes it at once (`wake`).
  */
 export class ScheduleTicker {
   private timer: NodeJS.Timeout | null = null;
@@ -36,7 +39,7 @@ export class ScheduleTicker {
   async sync(declared: ValidSchedule[], handledQueues: string[]): Promise<void> {
     for (const s of declared) {
       // Not announced: the other instances see it within their 30 s, as before runtime schedules.
-      const written = await this.schedules.upsertSchedule(this.prisma, { ...s, firstTick: nextTick(s, new Date()), origin: 'code' }, null);
+      const written = await this.schedules.writeSchedule(this.prisma, 'declared', { ...s, firstTick: nextTick(s, new Date()) }, null);
       if (written === null) throw new ScheduleNameTakenError(s.name, 'runtime');
     }
     const retired = await this.schedules.retireSchedules(this.prisma, handledQueues, declared.map((s) => s.name));
@@ -93,7 +96,7 @@ export class ScheduleTicker {
           dependsOn: null,
         }));
         await this.tasks.insert(tx, tasks);
-        await this.schedules.advanceSchedule(tx, row.name, next, fire.at(-1) ?? null);
+        await this.schedules.advanceSchedule(tx, row, next, fire.at(-1) ?? null);
         enqueued += tasks.length;
       }
       return enqueued;
