@@ -109,6 +109,36 @@ describe('pg-queue CLI', () => {
     expect(await db.sql("SELECT state FROM pgqueue.task WHERE queue = 'cli.work' ORDER BY id")).toEqual([{ state: 'pending' }, { state: 'pending' }]);
   });
 
+  it('schedules upsert, list, show and remove (issue 27): a bad cron or payload exits 2, an unknown name 1, a declared one is refused', async () => {
+    const created = cli(['schedules', 'upsert', 'cli.nightly', '--queue', 'cli.work', '--cron', '0 3 * * *', '--timezone', 'Europe/Berlin', '--payload', '{"report":"daily"}']);
+    expect(created).toEqual({ code: 0, out: 'schedule cli.nightly created\n', err: '' });
+    expect(await qa.queue.getSchedule('cli.nightly')).toMatchObject({ queue: 'cli.work', cron: '0 3 * * *', timezone: 'Europe/Berlin', payload: { report: 'daily' }, declared: false });
+    expect(cli(['schedules', 'upsert', 'cli.nightly', '--queue', 'cli.work', '--every', '90s'])).toEqual({ code: 0, out: 'schedule cli.nightly changed\n', err: '' });
+    const list = cli(['schedules', 'list']);
+    expect(list.code).toBe(0);
+    expect(list.out).toMatch(/^name\s+queue\s+every\s+cron\s+timezone\s+missed\s+nextRunAt\s+lastRunAt\s+declared\ncli\.nightly\s+cli\.work\s+90s\s+-\s+-\s+skip\s+\S+Z\s+-\s+no\n$/);
+    const shown = cli(['--json', 'schedules', 'show', 'cli.nightly']);
+    expect({ code: shown.code, body: JSON.parse(shown.out) }).toMatchObject({ code: 0, body: { name: 'cli.nightly', everyMs: 90_000, cron: null, payload: {}, declared: false } });
+
+    const badCron = cli(['schedules', 'upsert', 'cli.bad', '--queue', 'cli.work', '--cron', '61 * * * *']);
+    expect({ code: badCron.code, out: badCron.out }).toEqual({ code: 2, out: '' });
+    expect(badCron.err).toMatch(/^pg-queue: invalid option upsertSchedule\("cli\.bad"\)\.cron: .*\n$/);
+    expect(cli(['schedules', 'upsert', 'cli.bad', '--queue', 'cli.work', '--every', '1m', '--payload', '{oops'])).toMatchObject({ code: 2, err: expect.stringContaining('--payload') });
+    expect(cli(['schedules', 'upsert', 'cli.bad', '--queue', 'cli.work']).code).toBe(2); // neither --cron nor --every
+    expect(await qa.queue.getSchedule('cli.bad')).toBeNull();
+
+    expect(cli(['schedules', 'remove', 'cli.nightly'])).toEqual({ code: 0, out: 'schedule cli.nightly removed\n', err: '' });
+    expect(cli(['schedules', 'remove', 'cli.nightly'])).toEqual({ code: 1, out: '', err: 'pg-queue: no schedule cli.nightly\n' });
+    expect(cli(['schedules', 'show', 'cli.nightly'])).toEqual({ code: 1, out: '', err: 'pg-queue: no schedule cli.nightly\n' });
+    expect(cli(['schedules', 'list'])).toEqual({ code: 0, out: 'no schedules\n', err: '' });
+
+    // A declared schedule is listed, and the CLI cannot change or remove it.
+    await db.sql("INSERT INTO pgqueue.schedule (name, queue, every_ms, next_run_at) VALUES ('cli.declared', 'cli.work', 60000, now() + interval '1 minute')");
+    expect(cli(['schedules', 'list']).out).toMatch(/\ncli\.declared\s+cli\.work\s+1m\s.*\syes\n$/);
+    expect(cli(['schedules', 'remove', 'cli.declared'])).toEqual({ code: 2, out: '', err: 'pg-queue: schedule "cli.declared" is declared in code; change it there, or give the runtime schedule another name\n' });
+    await db.sql("DELETE FROM pgqueue.schedule WHERE name = 'cli.declared'");
+  });
+
   it('schema print and install; pg-queue-schema is the same program', async () => {
     const printed = cli(['--schema', 'cli_q', 'schema', 'print']);
     expect(printed.code).toBe(0);
@@ -127,7 +157,7 @@ describe('pg-queue CLI', () => {
     const help = cli(['--help']);
     expect(help.code).toBe(0);
     expect(help.out).toContain('Exit codes: 0 done; 1 not found');
-    for (const command of ['stats', 'list', 'show', 'retry', 'retry-dead', 'cancel', 'purge', 'schema']) expect(help.out).toContain(`  ${command}`);
+    for (const command of ['stats', 'list', 'show', 'retry', 'retry-dead', 'cancel', 'purge', 'schedules', 'schema']) expect(help.out).toContain(`  ${command}`);
     expect(cli(['purge', '--help']).out).toContain('--older-than <duration>');
     expect(cli(['--version']).out).toMatch(/^\d+\.\d+\.\d+\n$/);
     expect(cli(['list', '--state', 'finished']).code).toBe(2);

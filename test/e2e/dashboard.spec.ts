@@ -353,6 +353,61 @@ describe('dashboard (headless Chromium)', () => {
     expect(await db.sql('SELECT priority FROM pgqueue.task WHERE id = $1', [ids.later])).toEqual([{ priority: -7 }]);
   });
 
+  it('schedules (issue 27): create a runtime schedule from the form, edit and remove it; a declared one has no buttons; nothing of it in read-only mode', async () => {
+    const row = (name: string) => page.locator('tbody tr', { has: page.locator(`th:text-is("${name}")`) });
+    await page.goto(`${base}/queues/schedules`);
+    expect(await row('reports.hourly').locator('form, a:text-is("Edit")').count()).toBe(0); // declared in code
+    const form = page.locator('form.schedule-form');
+    await form.locator('input[name=name]').fill('dash.pulse');
+    await form.locator('input[name=queue]').fill('dash.later');
+    await form.locator('input[name=cron]').fill('*/5 * * * *');
+    await form.locator('input[name=timezone]').fill('Europe/Berlin');
+    await form.locator('textarea[name=payload]').fill('{"n": -1, "note": "from the dashboard"}');
+    await form.locator('button').click();
+    await page.waitForURL(/notice=schedule-created/);
+    expect(await page.locator('.notice').textContent()).toContain('Schedule created');
+    expect(await row('dash.pulse').locator('td').nth(1).textContent()).toMatch(/^\*\/5 \* \* \* \*\s+Europe\/Berlin$/);
+    expect(await queue.getSchedule('dash.pulse')).toMatchObject({ queue: 'dash.later', cron: '*/5 * * * *', timezone: 'Europe/Berlin', payload: { n: -1, note: 'from the dashboard' }, declared: false });
+
+    // Edit: the form comes back filled in; the new interval replaces the cron.
+    await row('dash.pulse').locator('a:text-is("Edit")').click();
+    await page.waitForURL(/edit=dash\.pulse/);
+    expect(await form.locator('textarea[name=payload]').inputValue()).toBe('{"n":-1,"note":"from the dashboard"}');
+    await form.locator('input[name=cron]').fill('');
+    await form.locator('input[name=timezone]').fill('');
+    await form.locator('input[name=everyMs]').fill('3600000');
+    await form.locator('button').click();
+    await page.waitForURL(/notice=schedule-changed/);
+    expect(await row('dash.pulse').locator('td').nth(1).textContent()).toMatch(/^every 1 h\b/);
+    expect(await queue.getSchedule('dash.pulse')).toMatchObject({ cron: null, everyMs: 3_600_000, timezone: null });
+
+    // A bad cron is a 400 naming the field, and nothing changes.
+    const token = await csrfOf('/queues/schedules');
+    const bad = await post('/queues/schedules/upsert', { _csrf: token, name: 'dash.bad', queue: 'dash.later', cron: '61 * * * *' }, authed);
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toContain('cron: expected a cron expression');
+    expect(await queue.getSchedule('dash.bad')).toBeNull();
+    // The name of a declared schedule is refused with a notice.
+    expect((await post('/queues/schedules/upsert', { _csrf: token, name: 'reports.hourly', queue: 'dash.later', everyMs: '60000' }, authed)).headers.get('location')).toMatch(/notice=schedule-declared/);
+
+    // Read-only: listed, no form, no button, and the actions are refused.
+    await page.goto(`${base}/ro/schedules`);
+    expect(await row('dash.pulse').count()).toBe(1);
+    expect(await page.locator('form, a:text-is("Edit")').count()).toBe(0);
+    expect((await post('/ro/schedules/remove', { _csrf: token, name: 'dash.pulse' }, authed)).status).toBe(403);
+    expect((await post('/ro/schedules/upsert', { _csrf: token, name: 'dash.ro', queue: 'dash.later', everyMs: '60000' }, authed)).status).toBe(403);
+    // Without the form token: 403.
+    expect((await post('/queues/schedules/remove', { name: 'dash.pulse' }, authed)).status).toBe(403);
+    expect(await queue.getSchedule('dash.pulse')).not.toBeNull();
+
+    await page.goto(`${base}/queues/schedules`);
+    await row('dash.pulse').locator('form[action$="/schedules/remove"] button').click();
+    await page.waitForURL(/notice=schedule-removed/);
+    expect(await row('dash.pulse').count()).toBe(0);
+    expect(await queue.getSchedule('dash.pulse')).toBeNull();
+    expect(dialogs).toEqual([]);
+  });
+
   it('schedules: name, queue, cron, next tick, last run', async () => {
     await page.goto(`${base}/queues/schedules`);
     const row = await page.locator('tbody tr', { hasText: 'reports.hourly' }).locator('th, td').allTextContents();

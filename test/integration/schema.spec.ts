@@ -22,6 +22,7 @@ describe('schema installation', () => {
       'queue_state',
       'rate_window',
       'schedule',
+      'schedule_runtime',
       'schema_version',
       'task',
       'task_archive',

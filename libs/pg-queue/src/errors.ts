@@ -156,3 +156,23 @@ export class ShutdownAbortError extends PgQueueError {
 
 /** A schedule declaration (module option `schedules[i]` or a handler's `schedule`) that cannot work. */
 export class InvalidScheduleError extends InvalidOptionsError {}
+
+/**
+ * Schedule names are one namespace for declared and runtime schedules, and a name is owned by the
+ * side that took it first: neither silently overwrites the other (an operator's schedule lost at
+ * the next deploy, or a declared one changed behind the code's back). `heldBy` says who holds it:
+ * `'code'` when upsertSchedule/removeSchedule named a declared schedule, `'runtime'` when a startup
+ * declares a schedule whose name a runtime schedule holds (that startup fails).
+ */
+export class ScheduleNameTakenError extends PgQueueError {
+  constructor(
+    readonly scheduleName: string,
+    readonly heldBy: 'code' | 'runtime',
+  ) {
+    super(
+      heldBy === 'code'
+        ? `pg-queue: schedule ${JSON.stringify(scheduleName)} is declared in code; change it there, or give the runtime schedule another name`
+        : `pg-queue: schedule ${JSON.stringify(scheduleName)} was created at run time (upsertSchedule); remove it (removeSchedule, \`pg-queue schedules remove\`) or give the declared schedule another name`,
+    );
+  }
+}

@@ -18,6 +18,7 @@ export { WorkerOrchestrator } from './worker/worker.orchestrator';
 export { printSchemaSql } from './sql/schema.sql';
 export { queueStatementName } from './sql/statement-names';
 export type { CancelResult, PauseScope } from './client/task-queue.service';
+export type { RuntimeScheduleOptions, ScheduleInfo } from './client/schedules.client';
 export type { QueuePause } from './sql/pause.repository';
 export * from './errors';
 export type {

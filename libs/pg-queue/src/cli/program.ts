@@ -15,6 +15,7 @@ import type { TaskState } from '../types';
 import { CliFailure, EXIT, databaseUrl, failureOf } from './cli.errors';
 import { print, record, table, type Output } from './output';
 import { PgExecutor } from './pg.executor';
+import { scheduleCommands } from './schedules.commands';
 
 interface Global {
   databaseUrl?: string;
@@ -201,6 +202,8 @@ export function program(out: (text: string) => void, err: (text: string) => void
         print(output(), { deleted }, () => `${deleted} task${deleted === 1 ? '' : 's'} deleted`);
       }),
     );
+
+  scheduleCommands(command, { withQueue: (fn) => withQueue(global(), fn), output, notFound, duration });
 
   const schema = command.command('schema').description("the queue's tables: print their SQL or install them");
   schema

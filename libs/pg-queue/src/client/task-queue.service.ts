@@ -9,6 +9,7 @@ import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { OperatorRepository, type TaskState } from '../sql/operator.repository';
 import { PauseRepository, type QueuePause } from '../sql/pause.repository';
 import { toTaskInfo } from './task-info';
+import { ScheduleClient, type RuntimeScheduleOptions, type ScheduleInfo } from './schedules.client';
 import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
 import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
@@ -43,6 +44,7 @@ export type { PauseScope } from './arguments';
 @Injectable()
 export class TaskQueue {
   private readonly pauses: PauseRepository;
+  private readonly schedules: ScheduleClient;
 
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
@@ -51,6 +53,7 @@ export class TaskQueue {
     private readonly taskEvents: TaskEvents,
   ) {
     this.pauses = new PauseRepository(options.schema);
+    this.schedules = new ScheduleClient(options.prisma, options.schema);
   }
 
   /** Task events of this process (claimed, completed, failed, dead, released, lease-lost). */
@@ -250,6 +253,28 @@ export class TaskQueue {
   /** Every pause: queues (`partition` null) and partitions, by queue name. */
   async pausedQueues(): Promise<QueuePause[]> {
     return this.pauses.list(this.options.prisma);
+  }
+
+  /**
+   * Creates (true) or changes a schedule at run time, stored in the database and ticked once per
+   * tick across instances (see schedules.client.ts). A declared name: ScheduleNameTakenError.
+   */
+  upsertSchedule(name: string, options: RuntimeScheduleOptions): Promise<boolean> {
+    return this.schedules.upsert(name, options);
+  }
+
+  /** One schedule or every one (declared and runtime, `declared` says which), by name. */
+  getSchedule(name: string): Promise<ScheduleInfo | null> {
+    return this.schedules.get(name);
+  }
+
+  listSchedules(): Promise<ScheduleInfo[]> {
+    return this.schedules.list();
+  }
+
+  /** Removes a runtime schedule everywhere; false when none had the name. */
+  removeSchedule(name: string): Promise<boolean> {
+    return this.schedules.remove(name);
   }
 
   /**

@@ -1,16 +1,17 @@
 import { Body, Controller, Get, Inject, NotFoundException, Param, Post, Query, Redirect, Req, UseFilters, UseGuards, type Type } from '@nestjs/common';
 import type { TaskQueue } from '../client/task-queue.service';
-import { DependenciesNotDoneError } from '../errors';
+import { DependenciesNotDoneError, ScheduleNameTakenError } from '../errors';
 import { DASHBOARD_CSS } from './assets/dashboard.css';
 import { DashboardActionGuard } from './dashboard.csrf';
 import { DashboardData } from './dashboard.data';
-import { DashboardErrorFilter } from './dashboard.filter';
+import { BadDashboardInput, DashboardErrorFilter } from './dashboard.filter';
 import { DashboardAccessGuard } from './dashboard.guard';
 import { HtmlPage, Stylesheet } from './dashboard.headers';
 import { containsPattern, listFilter, noticeParams, priorityField, queueName, taskIdParam, text } from './dashboard.input';
 import type { ResolvedDashboardOptions } from './dashboard.options';
 import { basePath, type DashboardRequest } from './dashboard.request';
 import { DASHBOARD_OPTIONS } from './dashboard.tokens';
+import { scheduleForm, scheduleInputError, scheduleNameField } from './schedule.input';
 import type { PageContext } from './views/layout.view';
 import { Links } from './views/links';
 import { overviewPage } from './views/overview.view';
@@ -72,8 +73,11 @@ export abstract class DashboardController {
 
   @Get('schedules')
   @HtmlPage()
-  async schedules(@Req() req: DashboardRequest): Promise<string> {
-    return schedulesPage(this.context(req, 1), await this.data.schedules()).text;
+  async schedules(@Req() req: DashboardRequest, @Query() query: Fields): Promise<string> {
+    // ?edit=<name>: the form filled in with that runtime schedule (a declared or unknown one: an empty form).
+    const edit = this.options.readOnly ? null : scheduleNameField(query, 'edit');
+    const editing = edit === null ? null : await this.queue.getSchedule(edit);
+    return schedulesPage(this.context(req, 1), await this.data.schedules(), noticeParams(query), editing?.declared === false ? editing : null).text;
   }
 
   @Get('assets/dashboard.css')
@@ -143,6 +147,39 @@ export abstract class DashboardController {
   async resume(@Req() req: DashboardRequest, @Body() body: Fields): Promise<Redirection> {
     const resumed = await this.queue.resume(queueName(body, 'queue', true));
     return this.backTo(req, 1, (l) => `${l.overview()}?notice=${resumed ? 'resumed' : 'not-paused'}`);
+  }
+
+  /** Creates or changes a runtime schedule (TaskQueue.upsertSchedule, its rules); a declared name is refused. */
+  @Post('schedules/upsert')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async upsertSchedule(@Req() req: DashboardRequest, @Body() body: Fields): Promise<Redirection> {
+    const { name, options } = scheduleForm(body);
+    const notice = await this.queue.upsertSchedule(name, options).then(
+      (created) => (created ? 'schedule-created' : 'schedule-changed'),
+      (err: unknown) => {
+        if (err instanceof ScheduleNameTakenError) return 'schedule-declared';
+        throw scheduleInputError(err);
+      },
+    );
+    return this.backTo(req, 2, (l) => l.schedules({ notice }));
+  }
+
+  /** Removes a runtime schedule on every instance. */
+  @Post('schedules/remove')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async removeSchedule(@Req() req: DashboardRequest, @Body() body: Fields): Promise<Redirection> {
+    const name = scheduleNameField(body, 'name');
+    if (name === null) throw new BadDashboardInput('name', 'a schedule name');
+    const notice = await this.queue.removeSchedule(name).then(
+      (removed) => (removed ? 'schedule-removed' : 'schedule-not-found'),
+      (err: unknown) => {
+        if (err instanceof ScheduleNameTakenError) return 'schedule-declared';
+        throw err;
+      },
+    );
+    return this.backTo(req, 2, (l) => l.schedules({ notice }));
   }
 
   private context(req: DashboardRequest, depth: number): PageContext {

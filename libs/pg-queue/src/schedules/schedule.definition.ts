@@ -48,9 +48,10 @@ export interface ValidSchedule {
  * and `where` the handler method if any, for the error. Everything the database would refuse
  * (U+0000, out-of-range times) is caught here, at startup, before any schedule is written.
  */
-export function validateSchedule(def: ScheduleDefinition, path: string, where?: string): ValidSchedule {
+export function validateSchedule(def: ScheduleDefinition, path: string, where?: string, tzOption = 'tz'): ValidSchedule {
   const fail = (option: string | null, reason: string): never => {
-    throw new InvalidScheduleError(option === null ? path : `${path}.${option}`, reason, where);
+    // The runtime API calls the time zone `timezone` (see validateRuntimeSchedule).
+    throw new InvalidScheduleError(option === null ? path : `${path}.${option === 'tz' ? tzOption : option}`, reason, where);
   };
   /** Runs a shared validator and restates its typed error as one naming this schedule and option. */
   const restate = <T>(option: string, check: () => T): T => {
@@ -102,6 +103,36 @@ export function validateSchedule(def: ScheduleDefinition, path: string, where?: 
     fail(def.cron !== undefined ? 'cron' : 'everyMs', (err as Error).message);
   }
   return valid;
+}
+
+/**
+ * A schedule created at run time (TaskQueue.upsertSchedule): the name is given apart, the time
+ * zone is `timezone`. Same rules as a declaration (same limits, same messages), path
+ * `upsertSchedule("name")`.
+ */
+export interface RuntimeScheduleOptions {
+  queue: string;
+  cron?: string;
+  /** IANA time zone for `cron`. Default UTC. */
+  timezone?: string;
+  everyMs?: number;
+  payload?: unknown;
+  missed?: 'skip' | 'once';
+}
+
+const RUNTIME_KEYS = Object.keys({ queue: true, cron: true, timezone: true, everyMs: true, payload: true, missed: true } satisfies Record<keyof RuntimeScheduleOptions, true>);
+
+export function validateRuntimeSchedule(name: string, options: RuntimeScheduleOptions): ValidSchedule {
+  const path = `upsertSchedule(${JSON.stringify(name) ?? String(name)})`;
+  const fail = (option: string | null, reason: string): never => {
+    throw new InvalidScheduleError(option === null ? path : `${path}.${option}`, reason);
+  };
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) fail(null, `expected an object, got ${String(options)}`);
+  rejectUnknownOptions(options, RUNTIME_KEYS, fail, { tz: 'the runtime API names the time zone "timezone"', name: 'the name is upsertSchedule\'s first argument' });
+  // An absent name must not default to the queue's, as a declaration's does.
+  if (typeof name !== 'string' || name.length === 0) fail('name', 'expected a non-empty string of at most 200 characters, without U+0000 or unpaired UTF-16 surrogates');
+  const { timezone, ...rest } = options;
+  return validateSchedule({ ...rest, ...(timezone === undefined ? {} : { tz: timezone }), name }, path, undefined, 'timezone');
 }
 
 /** The first tick strictly after `after`. */

@@ -1,4 +1,5 @@
 import type { Logger } from '@nestjs/common';
+import { ScheduleNameTakenError } from '../errors';
 import type { ScheduleRepository } from '../sql/schedule.repository';
 import type { NewTaskRow } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
@@ -10,13 +11,19 @@ const MAX_SLEEP_MS = 30_000;
 /**
  * Enqueues the tasks of due schedules. Any number of instances may run it: each pass locks the due
  * schedule rows with SKIP LOCKED, enqueues their ticks and advances them in one transaction, so
- * every tick is enqueued exactly once. It sleeps until the earliest next tick (at most 30 s, to see
- * schedules other instances declared).
+ * every tick is enqueued exactly once. Declared schedules (`schedule`) and runtime ones
+ * (`schedule_runtime`) alike: the pass locks the due rows of each table so. Instances of a release
+ * before runtime schedules lock and fire `schedule` alone: they never fire a runtime schedule, the
+ * newer instances do, still once per tick. It sleeps until the earliest next tick of either table
+ * (at most 30 s, to see schedules other instances declared); a runtime schedule's write is
+ * announced by NOTIFY and wakes it at once (`wake`).
  */
 export class ScheduleTicker {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private running: Promise<void> | null = null;
+  /** A wake-up came while a pass ran: it may have read the table before the change. */
+  private again = false;
 
   constructor(
     private readonly prisma: PrismaClientLike,
@@ -31,7 +38,9 @@ export class ScheduleTicker {
    */
   async sync(declared: ValidSchedule[], handledQueues: string[]): Promise<void> {
     for (const s of declared) {
-      await this.schedules.upsertSchedule(this.prisma, { ...s, firstTick: nextTick(s, new Date()) });
+      // Not announced: the other instances see it within their 30 s, as before runtime schedules.
+      const written = await this.schedules.writeSchedule(this.prisma, 'declared', { ...s, firstTick: nextTick(s, new Date()) }, null);
+      if (written === null) throw new ScheduleNameTakenError(s.name, 'runtime');
     }
     const retired = await this.schedules.retireSchedules(this.prisma, handledQueues, declared.map((s) => s.name));
     if (retired.length > 0) this.logger.log(`retired schedules no longer declared: ${retired.join(', ')}`);
@@ -39,6 +48,20 @@ export class ScheduleTicker {
 
   start(): void {
     this.stopped = false;
+    this.sleep(0);
+  }
+
+  /**
+   * Look at the table again now (a runtime schedule was created or changed, or LISTEN came back):
+   * the earliest tick may be sooner than this ticker sleeps for. One pass per notification at most.
+   */
+  wake(): void {
+    if (this.stopped || this.timer === null) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    clearTimeout(this.timer);
     this.sleep(0);
   }
 
@@ -73,7 +96,7 @@ export class ScheduleTicker {
           dependsOn: null,
         }));
         await this.tasks.insert(tx, tasks);
-        await this.schedules.advanceSchedule(tx, row.name, next, fire.at(-1) ?? null);
+        await this.schedules.advanceSchedule(tx, row, next, fire.at(-1) ?? null);
         enqueued += tasks.length;
       }
       return enqueued;
@@ -90,6 +113,7 @@ export class ScheduleTicker {
 
   private async pass(): Promise<void> {
     let wait = 1000;
+    this.again = false;
     try {
       await this.tickOnce();
       const ms = await this.schedules.msUntilNextSchedule(this.prisma);
@@ -97,6 +121,6 @@ export class ScheduleTicker {
     } catch (err) {
       this.logger.error(`schedule pass failed: ${(err as Error).message}`);
     }
-    this.sleep(wait);
+    this.sleep(this.again ? 0 : wait);
   }
 }

@@ -104,6 +104,8 @@ export interface ScheduleListRow {
   nextRunAt: Date;
   lastRunAt: Date | null;
   dbNow: Date;
+  /** Made at run time (upsertSchedule): the dashboard may edit and remove it; a declared one it only shows. */
+  runtime: boolean;
 }
 
 /** The bounds every dashboard read keeps to (see dashboard.sql.ts). */

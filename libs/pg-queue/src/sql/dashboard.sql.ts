@@ -181,10 +181,17 @@ FROM walked w CROSS JOIN LATERAL (
 ) x
 ORDER BY w.stage, w.id`,
 
-    /** Every schedule (one row per declared schedule: a small table), by name. Parameters: $1 most rows. */
+    /**
+     * Every schedule, declared (`schedule`) and runtime (`schedule_runtime`): small tables, one row
+     * per schedule; by name. Parameters: $1 most rows.
+     */
     schedules: `
 SELECT name, queue, cron, every_ms::float8 AS "everyMs", tz, missed, next_run_at AS "nextRunAt",
-       last_run_at AS "lastRunAt", now() AS "dbNow"
-FROM ${s}.schedule ORDER BY name LIMIT $1`,
+       last_run_at AS "lastRunAt", now() AS "dbNow", false AS runtime
+FROM ${s}.schedule
+UNION ALL
+SELECT name, queue, cron, every_ms::float8, tz, missed, next_run_at, last_run_at, now(), true
+FROM ${s}.schedule_runtime
+ORDER BY name, runtime LIMIT $1`,
   });
 }

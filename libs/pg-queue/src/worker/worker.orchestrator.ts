@@ -285,8 +285,10 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       room: (queue) => this.workers.get(queue)?.roomFreed(),
       wakeWorkflows: (at) => this.workflows.wakeAt(at),
       paused: (queue, paused) => this.pauses?.notice(queue, paused),
+      schedules: () => this.ticker?.wake(),
       reconnected: () => {
         this.pauses?.refresh();
+        this.ticker?.wake();
         this.wakeAll();
         void this.liveness?.connected();
         // Back after a failover or a cut: what ended here meanwhile goes back at once.

@@ -56,7 +56,7 @@ form.inline { display: inline-flex; align-items: center; gap: 8px; margin: 0 8px
 .filters { display: flex; flex-wrap: wrap; align-items: flex-end; gap: 10px; margin-bottom: 16px; }
 .filters label, form.inline label { display: flex; flex-direction: column; font-size: 12px; color: var(--muted); gap: 3px; }
 form.inline label { flex-direction: row; align-items: center; gap: 6px; }
-input, select { font: inherit; padding: 5px 8px; border: 1px solid #cfd4de; border-radius: 6px; background: #fff; color: var(--ink); min-width: 120px; }
+input, select, textarea { font: inherit; padding: 5px 8px; border: 1px solid #cfd4de; border-radius: 6px; background: #fff; color: var(--ink); min-width: 120px; }
 .pager { display: flex; gap: 8px; justify-content: flex-end; margin-top: 12px; }
 .facts { display: grid; grid-template-columns: 140px 1fr; gap: 6px 16px; margin: 0; }
 .facts dt { color: var(--muted); }

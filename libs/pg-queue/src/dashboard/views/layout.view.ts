@@ -33,6 +33,11 @@ const NOTICES: Record<string, { text: string; ok: boolean }> = {
   'already-paused': { text: 'The queue was already paused.', ok: false },
   resumed: { text: 'Queue resumed: its workers claim again.', ok: true },
   'not-paused': { text: 'The queue was not paused.', ok: false },
+  'schedule-created': { text: 'Schedule created: every instance enqueues each of its ticks once.', ok: true },
+  'schedule-changed': { text: 'Schedule changed.', ok: true },
+  'schedule-removed': { text: 'Schedule removed: no instance enqueues it again.', ok: true },
+  'schedule-not-found': { text: 'Nothing removed: there was no such schedule.', ok: false },
+  'schedule-declared': { text: 'Nothing changed: that name belongs to a schedule declared in code, which only the code changes.', ok: false },
 };
 
 /** The page shell: header with navigation, an optional notice, the content. */

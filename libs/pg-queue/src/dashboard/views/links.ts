@@ -18,8 +18,13 @@ export class Links {
     return `${this.base}/tasks/${encodeURIComponent(id)}${search(query)}`;
   }
 
-  schedules(): string {
-    return `${this.base}/schedules`;
+  schedules(query: Record<string, string | null | undefined> = {}): string {
+    return `${this.base}/schedules${search(query)}`;
+  }
+
+  /** Where a runtime schedule's form posts (create or change), and its remove button. */
+  scheduleAction(action: 'upsert' | 'remove'): string {
+    return `${this.base}/schedules/${action}`;
   }
 
   stylesheet(): string {
