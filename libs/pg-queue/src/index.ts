@@ -39,6 +39,7 @@ export type {
   QueuePayloads,
   Task,
   TaskInfo,
+  TaskLogEntry,
   TaskState,
   AnyTaskContext,
   LeaseTaskContext,

@@ -9,8 +9,9 @@ import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { OperatorRepository, type TaskState } from '../sql/operator.repository';
 import { PauseRepository, type QueuePause } from '../sql/pause.repository';
 import { toTaskInfo } from './task-info';
+import { taskLogs } from './task-logs';
 import { TaskRepository } from '../sql/task.repository';
-import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
+import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo, TaskLogEntry } from '../types';
 import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
 import { TASK_STATES } from '../core/task-states';
 import { isPriority, isTaskId } from '../core/task-rules';
@@ -53,7 +54,7 @@ export class TaskQueue {
     this.pauses = new PauseRepository(options.schema);
   }
 
-  /** Task events of this process (claimed, completed, failed, dead, released, lease-lost). */
+  /** Task events of this process (claimed, completed, failed, dead, released, lease-lost, progress). */
   get events$(): Observable<TaskEvent> {
     return this.taskEvents.events$;
   }
@@ -88,6 +89,11 @@ export class TaskQueue {
     const info = toTaskInfo(row);
     const workflow = await workflowInfo(this.options.prisma, this.repo.workflows, id);
     return workflow === undefined ? info : { ...info, workflow };
+  }
+
+  /** Task `id`'s log (ctx.log lines, failed attempts), oldest first; null when there is no such task. */
+  getLogs(id: string): Promise<TaskLogEntry[] | null> {
+    return taskLogs(this.options.prisma, this.repo.reports, taskId(id));
   }
 
   /**

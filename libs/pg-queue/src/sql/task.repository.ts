@@ -8,6 +8,7 @@ import { byCompletionBytes } from './completion-batches';
 import { DEPENDANTS_BOUNDS, TaskInserter } from './insert.repository';
 import { notifyChannel } from './identifiers';
 import { maintainStatements } from './maintain.sql';
+import { TaskReportRepository } from './task-report.repository';
 import { WorkflowRepository } from './workflow.repository';
 import {
   assertOneLeasePerTask,
@@ -52,6 +53,8 @@ export class TaskRepository {
   private readonly inserter: TaskInserter;
   readonly dependencies: DependencyRepository;
   readonly workflows: WorkflowRepository;
+  /** Progress and logs (task-report.sql.ts). */
+  readonly reports: TaskReportRepository;
   private readonly claimSql;
   private readonly completeSql;
   private readonly maintainSql;
@@ -67,6 +70,7 @@ export class TaskRepository {
     this.channel = notifyChannel(schema);
     this.dependencies = new DependencyRepository(schema, this.channel);
     this.workflows = new WorkflowRepository(schema, this.channel);
+    this.reports = new TaskReportRepository(schema);
     this.inserter = new TaskInserter(schema, this.channel, this.dependencies);
   }
 
@@ -240,6 +244,7 @@ export class TaskRepository {
       failures.map((f) => f.fatal),
       this.channel,
       retryBlocksGroup,
+      failures.map((f) => (f.ranMs == null ? null : Math.max(0, Math.round(f.ranMs)))),
     );
     return new Map(rows.map((r) => [r.id, r.state]));
   }
