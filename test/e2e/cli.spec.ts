@@ -6,7 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
 import { Injectable } from '@nestjs/common';
-import { NonRetryableError, TaskHandler, type Task } from '@app/pg-queue';
+import { NonRetryableError, TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
 import { drainQueue } from '@app/pg-queue/testing';
 import { portNobodyListensOn } from '../support/free-port';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
@@ -19,6 +19,13 @@ class CliHandlers {
   @TaskHandler('cli.work')
   async work(task: Task<{ fail?: string }>) {
     if (task.payload.fail) throw new NonRetryableError(task.payload.fail);
+  }
+
+  @TaskHandler('cli.report', { backoff: { type: 'fixed', delayMs: 0 } })
+  async report(task: Task, ctx: TaskContext) {
+    ctx.log(`attempt ${task.attempt} here`);
+    ctx.progress({ done: 3 * task.attempt, of: 8 });
+    if (task.attempt === 1) throw new Error('flaky upstream');
   }
 }
 
@@ -157,11 +164,24 @@ describe('pg-queue CLI', () => {
     const help = cli(['--help']);
     expect(help.code).toBe(0);
     expect(help.out).toContain('Exit codes: 0 done; 1 not found');
-    for (const command of ['stats', 'list', 'show', 'retry', 'retry-dead', 'cancel', 'purge', 'schedules', 'schema']) expect(help.out).toContain(`  ${command}`);
+    for (const command of ['stats', 'list', 'show', 'logs', 'retry', 'retry-dead', 'cancel', 'purge', 'schedules', 'schema']) expect(help.out).toContain(`  ${command}`);
     expect(cli(['purge', '--help']).out).toContain('--older-than <duration>');
     expect(cli(['--version']).out).toMatch(/^\d+\.\d+\.\d+\n$/);
     expect(cli(['list', '--state', 'finished']).code).toBe(2);
     expect(cli(['--nonsense']).code).toBe(2);
+  });
+
+  it("logs <id>: the task's lines and failed attempts; list shows progress (issue 27)", async () => {
+    const id = await qa.queue.enqueue('cli.report', {});
+    await drainQueue(qa.app, 'cli.report');
+    await drainQueue(qa.app, 'cli.report');
+    const logs = cli(['logs', id]);
+    expect(logs.code).toBe(0);
+    expect(logs.out).toMatch(/^\S+Z  attempt 1  attempt 1 here\n\S+Z  attempt 1  failed after \d+ ms: Error: flaky upstream\n[\s\S]*\S+Z  attempt 2  attempt 2 here\n$/);
+    expect(JSON.parse(cli(['--json', 'logs', id]).out)).toMatchObject([{ attempt: 1, kind: 'log' }, { attempt: 1, kind: 'error' }, { attempt: 2, kind: 'log', message: 'attempt 2 here', durationMs: null }]);
+    expect(cli(['logs', '99999999'])).toMatchObject({ code: 1, err: 'pg-queue: no task 99999999\n' });
+    expect(cli(['list', '--queue', 'cli.report']).out).toMatch(/^id\s+queue\s+state\s+attempt\s+progress\s+runAt.*\n\d+\s+cli\.report\s+done\s+2\s+6\/8 \(75%\)\s/);
+    expect(JSON.parse(cli(['--json', 'show', id]).out)).toMatchObject({ progress: { done: 6, of: 8 } });
   });
 
   it('a database it cannot use is one line naming host and port, never the password, and exit 3', async () => {

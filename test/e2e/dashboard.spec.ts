@@ -3,7 +3,7 @@ import { Test } from '@nestjs/testing';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { NonRetryableError, PgQueueDashboardModule, TaskHandler, TaskQueue, dashboardBasicAuth, type Task } from '@app/pg-queue';
+import { NonRetryableError, PgQueueDashboardModule, TaskHandler, TaskQueue, dashboardBasicAuth, type Task, type TaskContext } from '@app/pg-queue';
 import { AppModule } from '../../src/app.module';
 import { DashboardTokenGuard } from '../../src/dashboard/dashboard-token.guard';
 import { PaymentGateway } from '../../src/payments/payment-gateway';
@@ -35,6 +35,14 @@ class DashboardSpecHandlers {
 
   @TaskHandler('dash.later')
   async later() {}
+
+  /** Reports progress and logs; its first attempt fails. */
+  @TaskHandler('dash.report', { backoff: { type: 'fixed', delayMs: 0 } })
+  async report(task: Task, ctx: TaskContext) {
+    ctx.progress({ done: 2 + task.attempt, of: 4 });
+    ctx.log(`attempt ${task.attempt}: ${XSS_ERROR}`);
+    if (task.attempt === 1) throw new Error('first try fails');
+  }
 }
 
 /**
@@ -278,6 +286,26 @@ describe('dashboard (headless Chromium)', () => {
     await page.waitForURL(/notice=resumed/);
     expect(await row().locator('th .badge').count()).toBe(0);
     expect(await queue.pausedQueues()).toEqual([]);
+  });
+
+  it('progress as a bar in the task list and on the task page, and the task log with each failed attempt (issue 27)', async () => {
+    const id = await queue.enqueue('dash.report', {});
+    await waitFor('dash.report done', async () => (await state(id)) === 'done');
+    await page.goto(`${base}/queues/tasks?queue=dash.report`);
+    const bar = page.locator('table.tasks tbody tr').first().locator('progress');
+    expect({ value: await bar.getAttribute('value'), max: await bar.getAttribute('max') }).toEqual({ value: '4', max: '4' });
+    expect(await page.locator('table.tasks tbody tr .progress-text').first().textContent()).toBe('4/4');
+    await page.goto(`${base}/queues/tasks/${id}`);
+    expect(await page.locator('dl.facts progress').getAttribute('value')).toBe('4');
+    const entries = page.locator('.task-log tbody tr');
+    expect(await entries.count()).toBe(3);
+    expect(await entries.nth(0).textContent()).toContain(`attempt 1: ${XSS_ERROR}`); // as text, not markup
+    expect(await entries.nth(1).locator('pre.log-error').textContent()).toContain('first try fails');
+    expect(await entries.nth(1).textContent()).toMatch(/failed after \d+ ms/);
+    expect(await entries.nth(2).textContent()).toContain('attempt 2:');
+    expect(await page.locator('.task-log img').count()).toBe(0);
+    await page.goto(`${base}/ro/tasks/${id}`); // read-only shows the same
+    expect(await page.locator('.task-log tbody tr').count()).toBe(3);
   });
 
   it('retry never revives a join its dead parent cancelled: "Retry dead tasks" skips it, its own Retry says why', async () => {

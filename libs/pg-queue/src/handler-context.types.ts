@@ -23,6 +23,23 @@ export interface TaskContextBase {
    * `ctx.parentResults<{ pages: number }>()`; unknown otherwise.
    */
   parentResults<R = unknown>(): Promise<Record<string, R>>;
+  /**
+   * Report how far the task is: any JSON of at most 1024 bytes, e.g. `{ done: 40, of: 100 }` (the
+   * dashboard draws a bar for `done`/`of`). Shown by `get`, `list`, the dashboard and the CLI, and
+   * published as a 'progress' event. Returns at once: the newest value is written at most once a
+   * second, and the last one before the attempt's outcome, fenced by the lease (a worker that lost
+   * it writes nothing; the call then throws LeaseLostError). Not part of a transactional
+   * handler's transaction. Throws InvalidArgumentError for a value that is not JSON or too large.
+   */
+  progress(value: unknown): void;
+  /**
+   * Append a line to the task's log (`TaskQueue.getLogs`, the dashboard's task page, the CLI's
+   * `logs`). Buffered and written like progress: outside a transactional handler's transaction,
+   * so the lines of an attempt that failed or rolled back are kept. A line over 2048 bytes is cut
+   * (marked `…[truncated]`); a task keeps its newest 200 entries. Throws InvalidArgumentError
+   * for anything but a string.
+   */
+  log(line: string): void;
 }
 
 /**

@@ -40,6 +40,7 @@ export type {
   QueuePayloads,
   Task,
   TaskInfo,
+  TaskLogEntry,
   TaskState,
   AnyTaskContext,
   LeaseTaskContext,

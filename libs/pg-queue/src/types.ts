@@ -85,8 +85,24 @@ export interface TaskInfo {
   dependenciesLeft: number | null;
   /** What its handler returned (done tasks, archived), or null. */
   result: unknown;
+  /** The last value its handlers reported with `ctx.progress`, or null. */
+  progress: unknown;
   /** A workflow's journal and what it waits for (`get` only; absent for other tasks). */
   workflow?: WorkflowInfo;
+}
+
+/**
+ * An entry of a task's log (`TaskQueue.getLogs`): a line a handler wrote with `ctx.log` (`log`),
+ * or a failed attempt (`error`: its error text, and in `durationMs` how long it ran).
+ */
+export interface TaskLogEntry {
+  at: Date;
+  /** The attempt that wrote it. */
+  attempt: number;
+  kind: 'log' | 'error';
+  message: string;
+  /** `error` entries: the attempt's run time (for a lost lease: since its claim); null otherwise. */
+  durationMs: number | null;
 }
 
 /** A claimed task as the handler sees it. */
@@ -255,7 +271,7 @@ export interface QueueStats {
 
 /** Task events, published on `TaskQueue.events$`. */
 export interface TaskEvent {
-  type: 'claimed' | 'completed' | 'failed' | 'dead' | 'cancelled' | 'released' | 'lease-lost';
+  type: 'claimed' | 'completed' | 'failed' | 'dead' | 'cancelled' | 'released' | 'lease-lost' | 'progress';
   queue: string;
   taskId: string;
   attempt: number;
@@ -263,4 +279,6 @@ export interface TaskEvent {
   at: Date;
   durationMs?: number;
   error?: string;
+  /** 'progress' events: the value `ctx.progress` reported, as written (at most one a second per task). */
+  progress?: unknown;
 }

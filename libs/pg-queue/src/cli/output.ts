@@ -1,3 +1,5 @@
+import type { TaskLogEntry } from '../types';
+
 /** How the CLI prints results: JSON for scripts (--json), aligned text for people. */
 export interface Output {
   json: boolean;
@@ -28,6 +30,12 @@ export function record(value: Record<string, unknown>): string {
   return Object.entries(value)
     .map(([k, v]) => `${k.padEnd(width)}  ${k === 'payload' || k === 'lastError' ? (typeof v === 'string' ? v : JSON.stringify(v, null, 2)) : cell(v)}`)
     .join('\n');
+}
+
+/** A task log entry as one line (an error's text may span more): time, attempt, and what happened. */
+export function logLine(e: TaskLogEntry): string {
+  const what = e.kind === 'error' ? `failed${e.durationMs === null ? '' : ` after ${e.durationMs} ms`}: ${e.message}` : e.message;
+  return `${e.at.toISOString()}  attempt ${e.attempt}  ${what}`;
 }
 
 export function print(out: Output, value: unknown, human: () => string): void {

@@ -13,7 +13,8 @@ import { TaskRepository } from '../sql/task.repository';
 import { TASK_STATES } from '../core/task-states';
 import type { TaskState } from '../types';
 import { CliFailure, EXIT, databaseUrl, failureOf } from './cli.errors';
-import { print, record, table, type Output } from './output';
+import { logLine, print, record, table, type Output } from './output';
+import { progressText } from '../core/progress';
 import { PgExecutor } from './pg.executor';
 import { scheduleCommands } from './schedules.commands';
 
@@ -109,7 +110,10 @@ export function program(out: (text: string) => void, err: (text: string) => void
     .action((o: { queue?: string; state?: TaskState; limit: number; cursor?: string }) =>
       withQueue(global(), async (queue) => {
         const tasks = await queue.list({ queue: o.queue, state: o.state, limit: o.limit, cursor: o.cursor });
-        print(output(), tasks, () => (tasks.length === 0 ? 'no tasks' : table(tasks as never, ['id', 'queue', 'state', 'attempt', 'runAt', 'finishedAt', 'lastError'])));
+        // A progress column only when some task reported progress (tables of other tasks unchanged).
+        const shown = tasks.map((t) => ({ ...t, progress: progressText(t.progress) }));
+        const columns = ['id', 'queue', 'state', 'attempt', ...(shown.some((t) => t.progress !== null) ? ['progress'] : []), 'runAt', 'finishedAt', 'lastError'];
+        print(output(), tasks, () => (tasks.length === 0 ? 'no tasks' : table(shown as never, columns)));
       }),
     );
 
@@ -124,6 +128,17 @@ export function program(out: (text: string) => void, err: (text: string) => void
         print(output(), { ...task, chain }, () =>
           `${record(task as never)}${chain.length > 1 ? `\n\npipeline\n${table(chain as never, ['stage', 'id', 'queue', 'state', 'attempt'])}` : ''}`,
         );
+      }),
+    );
+
+  command
+    .command('logs <id>')
+    .description("a task's log: its handlers' ctx.log lines and each failed attempt's error and run time")
+    .action((id: string) =>
+      withQueue(global(), async (queue) => {
+        const logs = await queue.getLogs(id);
+        if (!logs) return notFound(`pg-queue: no task ${id}`);
+        print(output(), logs, () => (logs.length === 0 ? 'no log entries' : logs.map(logLine).join('\n')));
       }),
     );
 

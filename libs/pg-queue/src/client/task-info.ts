@@ -25,5 +25,6 @@ export function toTaskInfo(r: TaskRow): TaskInfo {
     dependants: r.dependants,
     dependenciesLeft: r.state === 'waiting' ? r.deps_left : null,
     result: r.result,
+    progress: r.progress ?? null,
   };
 }

@@ -10,8 +10,9 @@ import { OperatorRepository, type TaskState } from '../sql/operator.repository';
 import { PauseRepository, type QueuePause } from '../sql/pause.repository';
 import { toTaskInfo } from './task-info';
 import { ScheduleClient, type RuntimeScheduleOptions, type ScheduleInfo } from './schedules.client';
+import { taskLogs } from './task-logs';
 import { TaskRepository } from '../sql/task.repository';
-import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
+import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo, TaskLogEntry } from '../types';
 import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
 import { TASK_STATES } from '../core/task-states';
 import { isPriority, isTaskId } from '../core/task-rules';
@@ -56,7 +57,7 @@ export class TaskQueue {
     this.schedules = new ScheduleClient(options.prisma, options.schema);
   }
 
-  /** Task events of this process (claimed, completed, failed, dead, released, lease-lost). */
+  /** Task events of this process (claimed, completed, failed, dead, released, lease-lost, progress). */
   get events$(): Observable<TaskEvent> {
     return this.taskEvents.events$;
   }
@@ -91,6 +92,11 @@ export class TaskQueue {
     const info = toTaskInfo(row);
     const workflow = await workflowInfo(this.options.prisma, this.repo.workflows, id);
     return workflow === undefined ? info : { ...info, workflow };
+  }
+
+  /** Task `id`'s log (ctx.log lines, failed attempts), oldest first; null when there is no such task. */
+  getLogs(id: string): Promise<TaskLogEntry[] | null> {
+    return taskLogs(this.options.prisma, this.repo.reports, taskId(id));
   }
 
   /**

@@ -67,8 +67,8 @@ export abstract class DashboardController {
   async task(@Req() req: DashboardRequest, @Param('id') id: string, @Query() query: Fields): Promise<string> {
     const task = await this.data.task(taskIdParam(id));
     if (!task) throw new NotFoundException();
-    const [stages, workflow] = await Promise.all([this.data.pipeline(task.id), this.data.workflow(task.id)]);
-    return taskDetailPage(this.context(req, 2), task, stages, noticeParams(query), workflow).text;
+    const [stages, workflow, logs] = await Promise.all([this.data.pipeline(task.id), this.data.workflow(task.id), this.data.logs(task.id)]);
+    return taskDetailPage(this.context(req, 2), task, stages, noticeParams(query), workflow, logs).text;
   }
 
   @Get('schedules')

@@ -14,7 +14,7 @@ import {
   type TaskListFilter,
   type TaskListPage,
 } from '../sql/dashboard.repository';
-import type { PrismaClientLike, SqlExecutor } from '../types';
+import type { PrismaClientLike, SqlExecutor, TaskLogEntry } from '../types';
 import type { MinuteCounts } from './views/throughput.chart';
 import type { WorkflowInfo } from '../workflow/workflow.types';
 
@@ -101,6 +101,11 @@ export class DashboardData implements OnModuleInit {
 
   task(id: string): Promise<TaskDetail | null> {
     return this.repo.task(this.db, id);
+  }
+
+  /** A task's log (TaskQueue.getLogs: its rules in one place). */
+  logs(id: string): Promise<TaskLogEntry[] | null> {
+    return this.queue.getLogs(id);
   }
 
   /** A workflow's journal and wait (undefined for other tasks). */

@@ -1,5 +1,6 @@
 import { debtsCte } from './dependencies.sql';
 import { quoteIdent } from './identifiers';
+import { appendedLog, failureEntry } from './task-report.sql';
 import { ATTEMPT_LIMIT, HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked, rowLockBound } from './fragments.sql';
 
 /**
@@ -31,12 +32,13 @@ export function completeStatements(schema: string, retention: FinishedRetention,
     ? `, archived AS (
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
                                  last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at, trace_context,
-                                 partition_key, depends_on, dependants, result)
+                                 partition_key, depends_on, dependants, result, progress, log)
   SELECT d.id, d.queue, CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END, d.payload, d.priority, d.run_at, d.attempt,
          coalesce(d.max_attempts, d.attempt_limit), d.last_error, d.parent_id, d.dedup_key, d.group_key, d.created_at,
          coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at),
          coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp()), d.trace_context,
-         d.partition_key, d.depends_on, d.dependants, CASE WHEN NOT d.cancelled THEN ${results}::jsonb -> d.id::text END
+         d.partition_key, d.depends_on, d.dependants, CASE WHEN NOT d.cancelled THEN ${results}::jsonb -> d.id::text END,
+         d.progress, d.log
   FROM done d
   LEFT JOIN unnest(string_to_array($1, ',')::bigint[], string_to_array($5, ',')::float8[], string_to_array($6, ',')::float8[])
     AS r(id, started_ago, finished_ago) ON r.id = d.id
@@ -73,7 +75,7 @@ WITH done AS (
   -- was finished (a lease is a task, at most once per statement).
   UPDATE ${s}.task t
   SET state = 'pending', payload = t.rerun_payload, rerun_payload = NULL, attempt = 0, run_at = now(),
-      locked_by = NULL, lease_token = NULL, locked_until = NULL, last_error = NULL, finished_at = now()
+      locked_by = NULL, lease_token = NULL, locked_until = NULL, last_error = NULL, finished_at = now(), progress = NULL
   WHERE (SELECT count(*) FROM done) < ${LEASE_COUNT}
     AND t.id = ANY (ARRAY (SELECT unnest(string_to_array($1, ',')::bigint[]) EXCEPT ALL SELECT id FROM done))
     AND ${TOKEN_HELD}
@@ -103,8 +105,9 @@ SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
      * not only this one, sets its timer for it.
      * With $7 false (retryBlocksGroup: false) a task of a group that will be retried moves to the
      * back of its group: the tasks waiting behind it go first (see task_group_pos_idx).
+     * Each failed attempt appends its error and run time to the task's log (task-report.sql.ts).
      * Parameters: $1 ids, $2 lease tokens (see HELD), $3 error[] (already truncated), $4 delay_ms[], $5 fatal[],
-     * in the order of $2; $6 channel; $7 a retry keeps its place in its group.
+     * $8 ran_ms[] (NULL: unknown), in the order of $2; $6 channel; $7 a retry keeps its place in its group.
      */
     fail: `
 WITH lease_pos AS (
@@ -126,6 +129,7 @@ WITH lease_pos AS (
                             AND NOT ${perLease(5, 'boolean')} AND t.attempt < ${ATTEMPT_LIMIT}
                        THEN nextval(pg_get_serial_sequence('${s}.task', 'id')) ELSE t.group_pos END,
       last_error = ${perLease(3, 'text')},
+      log = ${appendedLog('t.log', failureEntry(perLease(3, 'text'), perLease(8, 'bigint')))},
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       finished_at = now()
   WHERE ${HELD}${bound}

@@ -62,6 +62,8 @@ export interface TaskListRow {
   group: string | null;
   createdAt: Date;
   finishedAt: Date | null;
+  /** The last ctx.progress value, or null. */
+  progress: unknown;
   source: TaskSource;
 }
 

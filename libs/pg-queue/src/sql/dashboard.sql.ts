@@ -24,7 +24,7 @@ export function dashboardStatements(schema: string) {
   const listFilter = `($1::text IS NULL OR c.queue = $1::text) AND ($2::text IS NULL OR c.state = $2::text)
     AND ($3::text IS NULL OR c.dedup_key = $3::text) AND ($4::text IS NULL OR c.group_key = $4::text)
     AND ($5::text IS NULL OR strpos(lower(c.last_error), lower($5::text)) > 0)`;
-  const listColumns = `id, queue, state, priority, run_at, attempt, last_error, dedup_key, group_key, created_at, finished_at`;
+  const listColumns = `id, queue, state, priority, run_at, attempt, last_error, dedup_key, group_key, created_at, finished_at, progress`;
   /** Whether key, group or error text is filtered: the filters no index serves. */
   const scanning = `coalesce($3, $4, $5) IS NOT NULL`;
   const summary = `id::text AS id, queue, state, parent_id::text AS "parentId", attempt,
@@ -141,7 +141,7 @@ WITH hot AS (
 )
 SELECT b.low::text AS low, p.id::text AS id, p.queue, p.state, p.priority, p.run_at AS "runAt", p.attempt,
        p.max_attempts AS "maxAttempts", left(p.last_error, 300) AS "lastError", p.dedup_key AS "key",
-       p.group_key AS "group", p.created_at AS "createdAt", p.finished_at AS "finishedAt", p.source
+       p.group_key AS "group", p.created_at AS "createdAt", p.finished_at AS "finishedAt", p.progress, p.source
 FROM bound b LEFT JOIN page p ON true
 ORDER BY p.id DESC`,
 
@@ -155,11 +155,11 @@ SELECT 'task' AS source, id::text AS id, queue, state, jsonb_pretty(payload) AS 
        attempt, coalesce(max_attempts, attempt_limit) AS "maxAttempts", last_error AS "lastError",
        parent_id::text AS "parentId", dedup_key AS "key", group_key AS "group", created_at AS "createdAt",
        started_at AS "startedAt", finished_at AS "finishedAt", locked_by AS "lockedBy", locked_until AS "lockedUntil",
-       EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id) AS "cancelRequested"
+       EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id) AS "cancelRequested", progress
 FROM ${s}.task t WHERE id = $1::bigint
 UNION ALL
 SELECT 'archive', id::text, queue, state, jsonb_pretty(payload), priority, run_at, attempt, max_attempts, last_error,
-       parent_id::text, dedup_key, group_key, created_at, started_at, finished_at, NULL, NULL, false
+       parent_id::text, dedup_key, group_key, created_at, started_at, finished_at, NULL, NULL, false, progress
 FROM ${s}.task_archive WHERE id = $1::bigint`,
 
     /**

@@ -17,9 +17,9 @@ export function inspectStatements(schema: string) {
   const HOT_MAX_ATTEMPTS = 'coalesce(max_attempts, attempt_limit) AS max_attempts';
   const columnsWith = (maxAttempts: string) => `id::text AS id, queue, state, payload, priority, run_at, attempt, ${maxAttempts}, last_error,
        parent_id::text AS parent_id, dedup_key, group_key, created_at, started_at, finished_at,
-       depends_on::text[] AS depends_on, dependants::text[] AS dependants`;
+       depends_on::text[] AS depends_on, dependants::text[] AS dependants, progress`;
   const storedWith = (maxAttempts: string) => `id, queue, state, payload, priority, run_at, attempt, ${maxAttempts}, last_error,
-       parent_id, dedup_key, group_key, created_at, started_at, finished_at, depends_on, dependants`;
+       parent_id, dedup_key, group_key, created_at, started_at, finished_at, depends_on, dependants, progress`;
   // Only the hot table counts unfinished dependencies; only the archive keeps results.
   const HOT_EXTRA = 'locked_by, locked_until, deps_left, NULL::jsonb AS result';
   const ARCHIVE_EXTRA = 'NULL, NULL, NULL, result';

@@ -1,5 +1,6 @@
 import { debtsCte } from './dependencies.sql';
 import { quoteIdent } from './identifiers';
+import { appendedLog, failureEntry } from './task-report.sql';
 import { ATTEMPT_LIMIT, cancelRequestedOf, notifyCte, marked } from './fragments.sql';
 
 /** First key of the pruner's advisory lock; the second is hashtext(schema). */
@@ -21,7 +22,8 @@ const PARTITION_DDL_LOCK_TIMEOUT_MS = 100;
  * transactional handler's rows are skipped) go back to pending, or to dead when the lost attempt
  * was the last one (the attempt was counted at its claim: a task that kills its worker every time
  * cannot loop forever), or to cancelled when that was asked for; their lease is gone, so a late
- * completion of the lost attempt is refused by its token. `ctes` go before `candidates` (which may
+ * completion of the lost attempt is refused by its token. The lost attempt's log entry says so
+ * (its `ms`: since its claim). `ctes` go before `candidates` (which may
  * read them), `extra` adds result columns (which may read them). Parameters: $1 batch limit,
  * $2 channel; the CTEs may use more.
  */
@@ -34,6 +36,7 @@ WITH ${ctes ? `${ctes},
   SET state = CASE WHEN ${cancelRequestedOf(s)} THEN 'cancelled'
                    WHEN t.attempt >= ${ATTEMPT_LIMIT} THEN 'dead' ELSE 'pending' END,
       last_error = ${lastError},
+      log = ${appendedLog('t.log', failureEntry(lastError, '(extract(epoch FROM now() - t.started_at) * 1000)::bigint'))},
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       run_at = now(), finished_at = now()
   -- By primary key (see claim.sql.ts for why not a join).

@@ -20,9 +20,10 @@ WITH now_cancelled AS (
 ), archived AS (
   INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
                                  last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at,
-                                 trace_context, partition_key, depends_on, dependants)
+                                 trace_context, partition_key, depends_on, dependants, progress, log)
   SELECT id, queue, 'cancelled', payload, priority, run_at, attempt, coalesce(max_attempts, attempt_limit),
-         last_error, parent_id, dedup_key, group_key, created_at, started_at, now(), trace_context, partition_key, depends_on, dependants
+         last_error, parent_id, dedup_key, group_key, created_at, started_at, now(), trace_context, partition_key, depends_on, dependants,
+         progress, log
   FROM now_cancelled
 ), ${debtsCte(s, "SELECT id, dependants, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled", '$2')}, requested AS (
   INSERT INTO ${s}.task_cancel (task_id)

@@ -32,6 +32,7 @@ export interface TaskRow {
   dependants: string[] | null;
   deps_left: number | null;
   result: unknown;
+  progress: unknown;
 }
 
 /** One queue of the metrics scrape (see `metrics` in inspect.sql.ts). */

@@ -78,6 +78,8 @@ export interface Failure extends Lease {
   error: string;
   delayMs: number;
   fatal: boolean;
+  /** How long the failed attempt's handler ran, for the task's log; null when it is not known. */
+  ranMs?: number | null;
 }
 
 export interface CompleteResult {

@@ -11,6 +11,7 @@ import { byLeaseWhenHeld } from './held-rows';
 import { notifyChannel } from './identifiers';
 import { ROW_LOCK_WAIT_MS } from './fragments.sql';
 import { maintainStatements } from './maintain.sql';
+import { TaskReportRepository } from './task-report.repository';
 import { WorkflowRepository } from './workflow.repository';
 import {
   assertOneLeasePerTask,
@@ -56,6 +57,8 @@ export class TaskRepository {
   private readonly inserter: TaskInserter;
   readonly dependencies: DependencyRepository;
   readonly workflows: WorkflowRepository;
+  /** Progress and logs (task-report.sql.ts). */
+  readonly reports: TaskReportRepository;
   private readonly claimSql;
   private readonly completeSql;
   /** The same, for statements run outside a transaction (lease mode): row-lock waits bounded. */
@@ -74,6 +77,7 @@ export class TaskRepository {
     this.channel = notifyChannel(schema);
     this.dependencies = new DependencyRepository(schema, this.channel);
     this.workflows = new WorkflowRepository(schema, this.channel);
+    this.reports = new TaskReportRepository(schema);
     this.inserter = new TaskInserter(schema, this.channel, this.dependencies);
   }
 
@@ -255,6 +259,7 @@ export class TaskRepository {
         part.map((f) => f.fatal),
         this.channel,
         retryBlocksGroup,
+        part.map((f) => (f.ranMs == null ? null : Math.max(0, Math.round(f.ranMs)))),
       );
       for (const r of rows) states.set(r.id, r.state);
     });

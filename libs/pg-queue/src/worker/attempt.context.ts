@@ -3,6 +3,7 @@ import { InvalidEnqueueOptionsError, PgQueueError } from '../errors';
 import { buildTaskRow, type RowLimits } from '../core/task-input';
 import type { FollowUpOptions, FollowUpRef, HandlerMode, SqlExecutor, TaskContextBase } from '../types';
 import type { Attempt } from './attempt';
+import { AttemptReporter, type ReportSink } from './attempt.reporter';
 import type { TransactionGate } from './transaction.gate';
 
 /** What every context of one runner shares. */
@@ -16,6 +17,8 @@ export interface ContextScope {
   parentResults(taskId: string, db: SqlExecutor | null): Promise<Record<string, unknown>>;
   /** Throws DependencyNotFoundError unless every id exists (through `db`, as parentResults). */
   assertTasksExist(ids: string[], db: SqlExecutor | null): Promise<void>;
+  /** Where `ctx.progress` and `ctx.log` write (see AttemptReporter). */
+  reports: ReportSink;
 }
 
 /**
@@ -32,6 +35,8 @@ export class AttemptContext implements TaskContextBase {
   readonly #gate: TransactionGate | null;
   #enqueue: TaskContextBase['enqueue'] | null = null;
   #heartbeat: TaskContextBase['heartbeat'] | null = null;
+  #progress: TaskContextBase['progress'] | null = null;
+  #log: TaskContextBase['log'] | null = null;
 
   constructor(attempt: Attempt, scope: ContextScope, gate: TransactionGate | null) {
     this.#attempt = attempt;
@@ -46,6 +51,19 @@ export class AttemptContext implements TaskContextBase {
 
   get heartbeat(): TaskContextBase['heartbeat'] {
     return (this.#heartbeat ??= this.#scope.heartbeat.bind(this.#scope, this.#attempt));
+  }
+
+  /** Bound on first use like enqueue; the reporter is made by the first call, not here. */
+  get progress(): TaskContextBase['progress'] {
+    return (this.#progress ??= (value: unknown) => this.reporter().progress(value));
+  }
+
+  get log(): TaskContextBase['log'] {
+    return (this.#log ??= (line: string) => this.reporter().log(line));
+  }
+
+  private reporter(): AttemptReporter {
+    return (this.#attempt.reporter ??= new AttemptReporter(this.#attempt, this.#scope.reports));
   }
 
   get tx(): any {

@@ -1,5 +1,6 @@
 import type { ClaimedRow, Lease, NewTaskRow, RanLease } from '../sql/statement-values';
 import type { Task } from '../types';
+import type { AttemptReporter } from './attempt.reporter';
 
 /** One claimed attempt of a task, from claim to its recorded outcome. */
 export class Attempt {
@@ -18,6 +19,8 @@ export class Attempt {
   result: string | undefined = undefined;
   /** Set once the handler has returned; later ctx.enqueue calls are refused. */
   finished = false;
+  /** ctx.progress and ctx.log, once a handler first calls one (kept across a transactional re-run). */
+  reporter: AttemptReporter | null = null;
   startedAt = 0;
   /** When the handler ran, as performance.now() values (recorded with the completion). */
   ranFrom = 0;

@@ -5,7 +5,7 @@ import type { Attempt } from './attempt';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced, type InvokeOutcome } from './handler.invoker';
-import { failureOf, publish, publishOutcome, releaseAttempts, type WorkerDeps } from './worker.deps';
+import { failureOf, publish, publishOutcome, releaseAttempts, reportSink, type WorkerDeps } from './worker.deps';
 
 /**
  * Lease mode: the handler runs outside any transaction while the worker keeps its lease alive
@@ -35,6 +35,7 @@ export class LeaseRunner {
       heartbeat: (a) => this.heartbeatOne(a),
       parentResults: (id) => deps.repo.dependencies.parentResults(deps.prisma, id),
       assertTasksExist: (ids) => deps.repo.dependencies.assertExist(deps.prisma, ids),
+      reports: reportSink(deps),
     };
   }
 
@@ -65,6 +66,8 @@ export class LeaseRunner {
         : await invokeTraced(a, 'lease', this.handler.options.timeoutMs, () => this.handler.handle(a.task, new AttemptContext(a, this.scope, null)));
       a.endRun();
       handlerDone();
+      // What the handler reported goes in before its outcome (a failure's log entry comes after its lines).
+      await a.reporter?.finish();
       await this.record(a, result);
     } finally {
       this.unhold(a);

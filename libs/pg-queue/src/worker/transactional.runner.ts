@@ -8,7 +8,7 @@ import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced } from './handler.invoker';
 import { TransactionGate } from './transaction.gate';
 import { batchTransactionFull, IDLE_GRACE_MS, SETTLE_GRACE_MS, STATEMENT_GRACE_MS, TX_BUDGET_MS, TX_START_WAIT_MS } from './transaction.limits';
-import { failureOf, publish, publishOutcome, releaseAttempts, type Outcome, type WorkerDeps } from './worker.deps';
+import { failureOf, publish, publishOutcome, releaseAttempts, reportSink, type Outcome, type WorkerDeps } from './worker.deps';
 
 type Result = { ok: true } | { ok: false; failure: Failure };
 const SUCCEEDED: Result = Object.freeze({ ok: true });
@@ -68,6 +68,7 @@ export class TransactionalRunner {
       },
       parentResults: (id, tx) => deps.repo.dependencies.parentResults(tx ?? deps.prisma, id),
       assertTasksExist: (ids, tx) => deps.repo.dependencies.assertExist(tx ?? deps.prisma, ids),
+      reports: reportSink(deps),
     };
   }
 
@@ -145,6 +146,8 @@ export class TransactionalRunner {
     const result = await invokeTraced(a, 'transactional', this.handler.options.timeoutMs, () => this.handler.handle(a.task, ctx));
     a.endRun();
     gate.close(() => new LeaseLostError(a.task.id));
+    // Outside this transaction (its FOR KEY SHARE lock lets the write in), before the outcome is recorded.
+    await a.reporter?.finish();
     if (gate.tookSavepoint) usage.savepoints++;
     // Follow-ups with dependencies take a savepoint of their own at the completion (TaskRepository.complete).
     if (a.followUps.some((f) => f.dependsOn !== null)) usage.savepoints++;

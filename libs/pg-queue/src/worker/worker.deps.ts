@@ -8,6 +8,7 @@ import type { LimitsRepository } from '../sql/limits.repository';
 import type { TaskRepository } from '../sql/task.repository';
 import type { PrismaClientLike, TaskEvent } from '../types';
 import type { Attempt } from './attempt';
+import type { ReportSink } from './attempt.reporter';
 import { backoffDelayMs } from './backoff';
 import type { DatabaseClock } from './database.clock';
 import { errorText } from './error-text';
@@ -45,6 +46,8 @@ export function failureOf(attempt: Attempt, error: unknown, handler: RegisteredH
     error: errorText(error, maxErrorBytes),
     delayMs: backoffDelayMs(handler.options.backoff, attempt.task.attempt),
     fatal: error instanceof NonRetryableError,
+    // Once its handler returned or was given up on (endRun); unknown for one that never ran.
+    ranMs: attempt.ranUntil >= attempt.ranFrom && attempt.ranFrom > 0 ? attempt.ranUntil - attempt.ranFrom : null,
   };
 }
 
@@ -96,4 +99,18 @@ const EVENT_OF: Record<Outcome, TaskEvent['type']> = {
 
 export function publishOutcome(deps: WorkerDeps, attempt: Attempt, outcome: Outcome, error?: string): void {
   publish(deps, attempt, EVENT_OF[outcome], error);
+}
+
+/** Where the attempts' ctx.progress and ctx.log go: the task row, through the app's client (see AttemptReporter). */
+export function reportSink(deps: WorkerDeps): ReportSink {
+  return {
+    write: (lease, progress, entries) => deps.repo.reports.report(deps.prisma, lease, progress, entries),
+    written: (attempt, progress) => {
+      if (!deps.events.observed) return;
+      const { queue, id, attempt: n } = attempt.task;
+      deps.events.publish({ type: 'progress', queue, taskId: id, attempt: n, workerId: deps.workerId, at: new Date(), progress });
+    },
+    warn: (message) => deps.logger.warn(message),
+    now: () => deps.clock.now(),
+  };
 }

@@ -63,6 +63,10 @@ input, select, textarea { font: inherit; padding: 5px 8px; border: 1px solid #cf
 .facts dd { margin: 0; }
 pre { background: #f4f5f8; border: 1px solid var(--line); border-radius: 8px; padding: 12px; margin: 0; overflow: auto; max-height: 480px; white-space: pre-wrap; word-break: break-word; }
 pre.error-text { color: #7d1f1f; background: #fdf4f4; border-color: #f1d0d0; }
+.progress-cell { display: inline-flex; align-items: center; gap: 6px; }
+.progress-cell progress { width: 90px; height: 10px; }
+.progress-text { color: var(--muted); font-variant-numeric: tabular-nums; }
+.task-log pre.log-error { color: #7d1f1f; background: #fdf4f4; border-color: #f1d0d0; padding: 6px 8px; max-height: 200px; }
 .legend { display: flex; align-items: center; gap: 6px; flex-wrap: wrap; margin: 0 0 8px; }
 .legend .key { display: inline-block; width: 12px; height: 12px; border-radius: 2px; }
 .legend .key.done { background: var(--done); } .legend .key.failed { background: var(--failed); margin-left: 10px; }

@@ -4,12 +4,21 @@ import { html, type Html } from './html';
 import { actionForm, page, stateBadge, type PageContext } from './layout.view';
 import { pipelinePicture } from './pipeline.svg';
 import type { WorkflowInfo } from '../../workflow/workflow.types';
+import type { TaskLogEntry } from '../../types';
+import { logPanel, progressView } from './progress.view';
 
 /** Payloads longer than this are shown cut (the page stays light; the task keeps all of it). */
 const PAYLOAD_SHOWN = 64 * 1024;
 
-/** One task: its actions, attempts, timings, last error, payload, and the pipeline it belongs to. */
-export function taskDetailPage(ctx: PageContext, t: TaskDetail, stages: PipelineStage[], notice: { key?: string; count?: number }, workflow?: WorkflowInfo): Html {
+/** One task: its actions, attempts, progress, timings, last error, log, payload, and the pipeline it belongs to. */
+export function taskDetailPage(
+  ctx: PageContext,
+  t: TaskDetail,
+  stages: PipelineStage[],
+  notice: { key?: string; count?: number },
+  workflow?: WorkflowInfo,
+  logs: TaskLogEntry[] | null = null,
+): Html {
   const l = ctx.links;
   const when = (d: Date | null) => (d ? html`${timestamp(d)} <span class="rel">${relative(d, ctx.now)}</span>` : '—');
   const fact = (label: string, value: Html | string | number) => html`<dt>${label}</dt><dd>${value}</dd>`;
@@ -31,6 +40,7 @@ ${actions}
 <section class="panel">
 <dl class="facts">
 ${fact('attempt', html`<strong>${t.attempt}</strong> of ${t.maxAttempts ?? 'the handler’s limit'}`)}
+${t.progress !== null && t.progress !== undefined ? fact('progress', progressView(t.progress, 200)) : ''}
 ${fact('priority', t.priority)}
 ${fact('key', t.key ?? '—')}
 ${fact('group', t.group ? html`<a href="${l.tasks({ group: t.group, queue: t.queue })}">${t.group}</a>` : '—')}
@@ -49,6 +59,7 @@ ${workflow ? journalPanel(workflow, when) : ''}
 <h2>Last error</h2>
 ${t.lastError ? html`<pre class="error-text">${t.lastError}</pre>` : html`<p class="empty">None.</p>`}
 </section>
+${logPanel(logs)}
 <section class="panel">
 <h2>Payload</h2>
 <pre class="payload">${payload}</pre>

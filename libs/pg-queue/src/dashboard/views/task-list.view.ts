@@ -3,6 +3,7 @@ import { DASHBOARD_LIMITS, type TaskListFilter, type TaskListPage } from '../../
 import { relative, timestamp, truncate } from './format';
 import { html, type Html } from './html';
 import { actionForm, page, stateBadge, type PageContext } from './layout.view';
+import { progressView } from './progress.view';
 
 
 /** Tasks, newest first: a filter form, one page, the next-page link, and retry-dead for a queue. */
@@ -25,6 +26,7 @@ ${field('error', 'error contains', filter.error)}
 <td>${t.queue}</td>
 <td>${stateBadge(t.state)}</td>
 <td class="num">${t.attempt} / ${t.maxAttempts ?? '—'}</td>
+<td class="nowrap">${progressView(t.progress, 40)}</td>
 <td class="num">${t.priority}</td>
 <td class="nowrap" title="${timestamp(t.finishedAt ?? t.runAt)}">${t.finishedAt ? `finished ${relative(t.finishedAt, ctx.now)}` : `due ${relative(t.runAt, ctx.now)}`}</td>
 <td class="mono nowrap">${t.key ? truncate(t.key, 40) : ''}</td>
@@ -55,7 +57,7 @@ ${retryDead ? html`<section class="panel bulk">${retryDead}</section>` : ''}
 ${result.rows.length === 0
     ? html`<p class="empty">No task matches${result.budgetSpent ? ' among the tasks read so far' : ''}.</p>`
     : html`<table class="grid-table tasks">
-<thead><tr><th>id</th><th>queue</th><th>state</th><th class="num">attempt</th><th class="num">priority</th><th>when</th><th>key</th><th>group</th><th>last error</th></tr></thead>
+<thead><tr><th>id</th><th>queue</th><th>state</th><th class="num">attempt</th><th>progress</th><th class="num">priority</th><th>when</th><th>key</th><th>group</th><th>last error</th></tr></thead>
 <tbody>${rows}</tbody>
 </table>`}
 ${budgetNote}
