@@ -19,6 +19,7 @@ export { printSchemaSql } from './sql/schema.sql';
 export { queueStatementName } from './sql/statement-names';
 export type { CancelResult, PauseScope } from './client/task-queue.service';
 export type { QueuePause } from './sql/pause.repository';
+export type { WaitForOptions, WatchFilter, WatchedTaskEvent } from './client/task-waiter';
 export * from './errors';
 export type {
   BackoffOptions,

@@ -8,6 +8,8 @@ import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { OperatorRepository, type TaskState } from '../sql/operator.repository';
 import { PauseRepository, type QueuePause } from '../sql/pause.repository';
+import { WatchRepository } from '../sql/watch.repository';
+import { waitForTask, waitTimeout, watchTasks, watchedQueues, type WaiterDeps, type WatchFilter, type WatchedTaskEvent, type WaitForOptions } from './task-waiter';
 import { toTaskInfo } from './task-info';
 import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
@@ -43,6 +45,7 @@ export type { PauseScope } from './arguments';
 @Injectable()
 export class TaskQueue {
   private readonly pauses: PauseRepository;
+  private readonly waiters: WaiterDeps;
 
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
@@ -51,6 +54,7 @@ export class TaskQueue {
     private readonly taskEvents: TaskEvents,
   ) {
     this.pauses = new PauseRepository(options.schema);
+    this.waiters = { prisma: options.prisma, operator, watch: new WatchRepository(options.schema), notices: taskEvents.notices };
   }
 
   /** Task events of this process (claimed, completed, failed, dead, released, lease-lost). */
@@ -205,6 +209,20 @@ export class TaskQueue {
       throw new InvalidArgumentError('priority', `expected a 32-bit integer, got ${shown(priority)}`);
     }
     return this.operator.setPriority(this.options.prisma, taskId(id), priority);
+  }
+
+  /**
+   * The result of task `id` once it ends, whichever process runs it (needs databaseUrl: it is woken
+   * by NOTIFY). Rejects with TaskFailedError (dead or cancelled, with its last error),
+   * WaitForTimeoutError after `timeoutMs` (default 30 000), TaskNotFoundError. See task-waiter.ts.
+   */
+  waitFor<T = unknown>(id: string, options: WaitForOptions = {}): Promise<T> {
+    return waitForTask(this.waiters, taskId(id), waitTimeout(options)) as Promise<T>;
+  }
+
+  /** Ends and failed attempts of the tasks of `queue` (default: all), from every process (see task-waiter.ts). */
+  watch(filter: WatchFilter = {}): Observable<WatchedTaskEvent> {
+    return watchTasks(this.waiters, watchedQueues(filter));
   }
 
   /** The seed's `select error_text, count(*) … group by 1 order by 2 desc`, for failing and dead tasks. */

@@ -1,4 +1,5 @@
 import { debtsCte } from './dependencies.sql';
+import { toldCte } from './watch.sql';
 import { quoteIdent } from './identifiers';
 import { notifyCte, marked } from './fragments.sql';
 
@@ -24,7 +25,8 @@ WITH now_cancelled AS (
   SELECT id, queue, 'cancelled', payload, priority, run_at, attempt, coalesce(max_attempts, attempt_limit),
          last_error, parent_id, dedup_key, group_key, created_at, started_at, now(), trace_context, partition_key, depends_on, dependants
   FROM now_cancelled
-), ${debtsCte(s, "SELECT id, dependants, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled", '$2')}, requested AS (
+), ${debtsCte(s, "SELECT id, dependants, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled", '$2')},
+${toldCte(s, "SELECT id, 'cancelled' AS state, queue, watched FROM now_cancelled", '$2')}, requested AS (
   INSERT INTO ${s}.task_cancel (task_id)
   SELECT id FROM ${s}.task WHERE id = $1::bigint AND state = 'running'
   ON CONFLICT DO NOTHING
@@ -34,7 +36,8 @@ WITH now_cancelled AS (
 )
 SELECT (SELECT count(*) FROM now_cancelled)::int AS cancelled,
        (SELECT count(*) FROM requested)::int AS requested,
-       (SELECT count(*) FROM signalled)::int AS signalled, (SELECT count(*) FROM debts)::int AS debts`,
+       (SELECT count(*) FROM signalled)::int AS signalled, (SELECT count(*) FROM debts)::int AS debts,
+       (SELECT count(*) FROM told)::int AS told`,
 
     /**
      * Retry tasks still in the hot table in one of the states $5 (dead, cancelled): back to pending,

@@ -7,6 +7,7 @@ import { instanceMigrations } from './migrations/instances.migrations';
 import { limitMigrations } from './migrations/limits.migrations';
 import { pauseMigrations } from './migrations/pause.migrations';
 import { taskMigrations } from './migrations/tasks.migrations';
+import { watchMigrations } from './migrations/watch.migrations';
 import { workflowMigrations } from './migrations/workflow.migrations';
 import { printRuntimeFunctions } from './runtime-functions';
 
@@ -74,7 +75,7 @@ export function migrationStepPlans(m: SchemaMigration): readonly { sql: string; 
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
   const s = quoteIdent(schema);
-  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s), ...instanceMigrations(s)];
+  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s), ...instanceMigrations(s), ...watchMigrations(s)];
 }
 
 /** Everything needed to create the schema from nothing, including the version bookkeeping. */

@@ -1,6 +1,7 @@
 import { SETTLE_NOTICE } from '../sql/dependencies.sql';
 import { ROOM_NOTICE } from '../sql/limits.sql';
 import { PAUSE_NOTICE, RESUME_NOTICE } from '../sql/pause.sql';
+import { ENDED_NOTICE } from '../sql/watch.sql';
 import { WAKE_NOTICE } from '../sql/workflow.sql';
 import type { Logger } from '@nestjs/common';
 import createPostgresSubscriber, { type Subscriber } from 'pg-listen';
@@ -35,6 +36,8 @@ export class WakeupListener {
       wakeWorkflows: (at: number) => void;
       /** `queue` was paused or resumed as a whole (see PauseWatcher). */
       paused: (queue: string, paused: boolean) => void;
+      /** Task `id` of `queue` ended, or an attempt of it failed (`state` pending), and someone waits or watches (see watch.sql.ts). */
+      ended: (id: string, state: string, queue: string) => void;
       /** The connection is up (first time, or back): notifications sent while it was down were lost. */
       reconnected: () => void;
       /** The connection was lost. */
@@ -49,7 +52,7 @@ export class WakeupListener {
 
   /**
    * Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`, `!settle`, `!room <queue>`, `!wake@<epoch ms>`,
-   * `!pause <queue>`, `!resume <queue>`.
+   * `!pause <queue>`, `!resume <queue>`, `!ended <id> <state> <queue>`.
    */
   private dispatch(payload: string): void {
     if (payload.startsWith('!cancel ')) return this.on.cancel(payload.slice('!cancel '.length));
@@ -58,6 +61,10 @@ export class WakeupListener {
     if (payload.startsWith(WAKE_NOTICE)) return this.on.wakeWorkflows(Number(payload.slice(WAKE_NOTICE.length)));
     if (payload.startsWith(PAUSE_NOTICE)) return this.on.paused(payload.slice(PAUSE_NOTICE.length), true);
     if (payload.startsWith(RESUME_NOTICE)) return this.on.paused(payload.slice(RESUME_NOTICE.length), false);
+    if (payload.startsWith(ENDED_NOTICE)) {
+      const [id, state, queue] = payload.slice(ENDED_NOTICE.length).split(' ');
+      return this.on.ended(id, state, queue);
+    }
     const at = payload.lastIndexOf('@');
     if (at < 0) return this.on.wake(payload, null);
     this.on.wake(payload.slice(0, at), Number(payload.slice(at + 1)));
