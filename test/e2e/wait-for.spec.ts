@@ -9,11 +9,10 @@ import { Client } from 'pg';
 import { filter, firstValueFrom, take, toArray } from 'rxjs';
 import { TaskFailedError, TaskHandler, TaskNotFoundError, WaitForTimeoutError, type Task, type WatchedTaskEvent } from '@app/pg-queue';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
-import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
-import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { deferred } from '../support/queue-app';
 import { waitFor } from '../support/wait-for';
+import { workerAndApi } from '../support/worker-and-api';
 
-const POLL_MS = 120_000;
 let hold = { started: deferred(), release: deferred() };
 
 @Injectable()
@@ -36,23 +35,10 @@ class WaitHandlers {
 }
 
 describe('waitFor and watch across processes', () => {
-  let db: TestDatabase;
-  let worker: QueueApp;
-  /** An instance without handlers: the HTTP side that waits for work done elsewhere. */
-  let api: QueueApp;
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    const opts = { databaseUrl: db.url, pollIntervalMs: POLL_MS, listenPollIntervalMs: POLL_MS };
-    worker = await bootQueueApp(db.prisma(4), [WaitHandlers], opts);
-    api = await bootQueueApp(db.prisma(4), [], opts);
-  });
-  afterAll(async () => {
-    hold.release.resolve();
-    await api?.close();
-    await worker?.close();
-    await db.drop();
-  });
+  const ctx = workerAndApi([WaitHandlers], 4, () => hold.release.resolve());
+  const api = { get queue() { return ctx.api.queue; } };
+  const worker = { get queue() { return ctx.worker.queue; } };
+  const db = { sql: <T = any>(text: string, values?: unknown[]) => ctx.db.sql<T>(text, values), get url() { return ctx.db.url; } };
   beforeEach(() => {
     hold = { started: deferred(), release: deferred() };
   });

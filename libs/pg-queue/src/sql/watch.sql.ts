@@ -1,4 +1,4 @@
-import { marked } from './fragments.sql';
+import { marked, notifyCte } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
 /** Notification payload of a task's end or failed attempt: `!ended <id> <state> <queue>` (see WakeupListener). */
@@ -36,11 +36,17 @@ export function watchStatements(schema: string) {
   return marked({
     /**
      * Marks an unfinished task as waited for (see above). A no-op on a row already marked, so
-     * many waiters write it once. Parameters: $1 id.
+     * many waiters write it once. Its row lock makes a claim in that instant pass over the task
+     * (SKIP LOCKED), and the worker may then idle till its next poll: a pending task's queue is
+     * woken again (the NOTIFY of due work, sent at commit). Parameters: $1 id, $2 channel.
      */
     mark: `
-UPDATE ${s}.task SET watched = true
-WHERE id = $1::bigint AND watched IS NOT TRUE AND state IN ('pending', 'running', 'waiting')`,
+WITH marked AS (
+  UPDATE ${s}.task SET watched = true
+  WHERE id = $1::bigint AND watched IS NOT TRUE AND state IN ('pending', 'running', 'waiting')
+  RETURNING queue, state, run_at
+), ${notifyCte("SELECT queue, run_at FROM marked WHERE state = 'pending'", '$2')}
+SELECT (SELECT count(*) FROM marked)::int AS marked, (SELECT count(*) FROM notified)::int AS notified`,
 
     /**
      * Starts or extends a stream's interest in queues (text[]; '' for all) until $3 ms from now,
