@@ -9,8 +9,9 @@ import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { OperatorRepository, type TaskState } from '../sql/operator.repository';
 import { PauseRepository, type QueuePause } from '../sql/pause.repository';
 import { WatchRepository } from '../sql/watch.repository';
+import { TaskChanges, type RescheduleTo, type TaskChangeResult } from './task-changes';
 import { waitForTask, waitTimeout, watchTasks, watchedQueues, type WaiterDeps, type WatchFilter, type WatchedTaskEvent, type WaitForOptions } from './task-waiter';
-import { toTaskInfo } from './task-info';
+import { statsByQueue, toTaskInfo } from './task-info';
 import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo } from '../types';
 import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
@@ -46,6 +47,7 @@ export type { PauseScope } from './arguments';
 export class TaskQueue {
   private readonly pauses: PauseRepository;
   private readonly waiters: WaiterDeps;
+  private readonly changes: TaskChanges;
 
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
@@ -54,6 +56,7 @@ export class TaskQueue {
     private readonly taskEvents: TaskEvents,
   ) {
     this.pauses = new PauseRepository(options.schema);
+    this.changes = new TaskChanges(options.prisma, operator, options.maxPayloadBytes);
     this.waiters = { prisma: options.prisma, operator, watch: new WatchRepository(options.schema), notices: taskEvents.notices };
   }
 
@@ -211,13 +214,24 @@ export class TaskQueue {
     return this.operator.setPriority(this.options.prisma, taskId(id), priority);
   }
 
-  /**
-   * The result of task `id` once it ends, whichever process runs it (needs databaseUrl: it is woken
-   * by NOTIFY). Rejects with TaskFailedError (dead or cancelled, with its last error),
-   * WaitForTimeoutError after `timeoutMs` (default 30 000), TaskNotFoundError. See task-waiter.ts.
-   */
-  waitFor<T = unknown>(id: string, options: WaitForOptions = {}): Promise<T> {
-    return waitForTask(this.waiters, taskId(id), waitTimeout(options)) as Promise<T>;
+  /** Runs a pending task now, waking its workers; refused, with the reason, otherwise (see TaskChangeResult). */
+  async promote(id: string): Promise<TaskChangeResult> {
+    return this.changes.promote(taskId(id));
+  }
+
+  /** Moves a pending task's due time (`{ runAt }` or `{ delayMs }` from now); refused as `promote` is. */
+  async reschedule(id: string, to: RescheduleTo): Promise<TaskChangeResult> {
+    return this.changes.reschedule(taskId(id), to);
+  }
+
+  /** Replaces the payload of a task not started yet (pending, or waiting for dependencies); never while it runs. */
+  async updatePayload<Q extends string = string>(id: string, payload: PayloadOf<Q>): Promise<TaskChangeResult> {
+    return this.changes.updatePayload(taskId(id), payload);
+  }
+
+  /** Task `id`'s result once it ends, run by any process (NOTIFY; needs databaseUrl): see task-waiter.ts. */
+  async waitFor<T = unknown>(id: string, options: WaitForOptions = {}): Promise<T> {
+    return (await waitForTask(this.waiters, taskId(id), waitTimeout(options))) as T;
   }
 
   /** Ends and failed attempts of the tasks of `queue` (default: all), from every process (see task-waiter.ts). */
@@ -277,26 +291,7 @@ export class TaskQueue {
    */
   async stats(): Promise<QueueStats[]> {
     const [rows, pauses] = await Promise.all([this.operator.stats(this.options.prisma), this.pauses.list(this.options.prisma)]);
-    const byQueue = new Map<string, QueueStats>();
-    const of = (queue: string): QueueStats => {
-      let s = byQueue.get(queue);
-      if (!s) {
-        s = { queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestDueMs: null, oldestPendingMs: null, paused: false, pausedPartitions: [] };
-        byQueue.set(queue, s);
-      }
-      return s;
-    };
-    for (const r of rows) {
-      const s = of(r.queue);
-      s[r.state as 'pending'] += r.count;
-      if (r.oldest_due_ms !== null) s.oldestDueMs = s.oldestPendingMs = Math.max(s.oldestDueMs ?? 0, r.oldest_due_ms);
-    }
-    // A paused queue shows even when it has no tasks.
-    for (const p of pauses) {
-      if (p.partition === null) of(p.queue).paused = true;
-      else of(p.queue).pausedPartitions.push(p.partition);
-    }
-    return [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue));
+    return statsByQueue(rows, pauses);
   }
 
   private executor(tx: unknown): SqlExecutor {
