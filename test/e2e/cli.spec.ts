@@ -104,6 +104,25 @@ describe('pg-queue CLI', () => {
     expect(cli(['cancel', ids.pending]).code).toBe(1);
   });
 
+  it('promote, reschedule and update-payload change a task that has not run, and refuse with the reason (exit 1) otherwise', async () => {
+    const id = await qa.queue.enqueue('cli.change', { v: 1 }, { delayMs: 3_600_000 });
+    expect(cli(['update-payload', id, '{"v":2}'])).toMatchObject({ code: 0, out: `task ${id} has its new payload\n` });
+    expect((await qa.queue.get(id))?.payload).toEqual({ v: 2 });
+    expect(cli(['reschedule', id, '--at', '2030-01-02T03:04:05Z'])).toMatchObject({ code: 0, out: `task ${id} is due at 2030-01-02T03:04:05.000Z\n` });
+    expect((await qa.queue.get(id))?.runAt.toISOString()).toBe('2030-01-02T03:04:05.000Z');
+    const json = cli(['--json', 'reschedule', id, '--in', '2h']);
+    expect({ code: json.code, body: JSON.parse(json.out) }).toEqual({ code: 0, body: { id, result: 'changed' } });
+    expect(cli(['promote', id])).toMatchObject({ code: 0, out: `task ${id} is due now\n` });
+    expect((await qa.queue.get(id))!.runAt.getTime()).toBeLessThanOrEqual(Date.now() + 1000);
+    // Refused: finished, unknown; usage errors exit 2.
+    expect(cli(['promote', ids.done])).toMatchObject({ code: 1, out: '', err: `pg-queue: task ${ids.done} not promoted: it has finished\n` });
+    expect(cli(['update-payload', '99999999', '{}'])).toMatchObject({ code: 1, err: 'pg-queue: task 99999999 not changed: it does not exist\n' });
+    expect(cli(['update-payload', id, '{oops'])).toMatchObject({ code: 2, err: expect.stringContaining('expected JSON') });
+    expect(cli(['reschedule', id])).toMatchObject({ code: 2, err: 'pg-queue: reschedule needs --at <time> or --in <duration>\n' });
+    expect(cli(['reschedule', id, '--at', 'soon']).code).toBe(2);
+    await db.sql('DELETE FROM pgqueue.task WHERE id = $1', [id]); // leaves the later tests' counts as they were
+  });
+
   it('purge deletes finished history older than the given age, never live tasks', async () => {
     expect(cli(['purge']).code).toBe(2); // --older-than is required
     expect(cli(['purge', '--older-than', 'soon']).code).toBe(2);

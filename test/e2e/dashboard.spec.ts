@@ -308,6 +308,41 @@ describe('dashboard (headless Chromium)', () => {
     expect(await page.locator('.task-log tbody tr').count()).toBe(3);
   });
 
+  it('replace the payload, reschedule and run now from a pending task\'s page (issue 27); refused with the reason once it ran; nothing in read-only mode', async () => {
+    const id = await queue.enqueue('dash.later', { n: 100 }, { delayMs: 3_600_000 });
+    await page.goto(`${base}/queues/tasks/${id}`);
+    await page.locator('textarea[name=payload]').fill('{"n": 101, "note": "edited"}');
+    await page.locator('form[action$="/payload"] button').click();
+    await page.waitForURL(/notice=payload-updated/);
+    expect(await db.sql('SELECT payload FROM pgqueue.task WHERE id = $1', [id])).toEqual([{ payload: { n: 101, note: 'edited' } }]);
+
+    await page.locator('input[name=delaySeconds]').fill('7200');
+    await page.locator('form[action$="/reschedule"] button').click();
+    await page.waitForURL(/notice=rescheduled/);
+    const [{ ahead }] = await db.sql<{ ahead: number }>('SELECT extract(epoch FROM run_at - now())::int AS ahead FROM pgqueue.task WHERE id = $1', [id]);
+    expect(ahead).toBeGreaterThan(3600);
+
+    // The read-only dashboard shows the pending task without any of these forms, and refuses their POSTs.
+    await page.goto(`${base}/ro/tasks/${id}`);
+    expect(await page.locator('form[method=post], textarea').count()).toBe(0);
+    const token = await csrfOf(`/queues/tasks/${id}`);
+    for (const [action, fields] of [['promote', {}], ['reschedule', { delaySeconds: '0' }], ['payload', { payload: '{}' }]] as const) {
+      expect((await post(`/ro/tasks/${id}/${action}`, { _csrf: token, ...fields }, authed)).status).toBe(403);
+      expect((await post(`/queues/tasks/${id}/${action}`, fields, authed)).status).toBe(403); // no form token
+    }
+
+    await page.goto(`${base}/queues/tasks/${id}`);
+    await page.locator('form[action$="/promote"] button').click();
+    await page.waitForURL(/notice=promoted/);
+    await waitFor('the promoted task to run', async () => (await state(id)) === 'done');
+    // A stale page's form, posted after the task ran: refused, and the page says why.
+    const refused = await post(`/queues/tasks/${id}/payload`, { _csrf: token, payload: '{"n": 102}' }, authed);
+    expect({ status: refused.status, location: refused.headers.get('location') }).toEqual({ status: 303, location: expect.stringContaining('notice=not-changed-finished') });
+    await page.goto(`${base}${new URL(refused.headers.get('location')!, base).pathname}?notice=not-changed-finished`);
+    expect(await page.locator('.notice').textContent()).toContain('the task has finished');
+    expect(await page.locator('form[action$="/promote"], textarea').count()).toBe(0);
+  });
+
   it('retry never revives a join its dead parent cancelled: "Retry dead tasks" skips it, its own Retry says why', async () => {
     const join = await queue.enqueue('dash.join', {}, { dependsOn: [ids.xss] }); // xss is dead: cancelled at once
     expect(await state(join)).toBe('cancelled');

@@ -31,6 +31,7 @@ describe('schema installation', () => {
       'task_cancel',
       'task_debounce',
       'task_dependency_debt',
+      'task_watch',
       'workflow_signal',
       'workflow_step',
     ]);

@@ -176,3 +176,34 @@ export class ScheduleNameTakenError extends PgQueueError {
     );
   }
 }
+
+/** `waitFor(id)`: the task ended dead or cancelled; `lastError` is its last error (null if none). */
+export class TaskFailedError extends PgQueueError {
+  constructor(
+    readonly taskId: string,
+    readonly state: 'dead' | 'cancelled',
+    readonly lastError: string | null,
+  ) {
+    super(`pg-queue: task ${taskId} ended ${state}${lastError ? `: ${lastError}` : ''}`);
+  }
+}
+
+/** `waitFor(id)`: the task had not ended within `timeoutMs` (it goes on; only the wait ended). */
+export class WaitForTimeoutError extends PgQueueError {
+  constructor(
+    readonly taskId: string,
+    readonly timeoutMs: number,
+  ) {
+    super(`pg-queue: task ${taskId} did not end within ${timeoutMs} ms`);
+  }
+}
+
+/**
+ * `waitFor(id)`: no task with that id, live or archived (never enqueued, purged, or finished
+ * under `finished: 'delete'`, which keeps no result).
+ */
+export class TaskNotFoundError extends PgQueueError {
+  constructor(readonly taskId: string) {
+    super(`pg-queue: no task ${taskId}`);
+  }
+}

@@ -20,6 +20,8 @@ export { queueStatementName } from './sql/statement-names';
 export type { CancelResult, PauseScope } from './client/task-queue.service';
 export type { RuntimeScheduleOptions, ScheduleInfo } from './client/schedules.client';
 export type { QueuePause } from './sql/pause.repository';
+export type { WaitForOptions, WatchFilter, WatchedTaskEvent } from './client/task-waiter';
+export type { RescheduleTo, TaskChangeResult } from './client/task-changes';
 export * from './errors';
 export type {
   BackoffOptions,

@@ -1,5 +1,6 @@
 import type { TaskRow } from '../sql/operator.repository';
-import type { TaskInfo } from '../types';
+import type { QueuePause } from '../sql/pause.repository';
+import type { QueueStats, TaskInfo } from '../types';
 
 /** The statements' snake_case row as the public, camelCase shape. */
 export function toTaskInfo(r: TaskRow): TaskInfo {
@@ -27,4 +28,28 @@ export function toTaskInfo(r: TaskRow): TaskInfo {
     result: r.result,
     progress: r.progress ?? null,
   };
+}
+
+/** stats(): the counts by queue and state, with the pauses (a paused queue shows even with no tasks). */
+export function statsByQueue(rows: { queue: string; state: string; count: number; oldest_due_ms: number | null }[], pauses: QueuePause[]): QueueStats[] {
+  const byQueue = new Map<string, QueueStats>();
+  const of = (queue: string): QueueStats => {
+    let s = byQueue.get(queue);
+    if (!s) {
+      s = { queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestDueMs: null, oldestPendingMs: null, paused: false, pausedPartitions: [] };
+      byQueue.set(queue, s);
+    }
+    return s;
+  };
+  for (const r of rows) {
+    const s = of(r.queue);
+    s[r.state as 'pending'] += r.count;
+    if (r.oldest_due_ms !== null) s.oldestDueMs = s.oldestPendingMs = Math.max(s.oldestDueMs ?? 0, r.oldest_due_ms);
+  }
+  // A paused queue shows even when it has no tasks.
+  for (const p of pauses) {
+    if (p.partition === null) of(p.queue).paused = true;
+    else of(p.queue).pausedPartitions.push(p.partition);
+  }
+  return [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue));
 }

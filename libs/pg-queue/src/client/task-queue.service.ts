@@ -8,9 +8,12 @@ import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { OperatorRepository, type TaskState } from '../sql/operator.repository';
 import { PauseRepository, type QueuePause } from '../sql/pause.repository';
-import { toTaskInfo } from './task-info';
+import { statsByQueue, toTaskInfo } from './task-info';
 import { ScheduleClient, type RuntimeScheduleOptions, type ScheduleInfo } from './schedules.client';
 import { taskLogs } from './task-logs';
+import { WatchRepository } from '../sql/watch.repository';
+import { TaskChanges, type RescheduleTo, type TaskChangeResult } from './task-changes';
+import { waitForTask, waitTimeout, watchTasks, watchedQueues, type WaiterDeps, type WatchFilter, type WatchedTaskEvent, type WaitForOptions } from './task-waiter';
 import { TaskRepository } from '../sql/task.repository';
 import type { ChainStage, EnqueueItemOf, EnqueueOptions, PayloadOf, QueueStats, SqlExecutor, TaskEvent, TaskInfo, TaskLogEntry } from '../types';
 import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/task-input';
@@ -46,6 +49,8 @@ export type { PauseScope } from './arguments';
 export class TaskQueue {
   private readonly pauses: PauseRepository;
   private readonly schedules: ScheduleClient;
+  private readonly waiters: WaiterDeps;
+  private readonly changes: TaskChanges;
 
   constructor(
     @Inject(RESOLVED_OPTIONS) private readonly options: ResolvedModuleOptions,
@@ -55,6 +60,8 @@ export class TaskQueue {
   ) {
     this.pauses = new PauseRepository(options.schema);
     this.schedules = new ScheduleClient(options.prisma, options.schema);
+    this.changes = new TaskChanges(options.prisma, operator, options.maxPayloadBytes);
+    this.waiters = { prisma: options.prisma, operator, watch: new WatchRepository(options.schema), notices: taskEvents.notices };
   }
 
   /** Task events of this process (claimed, completed, failed, dead, released, lease-lost, progress). */
@@ -216,6 +223,31 @@ export class TaskQueue {
     return this.operator.setPriority(this.options.prisma, taskId(id), priority);
   }
 
+  /** Runs a pending task now, waking its workers; refused, with the reason, otherwise (see TaskChangeResult). */
+  async promote(id: string): Promise<TaskChangeResult> {
+    return this.changes.promote(taskId(id));
+  }
+
+  /** Moves a pending task's due time (`{ runAt }` or `{ delayMs }` from now); refused as `promote` is. */
+  async reschedule(id: string, to: RescheduleTo): Promise<TaskChangeResult> {
+    return this.changes.reschedule(taskId(id), to);
+  }
+
+  /** Replaces the payload of a task not started yet (pending, or waiting for dependencies); never while it runs. */
+  async updatePayload<Q extends string = string>(id: string, payload: PayloadOf<Q>): Promise<TaskChangeResult> {
+    return this.changes.updatePayload(taskId(id), payload);
+  }
+
+  /** Task `id`'s result once it ends, run by any process (NOTIFY; needs databaseUrl): see task-waiter.ts. */
+  async waitFor<T = unknown>(id: string, options: WaitForOptions = {}): Promise<T> {
+    return (await waitForTask(this.waiters, taskId(id), waitTimeout(options))) as T;
+  }
+
+  /** Ends and failed attempts of the tasks of `queue` (default: all), from every process (see task-waiter.ts). */
+  watch(filter: WatchFilter = {}): Observable<WatchedTaskEvent> {
+    return watchTasks(this.waiters, watchedQueues(filter));
+  }
+
   /** The seed's `select error_text, count(*) … group by 1 order by 2 desc`, for failing and dead tasks. */
   async topErrors(queue: string, limit = 20): Promise<{ error: string; count: number; dead: number; lastSeen: Date }[]> {
     const rows = await this.operator.topErrors(this.options.prisma, validateQueueName(queue), rowLimit(limit));
@@ -290,26 +322,7 @@ export class TaskQueue {
    */
   async stats(): Promise<QueueStats[]> {
     const [rows, pauses] = await Promise.all([this.operator.stats(this.options.prisma), this.pauses.list(this.options.prisma)]);
-    const byQueue = new Map<string, QueueStats>();
-    const of = (queue: string): QueueStats => {
-      let s = byQueue.get(queue);
-      if (!s) {
-        s = { queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestDueMs: null, oldestPendingMs: null, paused: false, pausedPartitions: [] };
-        byQueue.set(queue, s);
-      }
-      return s;
-    };
-    for (const r of rows) {
-      const s = of(r.queue);
-      s[r.state as 'pending'] += r.count;
-      if (r.oldest_due_ms !== null) s.oldestDueMs = s.oldestPendingMs = Math.max(s.oldestDueMs ?? 0, r.oldest_due_ms);
-    }
-    // A paused queue shows even when it has no tasks.
-    for (const p of pauses) {
-      if (p.partition === null) of(p.queue).paused = true;
-      else of(p.queue).pausedPartitions.push(p.partition);
-    }
-    return [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue));
+    return statsByQueue(rows, pauses);
   }
 
   private executor(tx: unknown): SqlExecutor {

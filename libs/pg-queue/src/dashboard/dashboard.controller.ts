@@ -7,7 +7,8 @@ import { DashboardData } from './dashboard.data';
 import { BadDashboardInput, DashboardErrorFilter } from './dashboard.filter';
 import { DashboardAccessGuard } from './dashboard.guard';
 import { HtmlPage, Stylesheet } from './dashboard.headers';
-import { containsPattern, listFilter, noticeParams, priorityField, queueName, taskIdParam, text } from './dashboard.input';
+import { containsPattern, delayField, listFilter, noticeParams, payloadField, priorityField, queueName, taskIdParam, text } from './dashboard.input';
+import type { TaskChangeResult } from '../client/task-changes';
 import type { ResolvedDashboardOptions } from './dashboard.options';
 import { basePath, type DashboardRequest } from './dashboard.request';
 import { DASHBOARD_OPTIONS } from './dashboard.tokens';
@@ -120,6 +121,30 @@ export abstract class DashboardController {
     return this.backTo(req, 3, (l) => l.task(id, { notice: moved ? 'priority-set' : 'priority-not-set' }));
   }
 
+  /** Runs a pending task now (TaskQueue.promote). */
+  @Post('tasks/:id/promote')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async promote(@Req() req: DashboardRequest, @Param('id') id: string): Promise<Redirection> {
+    return this.changed(req, id, 'promoted', await this.queue.promote(taskIdParam(id)));
+  }
+
+  /** Moves a pending task's due time to `delaySeconds` from now (TaskQueue.reschedule). */
+  @Post('tasks/:id/reschedule')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async reschedule(@Req() req: DashboardRequest, @Param('id') id: string, @Body() body: Fields): Promise<Redirection> {
+    return this.changed(req, id, 'rescheduled', await this.queue.reschedule(taskIdParam(id), { delayMs: delayField(body) }));
+  }
+
+  /** Replaces the payload of a task that has not started (TaskQueue.updatePayload). */
+  @Post('tasks/:id/payload')
+  @UseGuards(DashboardActionGuard)
+  @Redirect()
+  async payload(@Req() req: DashboardRequest, @Param('id') id: string, @Body() body: Fields): Promise<Redirection> {
+    return this.changed(req, id, 'payload-updated', await this.queue.updatePayload(taskIdParam(id), payloadField(body)));
+  }
+
   /** Every dead task of a queue whose last error contains the text, back to pending (cancelled ones stay). */
   @Post('retry-dead')
   @UseGuards(DashboardActionGuard)
@@ -189,6 +214,11 @@ export abstract class DashboardController {
       csrfToken: this.options.csrfToken,
       now: new Date(),
     };
+  }
+
+  /** Back to the task's page, saying what a change did or why it did not. */
+  private changed(req: DashboardRequest, id: string, done: string, result: TaskChangeResult): Redirection {
+    return this.backTo(req, 3, (l) => l.task(id, { notice: result === 'changed' ? done : `not-changed-${result}` }));
   }
 
   /** 303 See Other: the browser GETs the page, so a reload does not repeat the action. */

@@ -56,6 +56,25 @@ export function priorityField(fields: Fields): number {
   return n;
 }
 
+/** A reschedule's delay: whole seconds from now, up to 100 years; in ms. */
+export function delayField(fields: Fields): number {
+  const value = text(fields, 'delaySeconds');
+  const n = value !== null && /^[0-9]{1,10}$/.test(value) ? Number(value) : NaN;
+  if (!(n <= 100 * 365 * 86_400)) throw new BadDashboardInput('delaySeconds', 'whole seconds from 0 to 100 years');
+  return n * 1000;
+}
+
+/** A new payload: JSON text (its size and content are checked as enqueue checks them). */
+export function payloadField(fields: Fields): unknown {
+  const value = fields?.payload;
+  if (typeof value !== 'string') throw new BadDashboardInput('payload', 'JSON text');
+  try {
+    return JSON.parse(value);
+  } catch {
+    throw new BadDashboardInput('payload', 'valid JSON');
+  }
+}
+
 /** The notice after a redirect: a known key and a count (the page maps the key to a fixed sentence). */
 export function noticeParams(query: Fields): { key?: string; count?: number } {
   const key = typeof query?.notice === 'string' ? query.notice : undefined;

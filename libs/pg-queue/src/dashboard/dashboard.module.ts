@@ -6,7 +6,7 @@ import { DASHBOARD_OPTIONS } from './dashboard.tokens';
 
 /**
  * The queue's web dashboard, served by your Nest app: queues overview, task list, task detail
- * with its pipeline, schedules, and the operator actions (retry, cancel, retry dead, priority).
+ * with its pipeline, schedules, and the operator actions (retry, cancel, retry dead, priority, run now, reschedule, replace payload).
  * Off unless imported. Needs PgQueueModule in the same app (global by default) and, for the
  * actions' forms, Nest's default body parser.
  *

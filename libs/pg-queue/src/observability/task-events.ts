@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { Subject, type Observable } from 'rxjs';
 import type { TaskEvent } from '../types';
+import { TaskNotices } from './task-notices';
 
 /** What in-process counters (the metrics) need of an event. */
 export type EventCounter = (type: TaskEvent['type'], queue: string, durationMs: number | undefined) => void;
@@ -15,6 +16,8 @@ export class TaskEvents {
   private readonly subject = new Subject<TaskEvent>();
   readonly events$: Observable<TaskEvent> = this.subject.asObservable();
   private counters: EventCounter[] = [];
+  /** Ends of tasks told across processes (see task-notices.ts). */
+  readonly notices = new TaskNotices();
 
   /** Whether anyone subscribed to `events$` (if not, publishers need not build the event). */
   get observed(): boolean {

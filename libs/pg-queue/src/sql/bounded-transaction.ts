@@ -22,6 +22,13 @@ export interface TransactionBounds {
   readonly perRowMs: number;
 }
 
+/**
+ * A statement on one task's row that may wait for its lock (waitFor's mark, promote, reschedule,
+ * updatePayload): held by statements that claim or end the task (milliseconds) or by a transaction
+ * that enqueues a dependant of it (bounded too).
+ */
+export const ONE_ROW_BOUNDS: TransactionBounds = { maxWaitMs: 5000, lockWaitMs: 10_000, idleMs: 5000, statementMs: 15_000, transactionMs: 20_000, perRowMs: 0 };
+
 /** The transaction's first statement: the server-side bounds, for this transaction only. Parameters: the bounds in ms, as text. */
 const BOUND = marked({
   statement: `

@@ -1,4 +1,5 @@
 import { debtsCte } from './dependencies.sql';
+import { toldCte } from './watch.sql';
 import { quoteIdent } from './identifiers';
 import { appendedLog, failureEntry } from './task-report.sql';
 import { ATTEMPT_LIMIT, HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked, rowLockBound } from './fragments.sql';
@@ -92,11 +93,13 @@ WITH done AS (
   RETURNING queue, run_at
 ), ${debtsCte(s, `SELECT id, dependants, CASE WHEN cancelled THEN 'cancelled' ELSE 'done' END AS outcome,
          CASE WHEN NOT cancelled THEN ${results}::jsonb -> id::text END AS result FROM done`, '$4')},
+${toldCte(s, "SELECT id, CASE WHEN cancelled THEN 'cancelled' ELSE 'done' END AS state, queue, watched FROM done", '$4')},
 ${notifyCte('SELECT queue, run_at FROM follow_ups UNION ALL SELECT queue, run_at FROM rerun', '$4')}
 SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
        (SELECT ${idList('id')} FROM done WHERE cancelled) AS cancelled_ids,
        (SELECT ${idList('id')} FROM rerun) AS rerun_ids,
-       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts`,
+       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts,
+       (SELECT count(*) FROM told)::int AS told`,
 
     /**
      * Failure: retry at now + delay, or `dead` when the error is fatal or attempts are used up. A
@@ -133,12 +136,14 @@ WITH lease_pos AS (
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       finished_at = now()
   WHERE ${HELD}${bound}
-  RETURNING t.id, t.state, t.queue, t.run_at, t.dependants
+  RETURNING t.id, t.state, t.queue, t.run_at, t.dependants, t.watched
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING failed f WHERE c.task_id = f.id AND f.state = 'cancelled'
 ), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM failed WHERE state IN ('dead', 'cancelled')", '$6')},
+${toldCte(s, 'SELECT id, state, queue, watched FROM failed', '$6')},
 ${notifyCte("SELECT queue, run_at FROM failed WHERE state = 'pending'", '$6')}
-SELECT id::text AS id, state, (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts FROM failed`,
+SELECT id::text AS id, state, (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts,
+       (SELECT count(*) FROM told)::int AS told FROM failed`,
 
     /**
      * Shutdown: give unfinished tasks back without counting the attempt (or cancel them if asked).
@@ -151,13 +156,15 @@ WITH released AS (
       attempt = greatest(t.attempt - 1, 0),
       locked_by = NULL, lease_token = NULL, locked_until = NULL
   WHERE ${HELD}${bound}
-  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants
+  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants, t.watched
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING released r WHERE c.task_id = r.id AND r.state = 'cancelled'
 ), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM released WHERE state = 'cancelled'", '$3')},
+${toldCte(s, "SELECT id, state, queue, watched FROM released WHERE state = 'cancelled'", '$3')},
 ${notifyCte("SELECT queue, run_at FROM released WHERE state = 'pending'", '$3')}
 SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
-       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts`,
+       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts,
+       (SELECT count(*) FROM told)::int AS told`,
 
     /**
      * An attempt with follow-ups that have dependencies inside a caller's transaction

@@ -1,5 +1,6 @@
 import { quoteIdent } from './identifiers';
 import { marked, notifyCte, taskInput, TASK_COLUMNS } from './fragments.sql';
+import { toldCte } from './watch.sql';
 
 /** The notification that asks workers to settle dependency debts (see DependencySettler). */
 export const SETTLE_NOTICE = '!settle';
@@ -56,7 +57,7 @@ WITH taken AS (
       finished_at = CASE WHEN p.failed_parent IS NOT NULL THEN now() ELSE w.finished_at END
   FROM per p
   WHERE w.id = p.dependant AND w.state = 'waiting' AND w.waiting_for IS NULL
-  RETURNING w.id, w.queue, w.state, w.run_at, w.dependants
+  RETURNING w.id, w.queue, w.state, w.run_at, w.dependants, w.watched
 ), child_ended AS (
   -- A workflow's child (wf.child, see workflow.sql.ts) ended: its entry in the parent's journal
   -- takes the outcome, and the parent goes back to pending if parked, or is marked \`woken\` if it
@@ -82,9 +83,11 @@ WITH taken AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome)
   SELECT unnest(dependants), id, 'cancelled' FROM settled WHERE state = 'cancelled' AND dependants IS NOT NULL
   RETURNING parent
-), ${notifyCte("SELECT queue, run_at FROM settled WHERE state = 'pending' UNION ALL SELECT queue, run_at FROM woken WHERE state = 'pending'", '$2')}
+), ${toldCte(s, "SELECT id, state, queue, watched FROM settled WHERE state = 'cancelled'", '$2')},
+${notifyCte("SELECT queue, run_at FROM settled WHERE state = 'pending' UNION ALL SELECT queue, run_at FROM woken WHERE state = 'pending'", '$2')}
 SELECT (SELECT count(*) FROM taken)::int AS taken, (SELECT count(*) FROM due)::int AS settled,
-       (SELECT count(*) FROM cascaded)::int AS cascaded, (SELECT count(*) FROM notified)::int AS notified`;
+       (SELECT count(*) FROM cascaded)::int AS cascaded, (SELECT count(*) FROM notified)::int AS notified,
+       (SELECT count(*) FROM told)::int AS told`;
   return marked({
     /** Ids among $1 (comma-separated) that are neither live nor archived. */
     missingParents: `
@@ -236,13 +239,14 @@ WITH fault AS (
       last_error = 'pg-queue: the results of the tasks it depends on could not be merged (at task '
                    || (SELECT parent FROM fault) || '): ' || $2::text
   WHERE w.id = (SELECT dependant FROM fault) AND w.state = 'waiting'
-  RETURNING w.id, w.dependants
-), cascaded AS (
+  RETURNING w.id, w.queue, w.dependants, w.watched
+), ${toldCte(s, "SELECT id, 'dead' AS state, queue, watched FROM failed", '$3')}, cascaded AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome)
   SELECT unnest(dependants), id, 'dead' FROM failed WHERE dependants IS NOT NULL
   RETURNING pg_notify($3, '${SETTLE_NOTICE}')
 )
-SELECT (SELECT count(*) FROM dropped)::int AS settled, (SELECT count(*) FROM cascaded)::int AS cascaded`,
+SELECT (SELECT count(*) FROM dropped)::int AS settled, (SELECT count(*) FROM cascaded)::int AS cascaded,
+       (SELECT count(*) FROM told)::int AS told`,
 
     /** The results of a dependant's parents (done parents only). Parameters: $1 id. */
     parentResults: `SELECT coalesce(parent_results, '{}') AS results FROM ${s}.task WHERE id = $1::bigint`,

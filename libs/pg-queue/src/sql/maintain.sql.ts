@@ -1,4 +1,5 @@
 import { debtsCte } from './dependencies.sql';
+import { toldCte } from './watch.sql';
 import { quoteIdent } from './identifiers';
 import { appendedLog, failureEntry } from './task-report.sql';
 import { ATTEMPT_LIMIT, cancelRequestedOf, notifyCte, marked } from './fragments.sql';
@@ -41,14 +42,16 @@ WITH ${ctes ? `${ctes},
       run_at = now(), finished_at = now()
   -- By primary key (see claim.sql.ts for why not a join).
   WHERE t.id = ANY (ARRAY (SELECT id FROM expired))
-  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants
+  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants, t.watched
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING rescued r WHERE c.task_id = r.id AND r.state = 'cancelled'
 ), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM rescued WHERE state IN ('dead', 'cancelled')", '$2')},
+${toldCte(s, 'SELECT id, state, queue, watched FROM rescued', '$2')},
 ${notifyCte("SELECT queue, run_at FROM rescued WHERE state = 'pending'", '$2')}
 SELECT count(*)::int AS rescued,
        count(*) FILTER (WHERE state = 'dead')::int AS dead,
-       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts${extra ? `,
+       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts,
+       (SELECT count(*) FROM told)::int AS told${extra ? `,
        ${extra}` : ''}
 FROM rescued`;
 }

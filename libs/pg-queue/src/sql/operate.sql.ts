@@ -1,4 +1,5 @@
 import { debtsCte } from './dependencies.sql';
+import { toldCte } from './watch.sql';
 import { quoteIdent } from './identifiers';
 import { notifyCte, marked } from './fragments.sql';
 
@@ -25,7 +26,8 @@ WITH now_cancelled AS (
          last_error, parent_id, dedup_key, group_key, created_at, started_at, now(), trace_context, partition_key, depends_on, dependants,
          progress, log
   FROM now_cancelled
-), ${debtsCte(s, "SELECT id, dependants, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled", '$2')}, requested AS (
+), ${debtsCte(s, "SELECT id, dependants, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled", '$2')},
+${toldCte(s, "SELECT id, 'cancelled' AS state, queue, watched FROM now_cancelled", '$2')}, requested AS (
   INSERT INTO ${s}.task_cancel (task_id)
   SELECT id FROM ${s}.task WHERE id = $1::bigint AND state = 'running'
   ON CONFLICT DO NOTHING
@@ -35,7 +37,8 @@ WITH now_cancelled AS (
 )
 SELECT (SELECT count(*) FROM now_cancelled)::int AS cancelled,
        (SELECT count(*) FROM requested)::int AS requested,
-       (SELECT count(*) FROM signalled)::int AS signalled, (SELECT count(*) FROM debts)::int AS debts`,
+       (SELECT count(*) FROM signalled)::int AS signalled, (SELECT count(*) FROM debts)::int AS debts,
+       (SELECT count(*) FROM told)::int AS told`,
 
     /**
      * Retry tasks still in the hot table in one of the states $5 (dead, cancelled): back to pending,
@@ -106,8 +109,56 @@ WITH archived AS (
 )
 SELECT (SELECT count(*) FROM archived)::int AS archived, (SELECT count(*) FROM live)::int AS live`,
 
+    /**
+     * Run a pending task now: its run_at moves to now (never later: an overdue task keeps its
+     * place), and the queue's workers are woken (the NOTIFY of new due work). Parameters: $1 id, $2 channel.
+     */
+    promote: changePending(s, 'run_at = least(t.run_at, now())', "g.state = 'pending'"),
+
+    /**
+     * Move a pending task's due time to $3 (timestamptz, as ISO text) or, with $3 NULL, to $4 ms
+     * from now by the database's clock; the workers are woken, or their timers set, as for any
+     * delayed task. Parameters: $1 id, $2 channel, $3 run_at, $4 delay ms.
+     */
+    reschedule: changePending(s, "run_at = coalesce($3::timestamptz, now() + $4::bigint * interval '1 millisecond')", "g.state = 'pending'"),
+
+    /**
+     * Replace the payload ($3, jsonb) of a task that has not started: pending, or waiting for
+     * dependencies (not a parked workflow), and no workflow journal (a started workflow replays
+     * its steps against its payload). Parameters: $1 id, $2 channel, $3 payload.
+     */
+    updatePayload: changePending(s, 'payload = $3::jsonb', `(g.state = 'pending' OR (g.state = 'waiting' AND g.waiting_for IS NULL)) AND NOT g.started`),
+
     /** Change a pending task's priority. Parameters: $1 id, $2 priority. */
     setPriority: `
 UPDATE ${s}.task SET priority = $2 WHERE id = $1::bigint AND state = 'pending' RETURNING id::text AS id`,
   });
+}
+
+/**
+ * A change to one task that has not run yet, fenced like setPriority and cancel: the statement
+ * locks the task's row first (FOR NO KEY UPDATE; the caller bounds the wait with lock_timeout),
+ * so a claim in flight either took the row before (the lock returns it running: refused) or
+ * passes over it (claims SKIP LOCKED) and later claims the changed row: the changed task's queue
+ * is woken (the NOTIFY of due work, or a timer for its due time), also because a worker that
+ * passed over it may have gone idle. Returns `changed` (0 or 1), the state the lock found (NULL:
+ * not in the hot table; the repository then looks for it in the archive with a fresh snapshot,
+ * as a completion it waited for is not in this one), and whether it is parked or has started a
+ * workflow (`started`). `allowed` is a condition on `g` (the locked row). $1 id, $2 channel.
+ */
+function changePending(s: string, set: string, allowed: string): string {
+  return `
+WITH g AS (
+  SELECT t.id, t.state, t.waiting_for,
+         EXISTS (SELECT 1 FROM ${s}.workflow_step j WHERE j.task_id = t.id) AS started
+  FROM ${s}.task t WHERE t.id = $1::bigint
+  FOR NO KEY UPDATE
+), changed AS (
+  UPDATE ${s}.task t SET ${set}
+  FROM g WHERE t.id = g.id AND ${allowed}
+  RETURNING t.queue, t.run_at, t.state
+), ${notifyCte("SELECT queue, run_at FROM changed WHERE state = 'pending'", '$2')}
+SELECT (SELECT count(*) FROM changed)::int AS changed, (SELECT state FROM g) AS state,
+       (SELECT waiting_for IS NOT NULL FROM g) AS parked, (SELECT started FROM g) AS started,
+       (SELECT count(*) FROM notified)::int AS notified`;
 }

@@ -1,4 +1,5 @@
 import type { PrismaClientLike, SqlExecutor, TaskState } from '../types';
+import { inBoundedTransaction, ONE_ROW_BOUNDS } from './bounded-transaction';
 import { JIT_OFF } from './inspect.fragments';
 import { notifyChannel } from './identifiers';
 import { inspectStatements } from './inspect.sql';
@@ -34,6 +35,14 @@ export interface TaskRow {
   result: unknown;
   progress: unknown;
 }
+
+/**
+ * What a change to a task that has not run yet did (promote, reschedule, updatePayload): `changed`,
+ * or why not: it is `running`; it `waiting`s for the tasks it depends on (it cannot run before
+ * them); it has `started` as a workflow (parked, or with a journal its replay reads); it has
+ * `finished` (done, dead or cancelled); or there is no such task (`not-found`).
+ */
+export type TaskChangeResult = 'changed' | 'running' | 'waiting' | 'started' | 'finished' | 'not-found';
 
 /** One queue of the metrics scrape (see `metrics` in inspect.sql.ts). */
 export interface MetricsRow {
@@ -146,6 +155,22 @@ export class OperatorRepository {
   async setPriority(db: SqlExecutor, id: string, priority: number): Promise<boolean> {
     const rows = await db.$queryRawUnsafe<unknown[]>(this.operateSql.setPriority, id, priority);
     return rows.length === 1;
+  }
+
+  /** One of the fenced changes of operate.sql.ts (see changePending there); `values` its parameters after the id (and channel). */
+  async change(db: PrismaClientLike, kind: 'promote' | 'reschedule' | 'updatePayload', id: string, ...values: unknown[]): Promise<TaskChangeResult> {
+    type Row = { changed: number; state: TaskState | null; parked: boolean | null; started: boolean | null };
+    const { r, found } = await inBoundedTransaction(db, kind, ONE_ROW_BOUNDS, 1, async (tx) => {
+      const [row] = await tx.$queryRawUnsafe<Row[]>(this.operateSql[kind], id, this.channel, ...values);
+      // Gone from the hot table: archived, perhaps by a completion the lock waited for (a new snapshot sees it).
+      return { r: row, found: row.state === null ? (await tx.$queryRawUnsafe<unknown[]>(this.inspectSql.get, id)).length > 0 : true };
+    });
+    if (r.changed > 0) return 'changed';
+    if (r.state === null) return found ? 'finished' : 'not-found';
+    if (r.state === 'running') return 'running';
+    if (r.parked || r.started) return 'started';
+    if (r.state === 'waiting') return 'waiting';
+    return 'finished';
   }
 
   hourly(db: SqlExecutor, queue: string | null, since: Date) {

@@ -9,6 +9,7 @@ import { pauseMigrations } from './migrations/pause.migrations';
 import { scheduleMigrations } from './migrations/schedule.migrations';
 import { reportMigrations } from './migrations/report.migrations';
 import { taskMigrations } from './migrations/tasks.migrations';
+import { watchMigrations } from './migrations/watch.migrations';
 import { workflowMigrations } from './migrations/workflow.migrations';
 import { printRuntimeFunctions } from './runtime-functions';
 
@@ -76,7 +77,7 @@ export function migrationStepPlans(m: SchemaMigration): readonly { sql: string; 
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
   const s = quoteIdent(schema);
-  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s), ...instanceMigrations(s), ...reportMigrations(s), ...scheduleMigrations(s)];
+  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s), ...instanceMigrations(s), ...reportMigrations(s), ...scheduleMigrations(s), ...watchMigrations(s)];
 }
 
 /** Everything needed to create the schema from nothing, including the version bookkeeping. */

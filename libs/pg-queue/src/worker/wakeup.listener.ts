@@ -2,6 +2,7 @@ import { SETTLE_NOTICE } from '../sql/dependencies.sql';
 import { ROOM_NOTICE } from '../sql/limits.sql';
 import { PAUSE_NOTICE, RESUME_NOTICE } from '../sql/pause.sql';
 import { SCHEDULES_NOTICE } from '../sql/schedule.sql';
+import { ENDED_NOTICE } from '../sql/watch.sql';
 import { WAKE_NOTICE } from '../sql/workflow.sql';
 import type { Logger } from '@nestjs/common';
 import createPostgresSubscriber, { type Subscriber } from 'pg-listen';
@@ -38,6 +39,8 @@ export class WakeupListener {
       paused: (queue: string, paused: boolean) => void;
       /** A runtime schedule was created or changed (see ScheduleTicker.wake). */
       schedules: () => void;
+      /** Task `id` of `queue` ended, or an attempt of it failed (`state` pending), and someone waits or watches (see watch.sql.ts). */
+      ended: (id: string, state: string, queue: string) => void;
       /** The connection is up (first time, or back): notifications sent while it was down were lost. */
       reconnected: () => void;
       /** The connection was lost. */
@@ -52,7 +55,7 @@ export class WakeupListener {
 
   /**
    * Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`, `!settle`, `!room <queue>`, `!wake@<epoch ms>`,
-   * `!pause <queue>`, `!resume <queue>`, `!schedules`.
+   * `!pause <queue>`, `!resume <queue>`, `!schedules`, `!ended <id> <state> <queue>`.
    */
   private dispatch(payload: string): void {
     if (payload.startsWith('!cancel ')) return this.on.cancel(payload.slice('!cancel '.length));
@@ -62,6 +65,10 @@ export class WakeupListener {
     if (payload.startsWith(PAUSE_NOTICE)) return this.on.paused(payload.slice(PAUSE_NOTICE.length), true);
     if (payload.startsWith(RESUME_NOTICE)) return this.on.paused(payload.slice(RESUME_NOTICE.length), false);
     if (payload === SCHEDULES_NOTICE) return this.on.schedules();
+    if (payload.startsWith(ENDED_NOTICE)) {
+      const [id, state, queue] = payload.slice(ENDED_NOTICE.length).split(' ');
+      return this.on.ended(id, state, queue);
+    }
     const at = payload.lastIndexOf('@');
     if (at < 0) return this.on.wake(payload, null);
     this.on.wake(payload.slice(0, at), Number(payload.slice(at + 1)));

@@ -110,6 +110,13 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
         ? new InstanceLiveness(options.prisma, livenessRepo, options.workerId, listenerName(options.schema, options.workerId), options.deadInstanceAfterMs, this.logger)
         : null;
     this.gone = { repo: livenessRepo, self: options.workerId, own: this.liveness, listening: () => this.listening, owed: this.deps.owed };
+    // waitFor and the cross-process stream (client/task-waiter.ts) share this process's one LISTEN
+    // connection, started on their first use when the workers are not (autoStart false).
+    events.notices.attach({
+      available: Boolean(options.databaseUrl),
+      listen: () => (this.shutdownPromise ? Promise.resolve() : this.ensureListener()),
+      connected: () => this.listening,
+    });
   }
 
   async onModuleInit(): Promise<void> {
@@ -286,7 +293,9 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       wakeWorkflows: (at) => this.workflows.wakeAt(at),
       paused: (queue, paused) => this.pauses?.notice(queue, paused),
       schedules: () => this.ticker?.wake(),
+      ended: (id, state, queue) => this.deps.events.notices.ended({ id, state, queue }),
       reconnected: () => {
+        this.deps.events.notices.reconnected();
         this.pauses?.refresh();
         this.ticker?.wake();
         this.wakeAll();

@@ -31,8 +31,8 @@ export class Links {
     return `${this.base}/assets/dashboard.css`;
   }
 
-  /** Where an action posts: `retry`, `cancel` or `priority` of a task. */
-  action(id: string, action: 'retry' | 'cancel' | 'priority'): string {
+  /** Where an action on a task posts. */
+  action(id: string, action: 'retry' | 'cancel' | 'priority' | 'promote' | 'reschedule' | 'payload'): string {
     return `${this.base}/tasks/${encodeURIComponent(id)}/${action}`;
   }
 

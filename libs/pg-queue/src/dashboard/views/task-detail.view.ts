@@ -30,11 +30,18 @@ export function taskDetailPage(
 ${retryable ? actionForm(ctx, l.action(t.id, 'retry'), 'Retry') : ''}
 ${cancellable && !t.cancelRequested ? actionForm(ctx, l.action(t.id, 'cancel'), 'Cancel', '', 'btn danger') : ''}
 ${t.state === 'pending'
-    ? actionForm(ctx, l.action(t.id, 'priority'), 'Set priority', html`<label>priority <input type="number" name="priority" value="${t.priority}" min="-2147483648" max="2147483647" step="1" required></label>`, 'btn ghost')
+    ? html`${actionForm(ctx, l.action(t.id, 'priority'), 'Set priority', html`<label>priority <input type="number" name="priority" value="${t.priority}" min="-2147483648" max="2147483647" step="1" required></label>`, 'btn ghost')}
+${actionForm(ctx, l.action(t.id, 'promote'), 'Run now')}
+${actionForm(ctx, l.action(t.id, 'reschedule'), 'Reschedule', html`<label>run in <input type="number" name="delaySeconds" value="3600" min="0" step="1" required> s</label>`, 'btn ghost')}`
     : ''}
 </section>`;
   const ran = t.startedAt && t.finishedAt && t.finishedAt >= t.startedAt ? duration(t.finishedAt.getTime() - t.startedAt.getTime()) : '—';
   const payload = t.payload.length > PAYLOAD_SHOWN ? `${t.payload.slice(0, PAYLOAD_SHOWN)}\n… (${t.payload.length - PAYLOAD_SHOWN} more characters)` : t.payload;
+  // A task that has not started (pending, or waiting for its dependencies, not a workflow under way).
+  const editable = !ctx.readOnly && (t.state === 'pending' || (t.state === 'waiting' && !workflow)) && t.payload.length <= PAYLOAD_SHOWN;
+  const payloadPanel = editable
+    ? actionForm(ctx, l.action(t.id, 'payload'), 'Replace payload', html`<textarea name="payload" class="payload" rows="8" spellcheck="false" required>${t.payload}</textarea>`, 'btn ghost')
+    : html`<pre class="payload">${payload}</pre>`;
   const content = html`<h1>Task #${t.id} <span class="queue-name">${t.queue}</span> ${stateBadge(t.state)}${t.cancelRequested ? html` <span class="badge st-cancelled">cancel requested</span>` : ''}</h1>
 ${actions}
 <section class="panel">
@@ -62,7 +69,7 @@ ${t.lastError ? html`<pre class="error-text">${t.lastError}</pre>` : html`<p cla
 ${logPanel(logs)}
 <section class="panel">
 <h2>Payload</h2>
-<pre class="payload">${payload}</pre>
+${payloadPanel}
 </section>
 <section class="panel">
 <h2>Pipeline</h2>
