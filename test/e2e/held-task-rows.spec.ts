@@ -11,11 +11,13 @@ import { Injectable } from '@nestjs/common';
 import { TaskHandler, type AnyTaskContext, type Task } from '@app/pg-queue';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
-import { holdTaskRow } from '../support/held-task-row';
+import { holdTaskRow, longestLockWait } from '../support/held-task-row';
 import { waitFor } from '../support/wait-for';
 
 /** Per queue: the gated task has started; the test lets it return. */
 const gates = new Map(['held.lease', 'held.tx', 'held.beat'].map((q) => [q, { started: deferred(), open: deferred() }]));
+
+const reportStarted = deferred();
 
 async function handle(task: Task<{ gated?: boolean }>) {
   const gate = gates.get(task.queue)!;
@@ -38,6 +40,17 @@ class Handlers {
   async beat(task: Task<{ gated?: boolean }>, _ctx: AnyTaskContext) {
     if (!task.payload.gated) await new Promise((r) => setTimeout(r, 4000));
     return handle(task);
+  }
+
+  /** Logs a line every 200 ms for 4 s. */
+  @TaskHandler('held.report', { mode: 'lease' })
+  async report(_task: Task, ctx: AnyTaskContext) {
+    reportStarted.resolve();
+    for (let i = 0; i < 20; i++) {
+      ctx.log(`line ${i}`);
+      ctx.progress({ done: i + 1, of: 20 });
+      await new Promise((r) => setTimeout(r, 200));
+    }
   }
 
   @TaskHandler('held.tx', { concurrency: 4 })
@@ -126,5 +139,20 @@ describe("a business transaction holding a running task's row", () => {
       gate.open.resolve();
     }
     await waitFor('the parent done', async () => (await app.queue.get(parent))?.state === 'done', { timeoutMs: 30_000 });
+  }, 60_000);
+
+  it("lease mode: progress and log writes wait for the row within their bound and keep what they carry", async () => {
+    const id = await app.queue.enqueue('held.report', {});
+    await reportStarted.promise;
+    const holder = (await holdTaskRow(prisma, app.queue, id, HOLD_MS)).committed;
+    const heldSince = Date.now();
+    const longest = await longestLockWait((text) => db.sql(text), HOLD_MS - 1000 - (Date.now() - heldSince));
+    await holder;
+    await waitFor('the reporting task done', async () => (await app.queue.get(id))?.state === 'done', { timeoutMs: 30_000 });
+    const logs = await app.queue.getLogs(id);
+    expect(logs?.filter((e) => e.kind === 'log').map((e) => e.message)).toEqual(Array.from({ length: 20 }, (_, i) => `line ${i}`));
+    expect((await app.queue.get(id))?.progress).toEqual({ done: 20, of: 20 });
+    expect(longest).toBeGreaterThan(0); // a write did meet the held row
+    expect(longest).toBeLessThan(3500); // its bound is 1 s; room for a loaded machine
   }, 60_000);
 });

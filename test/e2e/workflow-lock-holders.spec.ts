@@ -11,7 +11,7 @@ import { Injectable } from '@nestjs/common';
 import { TaskHandler, Workflow, type WorkflowContext } from '@app/pg-queue';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
-import { holdTaskRow } from '../support/held-task-row';
+import { holdTaskRow, longestLockWait } from '../support/held-task-row';
 import { waitFor } from '../support/wait-for';
 
 const gate = deferred();
@@ -99,16 +99,7 @@ describe('a workflow whose row a business transaction holds', () => {
     const heldSince = Date.now();
     sleeperGate.resolve(); // step a is journaled (no wait), then the sleep's park meets the held row
 
-    // The longest lock wait of any statement of the queue's (marked /* pg-queue */) while held.
-    let longest = 0;
-    while (Date.now() - heldSince < HOLD_MS - 1000) {
-      const [row] = await db.sql<{ age: number | null }>(
-        `SELECT max(extract(epoch FROM clock_timestamp() - query_start) * 1000)::float8 AS age FROM pg_stat_activity
-         WHERE wait_event_type = 'Lock' AND query LIKE '%pg-queue%' AND pid <> pg_backend_pid()`,
-      );
-      longest = Math.max(longest, row.age ?? 0);
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    const longest = await longestLockWait((text) => db.sql(text), HOLD_MS - 1000 - (Date.now() - heldSince));
     await holder;
     await waitFor('the sleeper done', async () => (await app.queue.get(id))?.state === 'done', { timeoutMs: 30_000 });
     expect((await app.queue.get(id))?.result).toBe('woke');

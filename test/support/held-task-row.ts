@@ -21,3 +21,21 @@ export async function holdTaskRow(prisma: PrismaClient, queue: TaskQueue, taskId
   await Promise.race([locked.promise, committed]);
   return { committed };
 }
+
+/**
+ * Samples, every 100 ms for `forMs`, how long the statements of the queue (marked `/* pg-queue *\/`)
+ * have been waiting for a lock; resolves with the longest wait seen (ms; 0: none waited).
+ */
+export async function longestLockWait(sql: (text: string) => Promise<{ age: number | null }[]>, forMs: number): Promise<number> {
+  const until = Date.now() + forMs;
+  let longest = 0;
+  while (Date.now() < until) {
+    const [row] = await sql(
+      `SELECT max(extract(epoch FROM clock_timestamp() - query_start) * 1000)::float8 AS age FROM pg_stat_activity
+       WHERE wait_event_type = 'Lock' AND query LIKE '%pg-queue%' AND pid <> pg_backend_pid()`,
+    );
+    longest = Math.max(longest, row.age ?? 0);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return longest;
+}

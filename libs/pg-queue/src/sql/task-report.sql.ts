@@ -1,4 +1,4 @@
-import { marked } from './fragments.sql';
+import { marked, rowLockBound } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 
 /**
@@ -37,13 +37,14 @@ export function reportStatements(schema: string) {
     /**
      * An attempt's progress and new log entries, fenced by its lease. Parameters: $1 id, $2 lease
      * token, $3 progress as JSON text (NULL: unchanged), $4 entries as a JSON array (NULL: none).
-     * Returns the id when the lease still held, no row otherwise.
+     * Returns the id when the lease still held, no row otherwise. Its wait for the row lock is
+     * bounded (a business transaction may hold the row): the reporter keeps the write for later.
      */
     report: `
 UPDATE ${s}.task t
 SET progress = CASE WHEN $3::text IS NULL THEN t.progress ELSE $3::jsonb END,
     log = CASE WHEN $4::text IS NULL THEN t.log ELSE ${appendedLog('t.log', '$4::jsonb')} END
-WHERE t.id = $1::bigint AND t.lease_token = $2::uuid
+WHERE t.id = $1::bigint AND t.lease_token = $2::uuid${rowLockBound()}
 RETURNING t.id::text AS id`,
 
     /** A task's log, live or archived (no row: no such task). Parameters: $1 id. */

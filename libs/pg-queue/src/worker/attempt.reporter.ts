@@ -1,5 +1,6 @@
 import { InvalidArgumentError, LeaseLostError, PgQueueError } from '../errors';
 import { serialisePayload } from '../core/task-input';
+import { isLockTimeout } from '../sql/database-error';
 import type { Lease } from '../sql/statement-values';
 import type { StoredLogEntry } from '../sql/task-report.repository';
 import { LOG_ENTRIES_KEPT } from '../sql/task-report.sql';
@@ -12,6 +13,8 @@ export const PROGRESS_MAX_BYTES = 1024;
 export const LOG_LINE_MAX_BYTES = 2048;
 /** At most one write per attempt this often, whatever the call rate (plus the last one, at its end). */
 export const REPORT_INTERVAL_MS = 1000;
+/** At the handler's end, how many times a write whose row a business transaction holds is tried again. */
+const FINAL_WRITE_TRIES = 20;
 
 /** Where an attempt's reports go (the worker's runner provides it). */
 export interface ReportSink {
@@ -30,7 +33,9 @@ export interface ReportSink {
  * one statement, at most once per REPORT_INTERVAL_MS, through the app's client and outside any
  * handler transaction (a rolled-back attempt's log is what one wants to read). What is left when
  * the handler ends is written before its outcome, so the log's order is the attempt's. A write
- * that fails is warned about and dropped: reporting never fails a task. A write the lease fence
+ * that meets the task's row held by a business transaction gives up within its bound
+ * (rowLockBound) and keeps what it carried for the next one; a write that fails otherwise is
+ * warned about and dropped: reporting never fails a task. A write the lease fence
  * refuses aborts the attempt as lost (LeaseLostError), and later calls throw it.
  */
 export class AttemptReporter {
@@ -77,7 +82,10 @@ export class AttemptReporter {
       if (this.#timer) clearTimeout(this.#timer);
       this.#timer = null;
       while (this.#writing) await this.#writing;
-      if (!this.#lost) await this.write();
+      for (let tries = 0; tries < FINAL_WRITE_TRIES && !this.#lost && this.pending; tries++) {
+        if (tries > 0) await new Promise((r) => setTimeout(r, REPORT_INTERVAL_MS / 2));
+        await this.write();
+      }
     } finally {
       this.#finishing = false;
     }
@@ -102,6 +110,12 @@ export class AttemptReporter {
     this.#timer.unref();
   }
 
+  /** What a write whose row was held carried goes back in front of what came since (newer progress wins). */
+  private keep(progress: { json: string; value: unknown } | null, entries: StoredLogEntry[]): void {
+    this.#progress ??= progress;
+    this.#entries = [...entries, ...this.#entries].slice(-LOG_ENTRIES_KEPT);
+  }
+
   private write(): Promise<void> {
     if (!this.pending) return Promise.resolve();
     const progress = this.#progress;
@@ -119,7 +133,10 @@ export class AttemptReporter {
             this.attempt.abort(new LeaseLostError(task.id));
           } else if (progress !== null) this.sink.written(this.attempt, progress.value);
         },
-        (err: unknown) => this.sink.warn(`could not write the progress or log of task ${task.id} of "${task.queue}" (dropped): ${(err as Error)?.message ?? err}`),
+        (err: unknown) => {
+          if (isLockTimeout(err)) return this.keep(progress, entries);
+          this.sink.warn(`could not write the progress or log of task ${task.id} of "${task.queue}" (dropped): ${(err as Error)?.message ?? err}`);
+        },
       )
       .finally(() => {
         this.#writing = null;
