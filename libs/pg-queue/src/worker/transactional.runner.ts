@@ -1,7 +1,7 @@
 import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { BatchBackend, Failure, Lease } from '../sql/statement-values';
+import type { BatchBackend, Failure } from '../sql/statement-values';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
