@@ -46,8 +46,16 @@ export class WorkflowRepository {
     this.sql = workflowStatements(schema);
   }
 
-  journal(db: SqlExecutor, taskId: string): Promise<JournalRow[]> {
-    return db.$queryRawUnsafe<JournalRow[]>(this.sql.journal, taskId) as Promise<JournalRow[]>;
+  /** The journals of `taskIds`, by task id (a task without entries is absent). */
+  async journals(db: SqlExecutor, taskIds: string[]): Promise<Map<string, JournalRow[]>> {
+    const rows = await db.$queryRawUnsafe<(JournalRow & { task_id: string })[]>(this.sql.journals, taskIds.join(','));
+    const out = new Map<string, JournalRow[]>();
+    for (const { task_id, ...row } of rows) {
+      const entries = out.get(task_id);
+      if (entries) entries.push(row);
+      else out.set(task_id, [row]);
+    }
+    return out;
   }
 
   /** Records a call; false when the lease is no longer held. `resultJson`: JSON text or null. */

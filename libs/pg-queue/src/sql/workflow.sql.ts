@@ -40,9 +40,14 @@ export function workflowStatements(schema: string) {
             OR ($5::text IS NOT NULL AND EXISTS (SELECT 1 FROM ${s}.workflow_signal g WHERE g.task_id = t.id AND g.name = $5 AND g.consumed_seq IS NULL))
             OR ($6::int IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ${s}.workflow_step j WHERE j.task_id = t.id AND j.seq = $6 AND j.outcome = 'waiting')))`;
   return marked({
-    /** The journal of task $1, in call order. */
-    journal: `
-SELECT seq, kind, name, outcome, result FROM ${s}.workflow_step WHERE task_id = $1::bigint ORDER BY seq`,
+    /**
+     * The journals of tasks $1 (ids as comma-separated text, parsed once: see HELD in
+     * fragments.sql.ts), by task, in call order.
+     */
+    journals: `
+SELECT task_id::text AS task_id, seq, kind, name, outcome, result FROM ${s}.workflow_step
+WHERE task_id = ANY ((SELECT string_to_array($1, ',')::bigint[])::bigint[])
+ORDER BY task_id, seq`,
 
     /**
      * Records call $3 ($4 kind, $5 name, $6 outcome, $7 result JSON), fenced (see above); $8: ms

@@ -6,6 +6,7 @@ import type { Attempt } from '../worker/attempt';
 import { invokeTraced, type InvokeOutcome } from '../worker/handler.invoker';
 import type { WorkflowEngine } from '../worker/worker.deps';
 import { ReplayCursor, type JournalEntry } from './journal';
+import { JournalLoader } from './journal.loader';
 import { PARKED, WorkflowRun, type WorkflowRunDeps } from './workflow.context';
 
 /** Pause before a park whose row was held is tried again. */
@@ -13,22 +14,27 @@ const PARK_RETRY_MS = 500;
 
 /**
  * Runs one attempt of a workflow (a lease-mode task whose handler is a `@Workflow` method): loads
- * its journal in one read, calls the method with the input and a WorkflowRun, and turns how the
- * attempt ended into an outcome for the lease runner. A park is recorded here (fenced, like a
+ * its journal (one read for all the attempts that start together, see JournalLoader), calls the
+ * method with the input and a WorkflowRun, and turns how the attempt ended into an outcome for the
+ * lease runner. A park is recorded here (fenced, like a
  * completion); a return or a failure is left to the lease runner, as for any task.
  */
 export class WorkflowRunner implements WorkflowEngine {
+  private readonly journals: JournalLoader;
+
   constructor(
     private readonly deps: WorkflowRunDeps,
     private readonly logger: Logger,
     /** Tells this process's waker of a parked workflow's wake time. */
     private readonly wakeAt: (epochMs: number) => void,
-  ) {}
+  ) {
+    this.journals = new JournalLoader((ids) => deps.repo.journals(deps.prisma, ids));
+  }
 
   async run(a: Attempt, handler: RegisteredHandler): Promise<InvokeOutcome | { kind: 'parked' }> {
     let journal: JournalEntry[];
     try {
-      journal = (await this.deps.repo.journal(this.deps.prisma, a.task.id)) as JournalEntry[];
+      journal = (await this.journals.journal(a.task.id)) as JournalEntry[];
     } catch (error) {
       return { kind: 'error', error };
     }
