@@ -120,5 +120,9 @@ describe('workflows under flow control, cancel and retry', () => {
     await waitFor('the workflow done', async () => (await queue().get(id))?.state === 'done', { timeoutMs: 20_000 });
     expect((await queue().get(id))!.result).toEqual(['a', 'b']);
     expect([calls.get(`${id}:a`), calls.get(`${id}:t`), calls.get(`${id}:b`)]).toEqual([1, 1, 2]);
+    // chain() shows the journal as get() does: each call, its outcome and attempt.
+    const [stage] = await queue().chain(id);
+    expect(stage.workflow?.steps.map((s) => [s.name, s.outcome, s.attempt])).toEqual([['a', 'ok', 1], ['t', 'ok', 1], ['b', 'ok', 1]]); // b's attempt of the retried run (retry resets attempts)
+    expect(stage.workflow).toEqual((await queue().get(id))!.workflow);
   }, 30_000);
 });

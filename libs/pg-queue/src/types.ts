@@ -248,6 +248,8 @@ export interface ChainStage {
   lastError: string | null;
   /** Its dependencies (enqueue option dependsOn), or null. */
   dependsOn: string[] | null;
+  /** A workflow's journal (each call's name, outcome, attempt, timings) and what it waits for; absent for a task that is none. */
+  workflow?: WorkflowInfo;
 }
 
 export interface QueueStats {

@@ -16,7 +16,7 @@ import { QueueOperations } from './queue-operations';
 import { statsByQueue, toTaskInfo } from './task-info';
 import { taskLogs } from './task-logs';
 import { waitForTask, waitTimeout, watchTasks, watchedQueues, type WaiterDeps, type WatchFilter, type WatchedTaskEvent, type WaitForOptions } from './task-waiter';
-import { sendSignal, workflowInfo } from './workflow.client';
+import { sendSignal, workflowOf } from './workflow.client';
 
 export type { CancelResult } from './queue-operations';
 export type { PauseScope } from './arguments';
@@ -81,7 +81,7 @@ export class TaskQueue extends QueueOperations {
     const row = await this.operator.get(this.options.prisma, taskId(id));
     if (row === null) return null;
     const info = toTaskInfo(row);
-    const workflow = await workflowInfo(this.options.prisma, this.repo.workflows, id);
+    const workflow = workflowOf(row);
     return workflow === undefined ? info : { ...info, workflow };
   }
 
@@ -136,6 +136,7 @@ export class TaskQueue extends QueueOperations {
       finishedAt: r.finished_at,
       lastError: r.last_error,
       dependsOn: r.depends_on,
+      ...(r.journal !== null || r.waiting_for !== null ? { workflow: workflowOf(r) } : {}),
     }));
   }
 

@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from '../errors';
 import { serialisePayload } from '../core/task-input';
+import type { TaskDetailRow } from '../sql/operator.repository';
 import type { WorkflowRepository } from '../sql/workflow.repository';
 import { WORKFLOW_TX_BOUNDS } from '../sql/workflow.repository';
 import type { PrismaClientLike, SqlExecutor } from '../types';
@@ -20,11 +21,10 @@ export async function sendSignal(prisma: PrismaClientLike, repo: WorkflowReposit
   throw new SignalTargetError(id, sent.state === null ? 'unknown' : 'finished');
 }
 
-/** Task `id`'s workflow journal and wait, or undefined when it has none (not a workflow, or not started). */
-export async function workflowInfo(db: SqlExecutor, repo: WorkflowRepository, id: string): Promise<WorkflowInfo | undefined> {
-  const row = await repo.info(db, id);
-  if (!row || (row.steps === null && row.waiting_for === null)) return undefined;
-  const steps: WorkflowStepInfo[] = (row.steps ?? []).map((s) => ({
+/** A task's workflow journal and wait, from its row (see get in inspect.sql.ts), or undefined when it has none (not a workflow, or not started). */
+export function workflowOf(row: TaskDetailRow): WorkflowInfo | undefined {
+  if (row.journal === null && row.waiting_for === null) return undefined;
+  const steps: WorkflowStepInfo[] = (row.journal ?? []).map((s) => ({
     seq: s.seq,
     kind: s.kind as WorkflowStepInfo['kind'],
     name: s.name,

@@ -1,6 +1,7 @@
 import { marked } from './fragments.sql';
 import { liveQueues, oldestDueAndHandlers, pipelineWalk, unhandledMs } from './inspect.fragments';
 import { quoteIdent } from './identifiers';
+import { journalJson } from './workflow.sql';
 
 /**
  * The most due or dead tasks per queue that the metrics scrape counts: past it, counting would cost
@@ -23,6 +24,10 @@ export function inspectStatements(schema: string) {
   // Only the hot table counts unfinished dependencies; only the archive keeps results.
   const HOT_EXTRA = 'locked_by, locked_until, deps_left, NULL::jsonb AS result';
   const ARCHIVE_EXTRA = 'NULL, NULL, NULL, result';
+  // For one task or a chain (not list): a workflow's journal, and what it waits for while parked.
+  const workflowOf = (table: string) => table === 'task'
+    ? `CASE WHEN state = 'waiting' THEN waiting_for END AS waiting_for, CASE WHEN state = 'waiting' THEN wake_at END AS wake_at, ${journalJson(schema, 'task.id')} AS journal`
+    : `NULL, NULL, ${journalJson(schema, 'task_archive.id')}`;
   const columns = columnsWith('max_attempts');
   /** list's filter for one table, given the states it holds (a clause on parameters alone is
    * checked once, before the scan). */
@@ -30,9 +35,9 @@ export function inspectStatements(schema: string) {
      AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
      AND id <= coalesce($3::bigint - 1, 9223372036854775807)`;
   const both = (where: string) => `
-SELECT ${columnsWith(HOT_MAX_ATTEMPTS)}, ${HOT_EXTRA} FROM ${s}.task WHERE ${where}
+SELECT ${columnsWith(HOT_MAX_ATTEMPTS)}, ${HOT_EXTRA}, ${workflowOf('task')} FROM ${s}.task WHERE ${where}
 UNION ALL
-SELECT ${columns}, ${ARCHIVE_EXTRA} FROM ${s}.task_archive WHERE ${where}`;
+SELECT ${columns}, ${ARCHIVE_EXTRA}, ${workflowOf('task_archive')} FROM ${s}.task_archive WHERE ${where}`;
   return marked({
     /**
      * Exact counts by queue and state over the hot table and the archive; oldest due pending age.

@@ -36,6 +36,13 @@ export interface TaskRow {
   progress: unknown;
 }
 
+/** A task as `get` and `chain` read it: with a workflow's journal (JSON, no results) and wait. */
+export interface TaskDetailRow extends TaskRow {
+  waiting_for: string | null;
+  wake_at: Date | null;
+  journal: { seq: number; kind: string; name: string; outcome: string; attempt: number; startedAt: string | null; finishedAt: string }[] | null;
+}
+
 /**
  * What a change to a task that has not run yet did (promote, reschedule, updatePayload): `changed`,
  * or why not: it is `running`; it `waiting`s for the tasks it depends on (it cannot run before
@@ -102,8 +109,8 @@ export class OperatorRepository {
     return { serverMax: r.server_max, serverInUse: r.server_in_use };
   }
 
-  async get(db: SqlExecutor, id: string): Promise<TaskRow | null> {
-    const rows = await db.$queryRawUnsafe<TaskRow[]>(this.inspectSql.get, id);
+  async get(db: SqlExecutor, id: string): Promise<TaskDetailRow | null> {
+    const rows = await db.$queryRawUnsafe<TaskDetailRow[]>(this.inspectSql.get, id);
     return rows[0] ?? null;
   }
 
@@ -120,7 +127,7 @@ export class OperatorRepository {
   chain(db: PrismaClientLike, id: string) {
     return db.$transaction(async (tx: SqlExecutor) => {
       await tx.$executeRawUnsafe(JIT_OFF);
-      return tx.$queryRawUnsafe<(TaskRow & { stage: number })[]>(this.inspectSql.chain, id);
+      return tx.$queryRawUnsafe<(TaskDetailRow & { stage: number })[]>(this.inspectSql.chain, id);
     });
   }
 

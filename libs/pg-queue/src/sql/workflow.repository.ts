@@ -12,13 +12,6 @@ export interface JournalRow {
   result: any;
 }
 
-/** A workflow's journal (JSON, no results) and wait, for `get`. */
-export interface JournalInfoRow {
-  waiting_for: string | null;
-  wake_at: Date | null;
-  steps: { seq: number; kind: string; name: string; outcome: string; attempt: number; startedAt: string | null; finishedAt: string }[] | null;
-}
-
 export interface ParkRequest {
   /** 'sleep', 'signal:<name>', 'child:<id>'. */
   waitingFor: string;
@@ -132,10 +125,6 @@ export class WorkflowRepository {
     return row.parked;
   }
 
-  async info(db: SqlExecutor, taskId: string): Promise<JournalInfoRow> {
-    const [row] = await db.$queryRawUnsafe<JournalInfoRow[]>(this.sql.info, taskId);
-    return row;
-  }
 }
 
 export { TX_BOUNDS as WORKFLOW_TX_BOUNDS };

@@ -1,6 +1,17 @@
 import { quoteIdent } from './identifiers';
 import { cancelRequestedOf, marked, notifyCte, rowLockBound } from './fragments.sql';
 
+/**
+ * The journal of the task whose id is `taskId` (an SQL expression), without results, as a JSON
+ * array in call order, or NULL without entries: for `get`, `chain` and the dashboard
+ * (inspect.sql.ts). An index probe of workflow_step's primary key.
+ */
+export function journalJson(schema: string, taskId: string): string {
+  return `(SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
+                                    'startedAt', w.started_at, 'finishedAt', w.finished_at) ORDER BY w.seq)
+   FROM ${quoteIdent(schema)}.workflow_step w WHERE w.task_id = ${taskId})`;
+}
+
 /** First key of the advisory lock that orders a signal against a workflow parking on it; the second is hashtext(task id). */
 const SIGNAL_LOCK_NAMESPACE = 0x70_67_77; // "pgw"
 
@@ -195,12 +206,5 @@ WITH parked AS (
 )
 SELECT (SELECT count(*) FROM parked)::int AS parked, (SELECT count(*) FROM journal)::int AS journal`,
 
-    /** For `get`: task $1's journal without results (JSON), and what it waits for while parked. */
-    info: `
-SELECT t.waiting_for, t.wake_at,
-       (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
-                                          'startedAt', w.started_at, 'finishedAt', w.finished_at) ORDER BY w.seq)
-        FROM ${s}.workflow_step w WHERE w.task_id = $1::bigint) AS steps
-FROM (SELECT 1) one LEFT JOIN ${s}.task t ON t.id = $1::bigint AND t.state = 'waiting'`,
   });
 }
