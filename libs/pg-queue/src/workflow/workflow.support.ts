@@ -4,7 +4,7 @@ import type { PrismaClientLike } from '../types';
 import type { DatabaseClock } from '../worker/database.clock';
 import type { RowLimits } from '../core/task-input';
 import { WorkflowRunner } from './workflow.runner';
-import { WorkflowWaker } from './workflow.waker';
+import { WorkflowWaker, wakeDue } from './workflow.waker';
 
 /** The waker's safety-net look for due parked workflows; wake-ups come on time from timers and notifications. */
 const WAKE_POLL_MS = 30_000;
@@ -47,12 +47,7 @@ export class WorkflowSupport {
     const mine = queues.filter((q) => this.queues().includes(q));
     if (mine.length === 0) return 0;
     if (all) await this.repo.workflows.wakeAllNow(this.prisma, mine);
-    let woke = 0;
-    for (;;) {
-      const r = await this.repo.workflows.wakeDue(this.prisma, mine, 500);
-      woke += r.woke;
-      if (r.woke < 500) return woke;
-    }
+    return (await wakeDue(this.prisma, this.repo.workflows, mine)).woke;
   }
 
   stop(): Promise<void> {

@@ -7,6 +7,27 @@ import type { DatabaseClock } from '../worker/database.clock';
 const WAKE_BATCH = 500;
 
 /**
+ * Wakes every due parked workflow of `queues`, WAKE_BATCH per statement, until none is left or
+ * `stop()`; `woken` after each statement that woke some (workers can claim them while the next
+ * batch wakes). Returns how many, and the next wake time among those left (epoch ms, or null).
+ */
+export async function wakeDue(
+  db: SqlExecutor,
+  repo: WorkflowRepository,
+  queues: string[],
+  woken: () => void = () => undefined,
+  stop: () => boolean = () => false,
+): Promise<{ woke: number; nextMs: number | null }> {
+  let woke = 0;
+  for (;;) {
+    const r = await repo.wakeDue(db, queues, WAKE_BATCH);
+    woke += r.woke;
+    if (r.woke > 0) woken();
+    if (r.woke < WAKE_BATCH || stop()) return { woke, nextMs: r.nextMs };
+  }
+}
+
+/**
  * Wakes this process's parked workflows whose time has come (sleeps, signal waits that time out):
  * at start, at the earliest wake time it knows (from its own parks, `!wake@` notifications of other
  * instances' parks, and each round's look at the next one), and at least every `pollMs`. Several
@@ -63,13 +84,7 @@ export class WorkflowWaker {
     do {
       this.again = false;
       try {
-        for (;;) {
-          if (this.closed) return;
-          const r = await this.repo.wakeDue(this.db, this.queues, WAKE_BATCH);
-          if (r.woke > 0) this.onWoke();
-          next = r.nextMs;
-          if (r.woke < WAKE_BATCH) break;
-        }
+        next = (await wakeDue(this.db, this.repo, this.queues, this.onWoke, () => this.closed)).nextMs;
       } catch (err) {
         this.logger.error(`waking parked workflows failed: ${(err as Error).message}`);
         next = null;
