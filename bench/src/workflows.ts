@@ -58,6 +58,12 @@ export interface WorkflowEngineOptions {
   concurrency: number;
   /** DBOS: the queue's minPollingIntervalMs (undefined: DBOS's default, 1 000 ms). */
   pollMs?: number;
+  /**
+   * wakeup: how many workflows sleep. DBOS's sleepers are started without a queue, so nothing bounds
+   * how many resume at once; pg-queue's sleeper queue gets that many slots for the same freedom
+   * (a parked workflow holds none: the slots only bound resumptions running at once).
+   */
+  sleepers?: number;
 }
 
 const now = () => performance.timeOrigin + performance.now();
@@ -77,7 +83,7 @@ async function startAll(n: number, inFlight: number, fn: (seq: number) => Promis
 }
 
 async function makeEngine(spec: RunSpec): Promise<WorkflowEngine> {
-  const opts: WorkflowEngineOptions = { url: spec.url, concurrency: spec.concurrency, pollMs: spec.pollMs };
+  const opts: WorkflowEngineOptions = { url: spec.url, concurrency: spec.concurrency, pollMs: spec.pollMs, sleepers: spec.group === 'wakeup' ? spec.n : undefined };
   if (spec.lib === 'pg-queue') {
     const { PgQueueWorkflows } = await import('./targets/pg-queue-workflows.js');
     return new PgQueueWorkflows(opts);

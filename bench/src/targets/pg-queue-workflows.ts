@@ -45,8 +45,13 @@ export class PgQueueWorkflows implements WorkflowEngine {
 
   constructor(private readonly opts: WorkflowEngineOptions) {}
 
+  /** The sleeper queue's slots: as many as sleepers, as DBOS's unqueued sleepers (see WorkflowEngineOptions.sleepers). */
+  private get sleeperSlots(): number {
+    return this.opts.sleepers ?? this.opts.concurrency;
+  }
+
   describe(): string {
-    return `PgQueueModule.forRoot({ prisma, databaseUrl, queues: { ${DRAIN}: { concurrency: ${this.opts.concurrency} }, ${SLEEP}: { concurrency: ${this.opts.concurrency} } } }); @Workflow methods (lease mode), wf.step / wf.transaction (Prisma interactive transaction) / wf.sleepUntil; started with queue.enqueue; PrismaPg pool max ${poolSize(this.opts.concurrency)}, statementNameGenerator: queueStatementName`;
+    return `PgQueueModule.forRoot({ prisma, databaseUrl, queues: { ${DRAIN}: { concurrency: ${this.opts.concurrency} }, ${SLEEP}: { concurrency: ${this.sleeperSlots} } } }); @Workflow methods (lease mode), wf.step / wf.transaction (Prisma interactive transaction) / wf.sleepUntil; started with queue.enqueue; PrismaPg pool max ${poolSize(this.opts.concurrency)}, statementNameGenerator: queueStatementName`;
   }
 
   async open(): Promise<void> {
@@ -57,7 +62,7 @@ export class PgQueueWorkflows implements WorkflowEngine {
     const concurrency = this.opts.concurrency;
 
     @Module({
-      imports: [PgQueueModule.forRoot({ prisma, databaseUrl: this.opts.url, queues: { [DRAIN]: { concurrency }, [SLEEP]: { concurrency } } })],
+      imports: [PgQueueModule.forRoot({ prisma, databaseUrl: this.opts.url, queues: { [DRAIN]: { concurrency }, [SLEEP]: { concurrency: this.sleeperSlots } } })],
       providers: [BenchWorkflows],
     })
     class BenchModule {}
