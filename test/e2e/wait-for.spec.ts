@@ -2,12 +2,12 @@
  * Results awaited across processes (issue 27, item 5): `waitFor(id)` in one app instance for a task
  * another instance's worker runs, woken by NOTIFY (no instance polls within the test: poll
  * intervals are two minutes, and waitFor has no poll of its own); the cross-process stream
- * `watch()`; and the hot path's promise that a completion nobody waits for sends no notice.
+ * `watch()`, progress included; and the hot path's promise that a completion nobody waits for sends no notice.
  */
 import { Injectable } from '@nestjs/common';
 import { Client } from 'pg';
 import { filter, firstValueFrom, take, toArray } from 'rxjs';
-import { TaskFailedError, TaskHandler, TaskNotFoundError, WaitForTimeoutError, type Task, type WatchedTaskEvent } from '@app/pg-queue';
+import { TaskFailedError, TaskHandler, TaskNotFoundError, WaitForTimeoutError, type AnyTaskContext, type Task, type WatchedTaskEvent } from '@app/pg-queue';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
 import { deferred } from '../support/queue-app';
 import { waitFor } from '../support/wait-for';
@@ -25,6 +25,15 @@ class WaitHandlers {
     }
     if (task.payload.fail) throw new Error(task.payload.fail);
     return { doubled: task.payload.n * 2 };
+  }
+
+  /** Reports three progress values, a second apart (the reporter writes at most one a second). */
+  @TaskHandler('wait.progress', { mode: 'lease' })
+  async progress(_task: Task, ctx: AnyTaskContext) {
+    for (let done = 1; done <= 3; done++) {
+      ctx.progress({ done, of: 3 });
+      await new Promise((r) => setTimeout(r, 1100));
+    }
   }
 
   @TaskHandler('wait.flaky', { mode: 'transactional', maxAttempts: 2, backoff: { type: 'fixed', delayMs: 1 } })
@@ -149,4 +158,22 @@ describe('waitFor and watch across processes', () => {
       await listener.end();
     }
   });
+
+  it("streams the progress another instance's task reports, in order, then its completion", async () => {
+    const events: WatchedTaskEvent[] = [];
+    const sub = api.queue.watch({ queue: 'wait.progress' }).subscribe((e) => events.push(e));
+    try {
+      await waitFor('the stream to be registered', async () => (await db.sql("SELECT 1 FROM pgqueue.task_watch WHERE queue = 'wait.progress'")).length === 1);
+      const id = await worker.queue.enqueue('wait.progress', {});
+      await waitFor('the completion event', () => events.some((e) => e.taskId === id && e.type === 'completed'), { timeoutMs: 20_000 });
+      expect(events.filter((e) => e.taskId === id)).toEqual([
+        { type: 'progress', taskId: id, queue: 'wait.progress', progress: { done: 1, of: 3 } },
+        { type: 'progress', taskId: id, queue: 'wait.progress', progress: { done: 2, of: 3 } },
+        { type: 'progress', taskId: id, queue: 'wait.progress', progress: { done: 3, of: 3 } },
+        { type: 'completed', taskId: id, queue: 'wait.progress' },
+      ]);
+    } finally {
+      sub.unsubscribe();
+    }
+  }, 30_000);
 });

@@ -18,10 +18,15 @@ export interface WaiterDeps {
 
 /** An event of the cross-process stream (`TaskQueue.watch`). */
 export interface WatchedTaskEvent {
-  /** completed: ended done; failed: an attempt failed and will be retried; dead, cancelled: ended so. */
-  type: 'completed' | 'failed' | 'dead' | 'cancelled';
+  /**
+   * completed: ended done; failed: an attempt failed and will be retried; dead, cancelled: ended
+   * so; progress: its attempt reported `progress` (ctx.progress, as written: at most once a second).
+   */
+  type: 'completed' | 'failed' | 'dead' | 'cancelled' | 'progress';
   taskId: string;
   queue: string;
+  /** The value reported, for a `progress` event. */
+  progress?: unknown;
 }
 
 export type WaitForOptions = { timeoutMs?: number };
@@ -97,7 +102,7 @@ export function waitForTask(d: WaiterDeps, id: string, timeoutMs: number): Promi
     };
     subs.push(
       d.notices.ended$.subscribe((n) => {
-        if (n.id !== id) return;
+        if (n.id !== id || n.state === 'progress') return;
         if (n.state === 'done') endedDone = true;
         check();
       }),
@@ -126,6 +131,7 @@ export function watchTasks(d: WaiterDeps, queues: string[] | null): Observable<W
     let refresh: NodeJS.Timeout | undefined;
     const inner = d.notices.ended$.subscribe((n) => {
       if (queues !== null && !queues.includes(n.queue)) return;
+      if (n.state === 'progress') return subscriber.next({ type: 'progress', taskId: n.id, queue: n.queue, progress: n.progress });
       const type = n.state === 'done' ? 'completed' : n.state === 'pending' ? 'failed' : (n.state as 'dead' | 'cancelled');
       subscriber.next({ type, taskId: n.id, queue: n.queue });
     });

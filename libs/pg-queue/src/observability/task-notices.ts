@@ -1,11 +1,15 @@
 import { Subject, type Observable } from 'rxjs';
 import { PgQueueError } from '../errors';
 
-/** A task's end (or failed attempt, `state` pending) told by another process or this one (see watch.sql.ts). */
+/**
+ * A task's end (or failed attempt, `state` pending; or a progress value its attempt reported,
+ * `state` progress, with `progress`) told by another process or this one (see watch.sql.ts).
+ */
 export interface EndedNotice {
   id: string;
   state: string;
   queue: string;
+  progress?: unknown;
 }
 
 /** How the notices reach this process: the orchestrator's LISTEN connection. */

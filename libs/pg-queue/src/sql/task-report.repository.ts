@@ -17,7 +17,10 @@ export interface StoredLogEntry {
 export class TaskReportRepository {
   private readonly sql;
 
-  constructor(schema: string) {
+  constructor(
+    schema: string,
+    private readonly channel: string,
+  ) {
     this.sql = reportStatements(schema);
   }
 
@@ -32,6 +35,7 @@ export class TaskReportRepository {
       lease.token,
       progress,
       entries === null || entries.length === 0 ? null : JSON.stringify(entries),
+      this.channel,
     );
     return rows.length > 0;
   }

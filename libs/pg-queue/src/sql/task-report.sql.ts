@@ -1,4 +1,5 @@
 import { marked, rowLockBound } from './fragments.sql';
+import { progressToldCte } from './watch.sql';
 import { quoteIdent } from './identifiers';
 
 /**
@@ -39,13 +40,18 @@ export function reportStatements(schema: string) {
      * token, $3 progress as JSON text (NULL: unchanged), $4 entries as a JSON array (NULL: none).
      * Returns the id when the lease still held, no row otherwise. Its wait for the row lock is
      * bounded (a business transaction may hold the row): the reporter keeps the write for later.
+     * A new progress value of a task someone waits for or watches is told to every process
+     * (watch.sql.ts). $5 channel.
      */
     report: `
-UPDATE ${s}.task t
-SET progress = CASE WHEN $3::text IS NULL THEN t.progress ELSE $3::jsonb END,
-    log = CASE WHEN $4::text IS NULL THEN t.log ELSE ${appendedLog('t.log', '$4::jsonb')} END
-WHERE t.id = $1::bigint AND t.lease_token = $2::uuid${rowLockBound()}
-RETURNING t.id::text AS id`,
+WITH reported AS (
+  UPDATE ${s}.task t
+  SET progress = CASE WHEN $3::text IS NULL THEN t.progress ELSE $3::jsonb END,
+      log = CASE WHEN $4::text IS NULL THEN t.log ELSE ${appendedLog('t.log', '$4::jsonb')} END
+  WHERE t.id = $1::bigint AND t.lease_token = $2::uuid${rowLockBound()}
+  RETURNING t.id, t.queue, t.watched
+), ${progressToldCte(s, 'SELECT id, queue, watched FROM reported', '$3::text', '$5')}
+SELECT id::text AS id, (SELECT count(*) FROM told)::int AS told FROM reported`,
 
     /** A task's log, live or archived (no row: no such task). Parameters: $1 id. */
     logs: `

@@ -57,7 +57,7 @@ export class TaskRepository {
     this.channel = notifyChannel(schema);
     this.dependencies = new DependencyRepository(schema, this.channel);
     this.workflows = new WorkflowRepository(schema, this.channel);
-    this.reports = new TaskReportRepository(schema);
+    this.reports = new TaskReportRepository(schema, this.channel);
     this.inserter = new TaskInserter(schema, this.channel, this.dependencies);
     this.completions = new CompletionRepository(this.completeSql, this.completeSqlOutside, this.channel, this.archives, (db, rows) => this.insert(db, rows));
   }

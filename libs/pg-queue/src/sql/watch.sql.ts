@@ -31,6 +31,21 @@ export function toldCte(s: string, source: string, channel: string): string {
 )`;
 }
 
+/**
+ * The same for a progress value that an attempt reported (task-report.sql.ts): `!ended <id>
+ * progress <queue> <value as JSON>` (at most 1 024 bytes of JSON, see PROGRESS_MAX_BYTES: well
+ * inside NOTIFY's 8 000), for the tasks someone waits for or watches, as toldCte decides.
+ */
+export function progressToldCte(s: string, source: string, progress: string, channel: string): string {
+  return `told AS (
+  SELECT pg_notify(${channel}, '${ENDED_NOTICE}' || x.id || ' progress ' || x.queue || ' ' || ${progress})
+  FROM (${source}) x
+  WHERE ${progress} IS NOT NULL
+    AND (x.watched IS TRUE
+         OR ARRAY[x.queue, ''] && (SELECT coalesce(array_agg(w.queue), '{}') FROM ${s}.task_watch w WHERE w.until > now()))
+)`;
+}
+
 export function watchStatements(schema: string) {
   const s = quoteIdent(schema);
   return marked({

@@ -40,7 +40,7 @@ export class WakeupListener {
       /** A runtime schedule was created or changed (see ScheduleTicker.wake). */
       schedules: () => void;
       /** Task `id` of `queue` ended, or an attempt of it failed (`state` pending), and someone waits or watches (see watch.sql.ts). */
-      ended: (id: string, state: string, queue: string) => void;
+      ended: (id: string, state: string, queue: string, progress: unknown) => void;
       /** The connection is up (first time, or back): notifications sent while it was down were lost. */
       reconnected: () => void;
       /** The connection was lost. */
@@ -55,7 +55,8 @@ export class WakeupListener {
 
   /**
    * Payloads: `queue`, `queue@<epoch ms>` (not due yet), `!cancel <task id>`, `!settle`, `!room <queue>`, `!wake@<epoch ms>`,
-   * `!pause <queue>`, `!resume <queue>`, `!schedules`, `!ended <id> <state> <queue>`.
+   * `!pause <queue>`, `!resume <queue>`, `!schedules`, `!ended <id> <state> <queue>`,
+   * `!ended <id> progress <queue> <JSON>`.
    */
   private dispatch(payload: string): void {
     if (payload.startsWith('!cancel ')) return this.on.cancel(payload.slice('!cancel '.length));
@@ -66,8 +67,8 @@ export class WakeupListener {
     if (payload.startsWith(RESUME_NOTICE)) return this.on.paused(payload.slice(RESUME_NOTICE.length), false);
     if (payload === SCHEDULES_NOTICE) return this.on.schedules();
     if (payload.startsWith(ENDED_NOTICE)) {
-      const [id, state, queue] = payload.slice(ENDED_NOTICE.length).split(' ');
-      return this.on.ended(id, state, queue);
+      const [id, state, queue, ...progress] = payload.slice(ENDED_NOTICE.length).split(' ');
+      return this.on.ended(id, state, queue, progress.length > 0 ? parsedOrText(progress.join(' ')) : undefined);
     }
     const at = payload.lastIndexOf('@');
     if (at < 0) return this.on.wake(payload, null);
@@ -173,5 +174,14 @@ function withApplicationName(url: string, name: string): string {
     return u.toString();
   } catch {
     return url;
+  }
+}
+
+/** A notice's JSON (written by the database from validated JSON), or the text itself should it not parse. */
+function parsedOrText(json: string): unknown {
+  try {
+    return JSON.parse(json);
+  } catch {
+    return json;
   }
 }

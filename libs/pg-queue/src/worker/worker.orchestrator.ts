@@ -293,7 +293,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       wakeWorkflows: (at) => this.workflows.wakeAt(at),
       paused: (queue, paused) => this.pauses?.notice(queue, paused),
       schedules: () => this.ticker?.wake(),
-      ended: (id, state, queue) => this.deps.events.notices.ended({ id, state, queue }),
+      ended: (id, state, queue, progress) => this.deps.events.notices.ended({ id, state, queue, progress }),
       reconnected: () => {
         this.deps.events.notices.reconnected();
         this.pauses?.refresh();
