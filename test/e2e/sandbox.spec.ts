@@ -74,7 +74,7 @@ describe('sandboxed handlers', () => {
 
   beforeAll(async () => {
     db = await createTestDatabase();
-    qa = await bootQueueApp(db.prisma(6), [CpuHandlers], { rescueIntervalMs: 100, pollIntervalMs: 50 });
+    qa = await bootQueueApp(db.prisma(6), [CpuHandlers], { databaseUrl: db.url, rescueIntervalMs: 100, pollIntervalMs: 50 }); // LISTEN: a cancel reaches the worker at once
   });
   afterAll(async () => {
     await qa?.close();
@@ -184,6 +184,17 @@ describe('sandboxed handlers', () => {
       expect(task).toMatchObject({ state: 'dead', attempt: 1 });
       expect(task.lastError).toMatch(/ctx\.log takes a string, got number/);
       expect(Date.now() - began).toBeLessThan(30_000); // not the fixture's 60 s sleep
+    });
+
+    it('ends the busy sandbox of a task cancelled while it runs; the next task gets a new one', async () => {
+      const before = (await run(queue, { kind: 'ok' })).result as Where;
+      const id = await qa.queue.enqueue(queue, { kind: 'busy', ms: 60_000 });
+      await waitFor('the task to run', async () => (await qa.queue.get(id))?.state === 'running', { everyMs: 20 });
+      expect(await qa.queue.cancel(id)).toBe('requested');
+      // concurrency 1: this runs only once the cancelled task's slot is free
+      const after = await run(queue, { kind: 'ok' });
+      expect(same(before, after.result as Where)).toBe(false);
+      await waitFor('the task to end cancelled', async () => (await qa.queue.get(id))?.state === 'cancelled');
     });
 
     it('ends a busy loop past timeoutMs by terminating its sandbox; the next task gets a new one', async () => {
