@@ -69,4 +69,12 @@ export class ModeTypedHandlers {
   async noCtx(task: Task<{ id: number }>): Promise<void> {
     void task;
   }
+
+  // A sandboxed queue: the module runs its tasks, the method body is never called.
+  @TaskHandler('types.sandboxed', { mode: 'lease', sandbox: { module: __filename, kind: 'process' } })
+  sandboxed(_task: Task<{ id: number }>): void {}
+
+  // @ts-expect-error a sandbox is a worker thread or a child process
+  @TaskHandler('types.sandbox-kind', { mode: 'lease', sandbox: { module: __filename, kind: 'fork' } })
+  sandboxKind(): void {}
 }

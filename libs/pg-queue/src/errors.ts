@@ -147,6 +147,21 @@ export class TaskCancelledError extends PgQueueError {
   }
 }
 
+/**
+ * The sandbox (worker thread or child process, see `@TaskHandler`'s `sandbox`) running a task ended
+ * before the task did: an uncaught exception, `process.exit`, a signal, running out of memory. Only
+ * that attempt fails (retried with backoff as any failure); the sandbox is replaced.
+ */
+export class SandboxCrashedError extends PgQueueError {
+  constructor(
+    readonly taskId: string,
+    readonly queue: string,
+    readonly reason: string,
+  ) {
+    super(`pg-queue: the sandbox running task ${taskId} of "${queue}" ended before the task did: ${reason}`);
+  }
+}
+
 /** The worker is shutting down and abandoned this attempt; the task is released, not counted. */
 export class ShutdownAbortError extends PgQueueError {
   constructor() {

@@ -4,6 +4,7 @@ export { PG_QUEUE_OPTIONS } from './pg-queue.module-definition';
 export { DEFAULT_HANDLER_OPTIONS, type HandlerOptions, type PgQueueModuleOptions, type RateLimit } from './pg-queue.options';
 export { TaskHandler, TASK_HANDLER_METADATA, type HandlerMethodDecorator, type TaskHandlerOptions } from './decorators/task-handler.decorator';
 export type { ScheduleDefinition, ScheduleOptions } from './schedules/schedule.definition';
+export type { SandboxContext, SandboxedHandler, SandboxOptions } from './sandbox.options';
 export { TaskQueue } from './client/task-queue.service';
 export { Workflow, type WorkflowOptions } from './workflow/workflow.decorator';
 export type { StepOptions, TransactionStepOptions, WorkflowContext } from './workflow/workflow.api';

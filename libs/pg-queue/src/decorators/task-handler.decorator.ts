@@ -1,14 +1,16 @@
 import { validateQueueName } from '../core/task-input';
 import type { HandlerOptions } from '../pg-queue.options';
+import type { SandboxOptions } from '../sandbox.options';
 import type { ScheduleOptions } from '../schedules/schedule.definition';
 import type { HandlerPayloadOf, LeaseTaskContext, Task, TaskContext } from '../types';
 
 /**
- * Handler settings, plus an optional schedule that enqueues this queue's tasks periodically, and
- * the PgQueueModule registration that runs it (`connection`, default 'default'; see
- * pg-queue.connections.ts).
+ * Handler settings, plus an optional schedule that enqueues this queue's tasks periodically, the
+ * PgQueueModule registration that runs it (`connection`, default 'default'; see
+ * pg-queue.connections.ts), and `sandbox`: run the tasks in a worker thread or child process
+ * instead of the method (lease mode only; see sandbox.options.ts).
  */
-export type TaskHandlerOptions = Partial<HandlerOptions> & { schedule?: ScheduleOptions; connection?: string };
+export type TaskHandlerOptions = Partial<HandlerOptions> & { schedule?: ScheduleOptions; connection?: string; sandbox?: SandboxOptions };
 
 /** Metadata key under which @TaskHandler stores its arguments on the method. */
 export const TASK_HANDLER_METADATA = 'pg-queue:task-handler';
@@ -48,6 +50,7 @@ export type HandlerMethodDecorator<M> = <T extends M>(target: object, key: strin
  * }
  * ```
  * A periodic task: `@TaskHandler('reports.hourly', { schedule: { cron: '0 * * * *', tz: 'Europe/Berlin' } })`.
+ * CPU-bound work off the event loop: `@TaskHandler('image.resize', { mode: 'lease', sandbox: { module: require.resolve('./resize.worker') } })`.
  */
 export function TaskHandler<Q extends string>(queue: Q, options: TaskHandlerOptions & { mode: 'lease' }): HandlerMethodDecorator<HandlerMethod<Q, LeaseTaskContext>>;
 export function TaskHandler<Q extends string>(queue: Q, options: TaskHandlerOptions & { mode: 'transactional' }): HandlerMethodDecorator<HandlerMethod<Q, TaskContext<any>>>;

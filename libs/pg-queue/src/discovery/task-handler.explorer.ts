@@ -60,7 +60,7 @@ export class TaskHandlerExplorer {
         const workflow = Reflect.getMetadata(WORKFLOW_METADATA, method) === true;
         const registered = this.registry.register(meta.queue, name, method.bind(instance), meta.options, workflow);
         const where = this.connection === DEFAULT_CONNECTION ? '' : ` on connection "${this.connection}"`;
-        this.logger.log(`${workflow ? 'workflow' : 'handler'} ${name} → "${meta.queue}"${where} (${workflow ? 'journaled' : registered.options.mode}, concurrency ${registered.options.concurrency})`);
+        this.logger.log(`${workflow ? 'workflow' : 'handler'} ${name} → "${meta.queue}"${where} (${workflow ? 'journaled' : registered.options.mode}${registered.sandbox ? `, sandboxed in a ${registered.sandbox.kind}` : ''}, concurrency ${registered.options.concurrency})`);
       }
     }
   }

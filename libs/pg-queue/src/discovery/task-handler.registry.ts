@@ -3,6 +3,7 @@ import { HandlerConfigurationError, InvalidScheduleError } from '../errors';
 import { isOptionsObject, rejectUnknownOptions } from '../option-keys';
 import { HANDLER_OPTION_KEYS, type HandlerOptions, type ResolvedModuleOptions, queueOptionsPath, resolveHandlerOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
+import { validateSandbox, type ValidSandbox } from '../sandbox.options';
 import type { TaskHandlerOptions } from '../decorators/task-handler.decorator';
 import { validateSchedule, type ValidSchedule } from '../schedules/schedule.definition';
 import type { TaskHandlerFn } from '../types';
@@ -16,6 +17,8 @@ export interface RegisteredHandler {
   schedule: ValidSchedule | null;
   /** A @Workflow method: `handle` takes (input, WorkflowContext) and runs under workflow/workflow.runner.ts. */
   workflow: boolean;
+  /** Tasks run in this module in a worker thread or child process, not in `handle` (see worker/sandbox.pool.ts). */
+  sandbox?: ValidSandbox | null;
 }
 
 /** Where a handler's decorator options are, as error paths name it: `@TaskHandler("mail.send")`. */
@@ -23,8 +26,8 @@ export function decoratorPath(queue: string): string {
   return `@TaskHandler(${JSON.stringify(queue)})`;
 }
 
-/** What `@TaskHandler` takes: the handler settings, and schedule and connection. */
-const DECORATOR_OPTION_KEYS: string[] = [...HANDLER_OPTION_KEYS, ...(['schedule', 'connection'] satisfies (keyof TaskHandlerOptions)[])];
+/** What `@TaskHandler` takes: the handler settings, and schedule, connection and sandbox. */
+const DECORATOR_OPTION_KEYS: string[] = [...HANDLER_OPTION_KEYS, ...(['schedule', 'connection', 'sandbox'] satisfies (keyof TaskHandlerOptions)[])];
 
 /**
  * Refuses a `@TaskHandler` option that does not exist (a misspelling would leave the default in
@@ -38,6 +41,26 @@ export function checkDecoratorOptions(queue: string, options: TaskHandlerOptions
   rejectUnknownOptions(options, DECORATOR_OPTION_KEYS, (key, reason) => {
     throw new HandlerConfigurationError(`${path}.${key}`, reason, where);
   });
+}
+
+/**
+ * A sandbox runs only lease-mode handlers: a transactional handler's writes go through the claim's
+ * transaction, whose connection cannot cross to another thread or process, and a workflow's steps
+ * are journaled through this process's context. The mode is checked as resolved (it may come from
+ * `queues[q]` or `handlerDefaults`), so the error names where it was set.
+ */
+function sandboxOf(path: string, sandbox: unknown, options: HandlerOptions, workflow: boolean, name: string): ValidSandbox {
+  if (workflow) {
+    throw new HandlerConfigurationError(`${path}.sandbox`, "a @Workflow cannot run in a sandbox (its steps need this process's context); sandbox a lease-mode task it enqueues instead", name);
+  }
+  if (options.mode !== 'lease') {
+    throw new HandlerConfigurationError(
+      `${path}.sandbox`,
+      `a sandbox runs lease-mode handlers only, and this one is transactional (its writes need the claim's transaction, which cannot cross to a worker thread or process): add mode: 'lease'`,
+      name,
+    );
+  }
+  return validateSandbox(`${path}.sandbox`, sandbox, name);
 }
 
 /**
@@ -55,9 +78,17 @@ export class TaskHandlerRegistry {
     const path = decoratorPath(queue);
     const existing = this.handlers.get(queue);
     if (existing) throw new HandlerConfigurationError(path, `queue "${queue}" has two handlers: ${existing.name} and ${name}`, name);
-    const { schedule, connection: _connection, ...handlerOptions } = decoratorOptions;
+    const { schedule, connection: _connection, sandbox, ...handlerOptions } = decoratorOptions;
     const options = resolveHandlerOptions(path, this.baseOptions(queue), handlerOptions, name);
-    const registered = { queue, name, options, handle, schedule: schedule ? validateSchedule({ ...schedule, queue }, `${path}.schedule`, name) : null, workflow };
+    const registered: RegisteredHandler = {
+      queue,
+      name,
+      options,
+      handle,
+      schedule: schedule ? validateSchedule({ ...schedule, queue }, `${path}.schedule`, name) : null,
+      workflow,
+      sandbox: sandbox === undefined ? null : sandboxOf(path, sandbox, options, workflow, name),
+    };
     this.handlers.set(queue, registered);
     return registered;
   }

@@ -1,10 +1,12 @@
 import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
+import type { Task, TaskHandlerFn } from '../types';
 import type { Attempt } from './attempt';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced, type InvokeOutcome } from './handler.invoker';
+import { SandboxPool } from './sandbox.pool';
 import { failureOf, publish, publishOutcome, releaseAttempts, reportSink, type WorkerDeps } from './worker.deps';
 
 /**
@@ -20,6 +22,10 @@ export class LeaseRunner {
   private readonly scope: ContextScope;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private heartbeating = false;
+  /** A sandboxed queue's worker threads or processes (see SandboxPool); null runs the handler in process. */
+  private readonly sandbox: SandboxPool | null;
+  /** The method, or a task sent to the sandbox: either way under the same timeout, abort and heartbeat. */
+  private readonly handle: TaskHandlerFn;
 
   constructor(
     private readonly deps: WorkerDeps,
@@ -37,6 +43,9 @@ export class LeaseRunner {
       assertTasksExist: (ids) => deps.repo.dependencies.assertExist(deps.prisma, ids),
       reports: reportSink(deps),
     };
+    const sandbox = handler.sandbox ? new SandboxPool(handler.sandbox, handler.queue, handler.options.concurrency) : null;
+    this.sandbox = sandbox;
+    this.handle = sandbox ? (task: Task, ctx) => sandbox.run(task, ctx) : handler.handle;
   }
 
   /** Keeps a claimed attempt's lease alive from now on, before its handler starts. */
@@ -63,7 +72,7 @@ export class LeaseRunner {
       publish(this.deps, a, 'claimed');
       const result = this.handler.workflow
         ? await this.deps.workflows!.run(a, this.handler)
-        : await invokeTraced(a, 'lease', this.handler.options.timeoutMs, () => this.handler.handle(a.task, new AttemptContext(a, this.scope, null)));
+        : await invokeTraced(a, 'lease', this.handler.options.timeoutMs, () => this.handle(a.task, new AttemptContext(a, this.scope, null)));
       a.endRun();
       handlerDone();
       // What the handler reported goes in before its outcome (a failure's log entry comes after its lines).
@@ -81,6 +90,11 @@ export class LeaseRunner {
 
   flush(): Promise<void> {
     return this.batcher.flush();
+  }
+
+  /** Ends the sandboxes, if any (shutdown, once this runner's attempts have settled). */
+  async close(): Promise<void> {
+    await this.sandbox?.close();
   }
 
   /** Shutdown's deadline passed: outcomes waiting for a row a business transaction holds are given up (see CompletionBatcher). */

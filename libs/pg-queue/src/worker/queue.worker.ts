@@ -183,6 +183,7 @@ export class QueueWorker {
       await this.work.settleWithin(Number.MAX_SAFE_INTEGER);
     }
     await this.lease?.flush();
+    await this.lease?.close();
     await this.claimer.close(); // the last endings' freed-room announce, and none after
     this.state = 'stopped';
   }

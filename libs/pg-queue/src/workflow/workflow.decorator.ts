@@ -2,8 +2,8 @@ import { TaskHandler, WORKFLOW_METADATA, type HandlerMethodDecorator, type TaskH
 import type { HandlerPayloadOf } from '../types';
 import type { WorkflowContext } from './workflow.api';
 
-/** `@Workflow` options: a lease-mode handler's (the mode is always lease). */
-export type WorkflowOptions = Omit<TaskHandlerOptions, 'mode'>;
+/** `@Workflow` options: a lease-mode handler's (the mode is always lease; no sandbox: its steps need this process). */
+export type WorkflowOptions = Omit<TaskHandlerOptions, 'mode' | 'sandbox'>;
 
 type WorkflowMethod<Q extends string> = (input: HandlerPayloadOf<Q>, wf: WorkflowContext<any>) => unknown;
 
