@@ -156,4 +156,4 @@ async function startLocalPostgres(options = {}) {
   return { url: `postgresql://postgres@127.0.0.1:${port}/postgres`, port, dataDir, bin, stop, restart };
 }
 
-module.exports = { startLocalPostgres, findBinDir };
+module.exports = { startLocalPostgres, findBinDir, run, runAsync, freePort };

@@ -9,6 +9,7 @@ import * as net from 'node:net';
  * Connections opened during a stall are accepted and held the same way.
  * `delayMs` makes a distant database instead: what the client sends reaches the server that much
  * later (order kept), so every statement pays a round trip's latency.
+ * `repoint()` moves it to another server, as a VIP, DNS or a pooler does in a failover.
  */
 export class StallProxy {
   private server: net.Server | null = null;
@@ -18,7 +19,13 @@ export class StallProxy {
   /** Milliseconds by which each chunk from a client is held before it is forwarded (0: at once). */
   delayMs = 0;
 
-  constructor(private readonly targetPort: number, private readonly targetHost = '127.0.0.1') {}
+  constructor(private targetPort: number, private readonly targetHost = '127.0.0.1') {}
+
+  /** Moves the address (a failover): new connections go to `port`, every open one is dropped. */
+  repoint(port: number): void {
+    this.targetPort = port;
+    for (const s of this.sockets) s.destroy();
+  }
 
   /** A copy of `url` (postgres://…) that goes through this proxy. */
   url(url: string): string {

@@ -16,3 +16,17 @@ export function databaseError(err: unknown): { code: string; message: string } |
 export function isLockTimeout(err: unknown): boolean {
   return databaseError(err)?.code === '55P03' || (err as { code?: unknown } | null)?.code === '55P03';
 }
+
+/**
+ * SQLSTATEs by which the server says the failure is its own state, not the statement's: a standby
+ * not promoted yet behind the database's address (25006, read-only), a server shutting down or
+ * restarting (57P01-57P03), a broken connection (class 08). An attempt that fails with one of
+ * them lost its connection: given back uncounted, never a failed attempt.
+ */
+const CONNECTION_LOST = /^(25006|57P0[123]|08...)$/;
+
+/** True for an error that means the database (not the task) failed: see CONNECTION_LOST. As Prisma or `pg` reports it. */
+export function isConnectionLost(err: unknown): boolean {
+  const code = databaseError(err)?.code ?? (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && CONNECTION_LOST.test(code);
+}

@@ -1,7 +1,9 @@
 import { keepResult } from './task-result';
+import { isConnectionLost } from '../sql/database-error';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Task, TaskHandlerFn } from '../types';
+import type { Failure } from '../sql/statement-values';
 import type { Attempt } from './attempt';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
@@ -104,6 +106,7 @@ export class LeaseRunner {
 
   private async record(a: Attempt, result: InvokeOutcome | { kind: 'parked' }): Promise<void> {
     if (result.kind === 'parked') return; // a workflow recorded its park (workflow.runner.ts)
+    let failure: Failure | null = null;
     try {
       // Why a handler that returned still fails: a result that cannot be stored, follow-ups that cannot go in.
       let notCompleted: Error | null = result.kind === 'ok' ? keepResult(a, result.value, this.deps.rowLimits) : null;
@@ -115,7 +118,9 @@ export class LeaseRunner {
         }
         notCompleted = outcome.failed; // lease still held: recorded as a failed attempt below
       }
-      if (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError) {
+      // The server's state, not the task's (a failover: see isConnectionLost): given back uncounted.
+      const lostConnection = result.kind === 'error' && isConnectionLost(result.error);
+      if (lostConnection || (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError)) {
         await releaseAttempts(this.deps, [a], `task ${a.task.id} of "${a.task.queue}"`);
         return;
       }
@@ -124,13 +129,17 @@ export class LeaseRunner {
         return;
       }
       const error = result.kind === 'ok' ? notCompleted : result.kind === 'error' ? result.error : result.reason;
-      const failure = failureOf(a, error, this.handler, this.deps.maxErrorBytes);
+      failure = failureOf(a, error, this.handler, this.deps.maxErrorBytes);
       const state = await this.batcher.fail(failure);
       publishOutcome(this.deps, a, state ?? 'lost', failure.error);
       if (state === 'pending') this.wakeIn(failure.delayMs);
     } catch (err) {
-      // Could not record the outcome: the lease will expire and the task be retried (at-least-once).
-      this.deps.logger.error(`could not record task ${a.task.id} of "${a.task.queue}": ${(err as Error).message}`);
+      // Could not record the outcome (the database could not be reached): owed, written once it
+      // answers (see OwedOutcomes), fenced; a completion is owed as a release, so the task runs
+      // again (at-least-once) instead of waiting out its lease.
+      if (failure) this.deps.owed?.fail([failure], this.handler.options.retryBlocksGroup);
+      else this.deps.owed?.release([a.lease]);
+      this.deps.logger.error(`could not record task ${a.task.id} of "${a.task.queue}" (written once the database answers): ${(err as Error).message}`);
     }
   }
 

@@ -7,6 +7,7 @@ import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced } from './handler.invoker';
 import { TransactionGate } from './transaction.gate';
+import { isConnectionLost } from '../sql/database-error';
 import { batchTransactionFull, IDLE_GRACE_MS, SETTLE_GRACE_MS, STATEMENT_GRACE_MS, TX_BUDGET_MS, TX_START_WAIT_MS } from './transaction.limits';
 import { failureOf, publish, publishOutcome, releaseAttempts, reportSink, type Outcome, type WorkerDeps } from './worker.deps';
 
@@ -166,6 +167,8 @@ export class TransactionalRunner {
         return this.failed(a, err);
       }
     }
+    // The server's state, not the task's (see isConnectionLost): the whole transaction is lost.
+    if (result.kind === 'error' && isConnectionLost(result.error)) throw result.error;
     if (result.kind === 'error') {
       await gate.rollback();
       return this.failed(a, result.error);
@@ -248,8 +251,9 @@ export class TransactionalRunner {
     // The transaction itself failed (no pool connection in time, lock or connection lost, commit
     // refused, ...): the attempts that ran failed with that error; the ones that never reached
     // their handler go back uncounted at once (DESIGN 16), for this or another worker to claim.
+    // So do all of them when the server said it was its own state (a failover: isConnectionLost).
     this.deps.logger.error(`transaction for queue "${this.handler.queue}" failed: ${(err as Error)?.message ?? err}`);
-    const ran = [...results.keys(), ...(current ? [current] : [])];
+    const ran = isConnectionLost(err) ? [] : [...results.keys(), ...(current ? [current] : [])];
     if (ran.length > 0) {
       const states = await this.recordOutsideTransaction(ran.map((a) => failureOf(a, err, this.handler, this.deps.maxErrorBytes)));
       this.announceFailures(ran, states, String(err));

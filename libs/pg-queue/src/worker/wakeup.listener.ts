@@ -20,6 +20,9 @@ export class WakeupListener {
   private stopped = false;
   /** The connection was lost (or never made) since it last worked: its recovery is logged. */
   private lost = false;
+  /** A new connection after LISTEN was refused on a live one (see relisten), and how many in a row. */
+  private relistenTimer: NodeJS.Timeout | null = null;
+  private relistens = 0;
 
   constructor(
     private readonly databaseUrl: string,
@@ -87,7 +90,7 @@ export class WakeupListener {
         // pg-listen's reconnect loop does not look at close(): once stopped, the next retry throws,
         // which ends the loop (else a closed app would keep retrying forever, and keep its process alive).
         retryInterval: (attempt: number) => {
-          if (this.stopped) throw new Error('LISTEN connection closed');
+          if (this.stopped || this.subscriber !== subscriber) throw new Error('LISTEN connection closed');
           return Math.min(5000, 100 * 2 ** attempt);
         },
         retryTimeout: Number.POSITIVE_INFINITY,
@@ -97,11 +100,12 @@ export class WakeupListener {
     this.subscriber = subscriber;
     subscriber.notifications.on(this.channel, (payload: string) => this.dispatch(payload));
     subscriber.events.on('connected', () => {
-      // A reconnect attempt that was under way when stop() ran: close what it opened.
-      if (this.stopped) return void subscriber.close().catch(() => undefined);
-      this.subscribe(subscriber).catch((err: Error) => this.logger.warn(`LISTEN failed after connecting: ${err.message}; polling meanwhile`));
+      // A reconnect attempt that was under way when stop() (or relisten) ran: close what it opened.
+      if (this.stopped || this.subscriber !== subscriber) return void subscriber.close().catch(() => undefined);
+      this.subscribe(subscriber).catch((err: Error) => this.relisten(subscriber, err));
     });
     subscriber.events.on('reconnect', (attempt: number) => {
+      if (this.subscriber !== subscriber && !this.stopped) return; // replaced (see relisten)
       this.connected = false;
       this.lost = true;
       this.on.lost?.();
@@ -109,18 +113,46 @@ export class WakeupListener {
       this.logger.warn(`LISTEN connection lost; reconnecting (attempt ${attempt}); polling meanwhile`);
     });
     subscriber.events.on('error', (err: Error) => {
+      if (this.stopped || this.subscriber !== subscriber) return;
       this.connected = false;
-      if (this.stopped) return;
-      this.logger.error(`LISTEN connection failed: ${err.message}; polling only`);
+      // pg-listen reports so a LISTEN refused after it reconnected, and then keeps that connection.
+      this.relisten(subscriber, err);
     });
+    let connected = false;
     try {
       await subscriber.connect();
+      connected = true;
       await this.subscribe(subscriber);
     } catch (err) {
-      // pg-listen keeps trying to connect in the background; 'connected' then subscribes.
       this.lost = true;
-      this.logger.error(`LISTEN unavailable (${(err as Error).message}); polling until it connects`);
+      // Connected but LISTEN refused: see relisten. Else pg-listen keeps trying to connect in the
+      // background, and 'connected' then subscribes.
+      if (connected) this.relisten(subscriber, err as Error);
+      else this.logger.error(`LISTEN unavailable (${(err as Error).message}); polling until it connects`);
     }
+  }
+
+  /**
+   * LISTEN was refused on a live connection: a standby not promoted yet behind the database's
+   * address ("cannot execute LISTEN during recovery"). pg-listen keeps such a connection and
+   * never LISTENs on it again, so that, after the promotion, wake-ups would stay lost (polling
+   * only) until the connection dropped. Instead a new connection is made after a pause (backoff
+   * with jitter, up to 5 s), until LISTEN works.
+   */
+  private relisten(subscriber: Subscriber, err: Error): void {
+    this.connected = false;
+    this.lost = true;
+    if (this.stopped || this.subscriber !== subscriber || this.relistenTimer) return;
+    const ms = Math.min(5000, 200 * 2 ** this.relistens++) * (0.5 + Math.random() / 2);
+    this.logger.warn(`LISTEN failed (${err.message}); polling meanwhile, a new LISTEN connection in ${Math.round(ms)} ms`);
+    this.relistenTimer = setTimeout(() => {
+      this.relistenTimer = null;
+      if (this.stopped || this.subscriber !== subscriber || this.connected) return;
+      this.subscriber = null; // from now on the old one's reconnects and events are ignored
+      void subscriber.close().catch(() => undefined);
+      void this.start();
+    }, ms);
+    this.relistenTimer.unref();
   }
 
   /**
@@ -146,6 +178,7 @@ export class WakeupListener {
     if (this.subscriber !== subscriber) return; // stopped meanwhile
     const wasDown = !this.connected;
     this.connected = true;
+    this.relistens = 0;
     if (!wasDown) return;
     // At the loss's level, so whoever saw the warning sees the all-clear.
     if (this.lost) this.logger.warn('LISTEN connection back; wake-ups by NOTIFY again');
@@ -155,6 +188,7 @@ export class WakeupListener {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    if (this.relistenTimer) clearTimeout(this.relistenTimer);
     const s = this.subscriber;
     this.subscriber = null;
     this.connected = false;

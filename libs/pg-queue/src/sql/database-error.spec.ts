@@ -1,0 +1,26 @@
+import { isConnectionLost } from './database-error';
+
+/** The shapes a server's error reaches the queue in (only what is read of them). */
+const adapterError = (originalCode: string) => Object.assign(new Error('driver error'), { meta: { driverAdapterError: { cause: { kind: 'postgres', originalCode, originalMessage: 'm' } } } });
+const rawQueryError = (code: string, message: string) => new Error(`\nInvalid \`prisma.$queryRawUnsafe()\` invocation:\n\n\nRaw query failed. Code: \`${code}\`. Message: \`${message}\``);
+const pgError = (code: string) => Object.assign(new Error('pg error'), { code, severity: 'FATAL' });
+
+describe('isConnectionLost', () => {
+  it('a standby not promoted yet, a server shutting down or restarting, a broken connection: the database failed, not the task', () => {
+    expect(isConnectionLost(adapterError('25006'))).toBe(true);
+    expect(isConnectionLost(rawQueryError('25006', 'cannot execute SELECT FOR KEY SHARE in a read-only transaction'))).toBe(true);
+    expect(isConnectionLost(rawQueryError('57P01', 'terminating connection due to administrator command'))).toBe(true);
+    expect(isConnectionLost(pgError('57P03'))).toBe(true);
+    expect(isConnectionLost(pgError('57P02'))).toBe(true);
+    expect(isConnectionLost(adapterError('08006'))).toBe(true);
+  });
+
+  it("any other error is the task's (or unknown): counted as before", () => {
+    expect(isConnectionLost(adapterError('23505'))).toBe(false);
+    expect(isConnectionLost(rawQueryError('57014', 'canceling statement due to statement timeout'))).toBe(false);
+    expect(isConnectionLost(pgError('40001'))).toBe(false);
+    expect(isConnectionLost(new Error('Connection terminated unexpectedly'))).toBe(false);
+    expect(isConnectionLost(Object.assign(new Error('prisma'), { code: 'P2010' }))).toBe(false);
+    expect(isConnectionLost(null)).toBe(false);
+  });
+});
