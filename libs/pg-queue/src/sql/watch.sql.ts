@@ -26,9 +26,14 @@ export function toldCte(s: string, source: string, channel: string): string {
   return `told AS (
   SELECT pg_notify(${channel}, '${ENDED_NOTICE}' || x.id || ' ' || x.state || ' ' || x.queue)
   FROM (${source}) x
-  WHERE x.watched IS TRUE
-     OR ARRAY[x.queue, ''] && (SELECT coalesce(array_agg(w.queue), '{}') FROM ${s}.task_watch w WHERE w.until > now())
+  WHERE ${watchedRow(s)}
 )`;
+}
+
+/** Whether row `x` (with `watched` and `queue`) is waited for or its queue watched (see toldCte). */
+function watchedRow(s: string): string {
+  return `(x.watched IS TRUE
+     OR ARRAY[x.queue, ''] && (SELECT coalesce(array_agg(w.queue), '{}') FROM ${s}.task_watch w WHERE w.until > now()))`;
 }
 
 /**
@@ -40,9 +45,7 @@ export function progressToldCte(s: string, source: string, progress: string, cha
   return `told AS (
   SELECT pg_notify(${channel}, '${ENDED_NOTICE}' || x.id || ' progress ' || x.queue || ' ' || ${progress})
   FROM (${source}) x
-  WHERE ${progress} IS NOT NULL
-    AND (x.watched IS TRUE
-         OR ARRAY[x.queue, ''] && (SELECT coalesce(array_agg(w.queue), '{}') FROM ${s}.task_watch w WHERE w.until > now()))
+  WHERE ${progress} IS NOT NULL AND ${watchedRow(s)}
 )`;
 }
 
