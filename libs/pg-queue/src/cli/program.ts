@@ -2,7 +2,6 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError as BadFlag, Option } from 'commander';
 import { TaskQueue } from '../client/task-queue.service';
-import type { TaskChangeResult } from '../client/task-changes';
 import { DependenciesNotDoneError } from '../errors';
 import { TaskEvents } from '../observability/task-events';
 import { resolveModuleOptions } from '../pg-queue.options';
@@ -18,6 +17,7 @@ import { logLine, print, record, table, type Output } from './output';
 import { progressText } from '../core/progress';
 import { PgExecutor } from './pg.executor';
 import { scheduleCommands } from './schedules.commands';
+import { taskChangeCommands } from './task-changes.commands';
 
 interface Global {
   databaseUrl?: string;
@@ -45,31 +45,6 @@ function positiveInt(value: string): number {
   if (!Number.isInteger(n) || n < 1) throw new BadFlag('expected a positive integer');
   return n;
 }
-
-/** A time for `reschedule --at`: what Date parses (ISO 8601 best). */
-function instant(value: string): Date {
-  const d = new Date(value);
-  if (Number.isNaN(d.getTime())) throw new BadFlag('expected a date and time like 2026-12-01T09:00:00Z');
-  return d;
-}
-
-/** A payload for `update-payload`: JSON text. */
-function jsonArgument(value: string): unknown {
-  try {
-    return JSON.parse(value);
-  } catch {
-    throw new BadFlag('expected JSON, like \'{"to":"a@example.com"}\'');
-  }
-}
-
-/** Why promote / reschedule / update-payload changed nothing (TaskChangeResult). */
-const REFUSED: Record<Exclude<TaskChangeResult, 'changed'>, string> = {
-  running: 'runs now',
-  waiting: 'waits for the tasks it depends on',
-  started: 'is a workflow that has started',
-  finished: 'has finished',
-  'not-found': 'does not exist',
-};
 
 /** Runs `fn` with a TaskQueue on the database: the library's own operator API and its checks. */
 async function withQueue<T>(g: Global, fn: (queue: TaskQueue, db: PgExecutor) => Promise<T>): Promise<T> {
@@ -209,32 +184,7 @@ export function program(out: (text: string) => void, err: (text: string) => void
       }),
     );
 
-  // promote, reschedule and update-payload: a task that has not run yet; exit 1 with the reason when refused.
-  const change = (id: string, verb: string, what: () => string, run: (queue: TaskQueue) => Promise<TaskChangeResult>) =>
-    withQueue(global(), async (queue) => {
-      const result = await run(queue);
-      if (result !== 'changed') return notFound(`pg-queue: task ${id} not ${verb}: it ${REFUSED[result]}`);
-      print(output(), { id, result }, what);
-    });
-  command
-    .command('promote <id>')
-    .description('run a pending task now (its workers are woken)')
-    .action((id: string) => change(id, 'promoted', () => `task ${id} is due now`, (q) => q.promote(id)));
-  command
-    .command('reschedule <id>')
-    .description('move a pending task\'s due time')
-    .addOption(new Option('--at <time>', 'when it becomes due (ISO 8601)').argParser(instant).conflicts('in'))
-    .addOption(new Option('--in <duration>', 'due this long from now, like 90s, 30m, 12h or 7d').argParser(duration))
-    .action((id: string, o: { at?: Date; in?: number }) => {
-      if (o.at === undefined && o.in === undefined) throw new CliFailure('pg-queue: reschedule needs --at <time> or --in <duration>', EXIT.usage);
-      const to = o.at !== undefined ? { runAt: o.at } : { delayMs: o.in! };
-      return change(id, 'rescheduled', () => `task ${id} is due ${o.at ? `at ${o.at.toISOString()}` : `in ${o.in} ms`}`, (q) => q.reschedule(id, to));
-    });
-  command
-    .command('update-payload <id>')
-    .argument('<json>', 'the new payload, as JSON', jsonArgument)
-    .description('replace the payload of a task that has not started (never while it runs)')
-    .action((id: string, payload: unknown) => change(id, 'changed', () => `task ${id} has its new payload`, (q) => q.updatePayload(id, payload)));
+  taskChangeCommands(command, { withQueue: (fn) => withQueue(global(), fn), output, notFound, duration });
 
   // pause <queue> and resume <queue>: the same scope, the same output; exit 1 when there was nothing to do.
   for (const verb of ['pause', 'resume'] as const) {
