@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import { Client } from 'pg';
 import { TaskHandler, type Task } from '@app/pg-queue';
@@ -109,7 +110,7 @@ describe('per-group order with retries (issue 12 item 5): one at a time per grou
       // A rival worker's claim of q, its statement's window held open by a transaction.
       const rival = await client();
       await rival.query('BEGIN');
-      const { rows } = await rival.query(claimStatements('pgqueue').claim, ['gr.race', 10, 'rival', 60_000, 5]);
+      const { rows } = await rival.query(claimStatements('pgqueue').claim, ['gr.race', 10, 'rival', 60_000, 5, randomUUID()]);
       const [q] = JSON.parse(rows[0].claimed) as { id: string; lease_token: string; payload: Job }[];
       expect(q.payload.name).toBe('q');
       await late.query('COMMIT');

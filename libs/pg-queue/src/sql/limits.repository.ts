@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { PrismaClientLike, RateLimit, SqlExecutor } from '../types';
 import { claimStatements } from './claim.sql';
 import { notifyChannel } from './identifiers';
@@ -38,7 +39,7 @@ export class LimitsRepository {
   }
 
   /** Claims up to `want` tasks of `queue` within its limits; the arguments are those of TaskRepository.claim. */
-  claim(prisma: PrismaClientLike, queue: string, want: number, workerId: string, leaseMs: number, maxAttempts: number, limits: QueueLimits): Promise<Claim> {
+  claim(prisma: PrismaClientLike, queue: string, want: number, workerId: string, leaseMs: number, maxAttempts: number, limits: QueueLimits, token: string = randomUUID()): Promise<Claim> {
     const rate = limits.rateLimit;
     // A rate limit is for the queue as a whole, or for each partition on its own.
     const queueRate = rate !== null && !rate.perPartition ? rate : null;
@@ -65,11 +66,11 @@ export class LimitsRepository {
         }
 
         const [res] = !partitioned
-          ? await tx.$queryRawUnsafe<ClaimResult[]>(this.claimSql.claim, queue, take, workerId, leaseMs, maxAttempts)
+          ? await tx.$queryRawUnsafe<ClaimResult[]>(this.claimSql.claim, queue, take, workerId, leaseMs, maxAttempts, token)
           : await tx.$queryRawUnsafe<ClaimResult[]>(
               this.sql.claimPartitioned, queue, take, workerId, leaseMs, maxAttempts,
               limits.partitionConcurrency ?? UNLIMITED, room.cursor, Math.min(MAX_ROUND, Math.max(32, 4 * take)),
-              partitionRate?.max ?? null, partitionRate?.perMs ?? 0, MAX_WALK,
+              partitionRate?.max ?? null, partitionRate?.perMs ?? 0, MAX_WALK, token,
             );
         const rows = JSON.parse(res.claimed) as ClaimedRow[];
         // The round's cursor moves past every partition the claim walked, served or not.

@@ -119,7 +119,7 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
      * time was just moved on is not claimed early.
      * Parameters as claimFrom, and $6 per-partition limit, $7 cursor, $8 partitions with room per
      * round, $9 per-partition rate limit (NULL: none), $10 its window in ms (rate_window), $11 the
-     * most partitions one claim walks.
+     * most partitions one claim walks, $12 the claim's token (see claim.sql.ts).
      */
     claimPartitioned: claimFrom(
       s,
@@ -129,6 +129,7 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
     AND t.state = 'pending' AND t.run_at <= now()
   FOR UPDATE OF t SKIP LOCKED`,
       {
+        token: '$12',
         partitioned: true,
         ctes: `running AS MATERIALIZED (
   SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM ${s}.task WHERE queue = $1 AND state = 'running' GROUP BY 1

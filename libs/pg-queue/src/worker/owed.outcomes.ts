@@ -1,12 +1,23 @@
 import type { Logger } from '@nestjs/common';
-import type { Failure, Lease } from '../sql/statement-values';
+import { LIMITED_CLAIM_BOUNDS } from '../sql/limits.repository';
+import { leaseKey, type Failure, type Lease } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
 /**
+ * How long after a claim failed its rows are still looked for: its statement may run on at the
+ * server after the connection broke (a stalled network) and commit later, within the limited
+ * claim's transaction bound (a plain claim never waits on a lock that long).
+ */
+const LOST_CLAIM_WINDOW_MS = LIMITED_CLAIM_BOUNDS.transactionMs;
+
+/**
  * What this instance owes the database: attempts that ended here (given back uncounted, or failed)
- * while the database could not be reached, so that their release or failure was never written.
- * Kept by lease token and written as soon as the database answers again: when the LISTEN
+ * while the database could not be reached, so that their release or failure was never written;
+ * and claims whose answer never came (the connection broke, maybe after the commit), whose rows
+ * it holds without knowing them: found by the claims' tokens (claimedWith) and given back
+ * uncounted.
+ * Kept by lease and written as soon as the database answers again: when the LISTEN
  * connection is back (a failover, a network cut) and on every rescuer pass. Fenced like any
  * release or failure: a lease taken over meanwhile (expired, or its instance judged dead) matches
  * no row and is dropped. Without this, those tasks waited out their leases. Only attempts whose
@@ -15,26 +26,42 @@ import type { SqlExecutor } from '../types';
 export class OwedOutcomes {
   private readonly releases = new Map<string, Lease>();
   private readonly failures = new Map<string, { failure: Failure; retryBlocksGroup: boolean }>();
+  /** Failed claims by token: their queue, when they failed, and whether their rows were looked for since. */
+  private readonly claims = new Map<string, { queue: string; at: number; lookedFor: boolean }>();
   private settling: Promise<number> | null = null;
   private closed = false;
 
   constructor(private readonly logger: Logger) {}
 
   release(leases: readonly Lease[]): void {
-    for (const l of leases) this.releases.set(l.token, { id: l.id, token: l.token });
+    for (const l of leases) this.releases.set(leaseKey(l), { id: l.id, token: l.token });
   }
 
   fail(failures: readonly Failure[], retryBlocksGroup: boolean): void {
-    for (const f of failures) this.failures.set(f.token, { failure: f, retryBlocksGroup });
+    for (const f of failures) this.failures.set(leaseKey(f), { failure: f, retryBlocksGroup });
   }
 
+  /** A claim of `queue` with `token` failed: whatever it took is given back once the database answers. */
+  lostClaim(queue: string, token: string): void {
+    this.claims.set(token, { queue, at: Date.now(), lookedFor: false });
+  }
+
+  /**
+   * Something is owed that was not tried since: worth a settle as soon as a statement succeeds
+   * (a claim that failed after a commit is looked for again only on the rescuer's passes).
+   */
+  get due(): boolean {
+    return this.size > 0 || [...this.claims.values()].some((c) => !c.lookedFor);
+  }
+
+  /** Attempts whose outcome is owed (failed claims not counted: most took nothing). */
   get size(): number {
     return this.releases.size + this.failures.size;
   }
 
   /** Writes what is owed (one call at a time); resolves with how many were written (fenced ones included). Never throws. */
   settle(db: SqlExecutor, repo: TaskRepository): Promise<number> {
-    if (this.size === 0 || this.closed) return Promise.resolve(0);
+    if ((this.size === 0 && this.claims.size === 0) || this.closed) return Promise.resolve(0);
     this.settling ??= this.write(db, repo).finally(() => (this.settling = null));
     return this.settling;
   }
@@ -51,20 +78,42 @@ export class OwedOutcomes {
       const releases = [...this.releases.values()];
       if (releases.length > 0) {
         await repo.release(db, releases);
-        for (const l of releases) this.releases.delete(l.token);
+        for (const l of releases) this.releases.delete(leaseKey(l));
         written += releases.length;
       }
       for (const blocks of [true, false]) {
         const owed = [...this.failures.values()].filter((f) => f.retryBlocksGroup === blocks).map((f) => f.failure);
         if (owed.length === 0) continue;
         await repo.fail(db, owed, blocks);
-        for (const f of owed) this.failures.delete(f.token);
+        for (const f of owed) this.failures.delete(leaseKey(f));
         written += owed.length;
       }
       if (written > 0) this.logger.warn(`gave back ${written} task(s) whose attempts ended while the database could not be reached`);
+      const given = await this.giveBackLostClaims(db, repo);
+      if (given > 0) this.logger.warn(`gave back ${given} task(s) claimed by claims whose answer was lost with the connection`);
+      written += given;
     } catch (err) {
       this.logger.warn(`could not yet give back ${this.size} task(s) whose attempts ended while the database could not be reached (retried): ${(err as Error).message}`);
     }
     return written;
+  }
+
+  private async giveBackLostClaims(db: SqlExecutor, repo: TaskRepository): Promise<number> {
+    let given = 0;
+    const byQueue = new Map<string, string[]>();
+    for (const [token, c] of this.claims) byQueue.set(c.queue, [...(byQueue.get(c.queue) ?? []), token]);
+    for (const [queue, tokens] of byQueue) {
+      const checkedAt = Date.now();
+      const held = await repo.claimedWith(db, queue, tokens);
+      if (held.length > 0) given += (await repo.release(db, held)).size;
+      // A claim found is settled; one not found may still commit, until its window passed.
+      const found = new Set(held.map((l) => l.token));
+      for (const t of tokens) {
+        const c = this.claims.get(t)!;
+        c.lookedFor = true;
+        if (found.has(t) || checkedAt - c.at > LOST_CLAIM_WINDOW_MS) this.claims.delete(t);
+      }
+    }
+    return given;
   }
 }

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import { hasFlowControl } from '../pg-queue.options';
 import { LIMITED_CLAIM_BOUNDS } from '../sql/limits.repository';
@@ -45,16 +46,24 @@ export class QueueClaimer {
     this.roomLimited = handler.options.globalConcurrency !== null || handler.options.partitionConcurrency !== null;
   }
 
-  /** Claims up to `limit` tasks, in claim order. A failure is recorded, then rethrown. */
+  /**
+   * Claims up to `limit` tasks, in claim order. A failure is recorded, then rethrown; the claim may
+   * have committed all the same (the connection broke before its answer came), so what it took is
+   * owed back, found by the claim's token (see OwedOutcomes) instead of waiting out its leases.
+   */
   async claim(limit: number): Promise<Attempt[]> {
     this.inFlightSince = Date.now();
+    const token = randomUUID();
     try {
-      const attempts = await this.claimOnce(limit);
+      const attempts = await this.claimOnce(limit, token);
       this.lastClaimAt = Date.now();
       this.lastClaimError = null;
+      // The database answers again: what is owed goes back now, not at the next reconnect or pass.
+      if (this.deps.owed?.due) void this.deps.owed.settle(this.deps.prisma, this.deps.repo);
       return attempts;
     } catch (err) {
       this.lastClaimError = logLine(err);
+      this.deps.owed?.lostClaim(this.handler.queue, token);
       throw err;
     } finally {
       this.inFlightSince = null;
@@ -110,12 +119,12 @@ export class QueueClaimer {
     while (this.announcements.size > 0) await Promise.all(this.announcements);
   }
 
-  private async claimOnce(limit: number): Promise<Attempt[]> {
+  private async claimOnce(limit: number, token: string): Promise<Attempt[]> {
     const { queue, options: o } = this.handler;
     const sentAt = Date.now();
     const claim = this.limited
-      ? await this.deps.limits.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o)
-      : await this.deps.repo.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts);
+      ? await this.deps.limits.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o, token)
+      : await this.deps.repo.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, token);
     this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
     this.sawPaused = claim.paused === true;
     if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
