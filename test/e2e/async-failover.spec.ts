@@ -1,12 +1,8 @@
-import { PrismaPg } from '@prisma/adapter-pg';
-import { Pool } from 'pg';
-import { PrismaClient } from '../../src/generated/prisma/client';
-import { LEDGER_LEASE, LEDGER_TX, startLedgerWorker, type LedgerWorker } from '../support/ledger-handlers';
+import { FailoverStage, startFailoverWorkers } from '../support/failover-fleet';
+import { LEDGER_LEASE, LEDGER_TX } from '../support/ledger-handlers';
 import { orderTaskPairs, produceOrders } from '../support/order-producer';
 import { bootQueueApp } from '../support/queue-app';
-import { startReplicatedPair, type ReplicatedPair, type Server } from '../support/replicated-pair';
-import { StallProxy } from '../support/stall-proxy';
-import { auditAtLeastOnce, auditExactlyOnce, createLedgerTables, queueStates } from '../support/task-ledger';
+import { auditAtLeastOnce, auditExactlyOnce, queueStates } from '../support/task-ledger';
 import { waitFor } from '../support/wait-for';
 
 /**
@@ -34,74 +30,42 @@ const LAGGED = 30;
 const LAG = process.env.ASYNC_FAILOVER_NO_LAG !== '1';
 const QUEUES = [LEDGER_TX, LEDGER_LEASE];
 
-describe('failover with asynchronous replication: what is lost is lost by whole transactions', () => {
-  let pair: ReplicatedPair;
-  let proxy: StallProxy;
-  let url: string;
-  let primary: Server;
-  const sql = <T = any>(text: string, values?: unknown[]) => pair.sql<T>(primary, text, values);
-  const closing: (() => Promise<unknown>)[] = [];
-  let ended = false;
+type Sql = <T = any>(text: string, values?: unknown[]) => Promise<T[]>;
 
-  function proxiedPrisma(max: number, name: string): PrismaClient {
-    const pool = new Pool({ connectionString: url, max, application_name: name, connectionTimeoutMillis: 5000 });
-    pool.on('connect', (c) => c.on('error', () => undefined));
-    pool.on('error', () => undefined);
-    const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
-    closing.push(() => prisma.$disconnect(), () => pool.end());
-    return prisma;
-  }
+describe('failover with asynchronous replication: what is lost is lost by whole transactions', () => {
+  let stage: FailoverStage;
+  const sql: Sql = (text, values) => stage.sql(text, values);
 
   beforeAll(async () => {
-    pair = await startReplicatedPair('async-failover', { synchronous: false });
-    primary = pair.primary;
-    proxy = new StallProxy(pair.primary.port);
-    await proxy.start();
-    url = proxy.url(pair.primary.url);
-    await createLedgerTables(sql);
+    stage = await FailoverStage.start('async-failover', { synchronous: false });
   }, 120_000);
-  afterAll(async () => {
-    ended = true;
-    for (const close of closing.reverse()) await close().catch(() => undefined);
-    await proxy?.close();
-    pair?.stop();
-  });
+  afterAll(() => stage?.close());
 
   it('the primary crashes with commits the standby lacks: orders with their tasks, completions with their effects, or neither', async () => {
-    const workers: LedgerWorker[] = [];
-    for (const name of ['a1', 'a2', 'a3']) {
-      const w = await startLedgerWorker(name, proxiedPrisma(12, `${name} worker`), url, {
-        databaseUrl: url,
-        pollIntervalMs: POLL_MS,
-        rescueIntervalMs: RESCUE_MS,
-        queues: { [LEDGER_TX]: { concurrency: 4, leaseMs: LEASE_MS }, [LEDGER_LEASE]: { concurrency: 6, leaseMs: LEASE_MS } },
-      }, 20);
-      workers.push(w);
-      closing.push(() => w.close());
-    }
-    const completions: { id: string; at: number }[] = [];
-    for (const w of workers) w.queue.events$.subscribe((e) => e.type === 'completed' && completions.push({ id: e.taskId, at: Date.now() }));
-    const producerPrisma = proxiedPrisma(4, 'producer');
+    const { workers, completions } = await startFailoverWorkers(['a1', 'a2', 'a3'], stage.clients, stage.url, { pollIntervalMs: POLL_MS, rescueIntervalMs: RESCUE_MS, leaseMs: LEASE_MS, poolSize: 12 });
+    stage.apps.push(...workers);
+    const producerPrisma = stage.clients.prisma(4, 'producer');
     const producer = await bootQueueApp(producerPrisma, [], { autoStart: false });
-    closing.push(() => producer.close());
-    const orders = produceOrders(producerPrisma, producer.queue, { count: ORDERS, prefix: 'af-', queues: QUEUES, stopped: () => ended });
+    stage.apps.push(producer);
+    const orders = produceOrders(producerPrisma, producer.queue, { count: ORDERS, prefix: 'af-', queues: QUEUES, stopped: () => stage.ended });
 
     await waitFor('orders before the lag', () => orders.committed.length >= LAG_AFTER, { timeoutMs: 30_000, everyMs: 20 });
     const [replication] = await sql<{ sync_state: string }>('SELECT sync_state FROM pg_stat_replication');
     expect(replication.sync_state).toBe('async');
     const lagFrom = { at: Date.now(), orders: orders.committed.length, completions: completions.length };
     if (LAG) {
-      pair.link.stall();
+      stage.pair.link.stall();
       await waitFor('orders and completions acknowledged while the link lags', () => orders.committed.length >= lagFrom.orders + LAGGED && completions.length >= lagFrom.completions + LAGGED, { timeoutMs: 20_000, everyMs: 20 });
     }
     const crashAt = Date.now();
+    await stage.pair.crashPrimary();
+    await stage.pair.link.close(); // what it held dies with the primary
+    await stage.pair.promoteStandby();
+    const promotedAt = Date.now();
+    stage.primary = stage.pair.standby;
+    // Nothing commits from here until the address moves: what was acknowledged, it was by the old primary.
     const acknowledged = [...orders.committed];
     const completedBefore = new Set(completions.map((c) => c.id));
-    await pair.crashPrimary();
-    await pair.link.close(); // what it held dies with the primary
-    await pair.promoteStandby();
-    const promotedAt = Date.now();
-    primary = pair.standby;
 
     // The new primary as the crash left it, before any instance reaches it (the address still points at the old one).
     const [effects] = await sql<{ done_without_effect: number; effect_without_done: number }>(
@@ -123,13 +87,15 @@ describe('failover with asynchronous replication: what is lost is lost by whole 
       expect(lostCompletions.length).toBeGreaterThan(0);
     }
 
-    proxy.repoint(pair.standby.port);
+    stage.proxy.repoint(stage.pair.standby.port);
     await orders.done;
     const states = await waitFor('every task to finish', async () => {
       const [tx, lease] = [await queueStates(sql, LEDGER_TX), await queueStates(sql, LEDGER_LEASE)];
       return tx.pending + tx.running + lease.pending + lease.running === 0 ? { tx, lease } : null;
     }, { timeoutMs: 40_000, everyMs: 100 });
     const allDoneMs = Date.now() - promotedAt;
+    const lost = new Set(lostCompletions);
+    const redoneMs = Math.max(0, ...completions.filter((c) => c.at > promotedAt && lost.has(c.id)).map((c) => c.at - promotedAt));
     const [reused] = await sql<{ n: number }>(
       `SELECT count(*)::int AS n FROM (SELECT id, payload FROM pgqueue.task UNION ALL SELECT id, payload FROM pgqueue.task_archive) t
         JOIN unnest($1::bigint[], $2::text[]) AS l(id, name) ON l.id = t.id WHERE t.payload->>'order' IS DISTINCT FROM l.name`,
@@ -139,7 +105,7 @@ describe('failover with asynchronous replication: what is lost is lost by whole 
       [
         `async failover (${LAG ? `link stalled ${crashAt - lagFrom.at} ms before the crash` : 'link not stalled'}): ${acknowledged.length} orders acknowledged before the crash, ${lostOrders.length} of them lost with their tasks (${acknowledged.length - lagFrom.orders} acknowledged after the stall);`,
         `${completedBefore.size} completions acknowledged before the crash, ${lostCompletions.length} lost with their effects (${completedBefore.size - lagFrom.completions} after the stall); ${reused.n} lost task id(s) now naming another task;`,
-        `crash → promotion ${promotedAt - crashAt} ms; promotion → every task done ${allDoneMs} ms (lease ${LEASE_MS} ms); ${orders.committed.length} orders acknowledged in all (${orders.refused()} refused)`,
+        `crash → promotion ${promotedAt - crashAt} ms; promotion → the tasks of the lost completions done again ${redoneMs} ms (their leases: ${LEASE_MS} ms), → every task done ${allDoneMs} ms (the producer's last orders); ${orders.committed.length} orders acknowledged in all (${orders.refused()} refused)`,
       ].join('\n'),
     );
 
