@@ -101,6 +101,15 @@ describe('reads from a replica (readPrisma): the standby of a replicated pair', 
     const list = await (await fetch(`${base}/tasks?queue=${QUEUE}`)).text();
     expect(before.every((id) => list.includes(`/tasks/${id}"`))).toBe(true);
     expect(fresh.some((id) => list.includes(`/tasks/${id}"`))).toBe(false);
+    // The other counting reads run on the standby too (a write there would be refused read-only).
+    for (const page of ['', '/schedules']) expect((await fetch(`${base}${page}`)).status).toBe(200);
+    expect(await queue.topErrors(QUEUE)).toEqual([]);
+    expect(await queue.hourly({ queue: QUEUE })).toEqual([]);
+    // A pause just made (on the primary) shows only once the replica has it.
+    expect(await queue.pause(QUEUE)).toBe(true);
+    expect(await queue.pausedQueues()).toEqual([]);
+    expect(await queue.resume(QUEUE)).toBe(true);
+    expect(await queue.listSchedules()).toEqual([]);
     // The task page reads the primary: an action redirects to it.
     const page = await fetch(`${base}/tasks/${fresh[0]}`);
     expect(page.status).toBe(200);
