@@ -1,13 +1,12 @@
 import { Injectable } from '@nestjs/common';
-import { PrismaPg } from '@prisma/adapter-pg';
-import { Pool } from 'pg';
+import type { Pool } from 'pg';
 import { TaskHandler, WorkerOrchestrator, type Task, type TaskContext } from '@app/pg-queue';
-import { PrismaClient, type Prisma } from '../../src/generated/prisma/client';
-import { LEDGER_LEASE, LEDGER_TX, startLedgerWorker, type LedgerWorker } from '../support/ledger-handlers';
+import type { Prisma } from '../../src/generated/prisma/client';
+import { FailoverStage, startFailoverWorkers } from '../support/failover-fleet';
+import { LEDGER_LEASE, LEDGER_TX } from '../support/ledger-handlers';
+import { orderTaskPairs, produceOrders } from '../support/order-producer';
 import { bootQueueApp, nextEvents, type QueueApp } from '../support/queue-app';
-import { startReplicatedPair, type ReplicatedPair, type Server } from '../support/replicated-pair';
-import { StallProxy } from '../support/stall-proxy';
-import { auditAtLeastOnce, auditExactlyOnce, createLedgerTables, queueStates, recordEffect, recordRun } from '../support/task-ledger';
+import { auditAtLeastOnce, auditExactlyOnce, queueStates, recordEffect, recordRun } from '../support/task-ledger';
 import { pause, waitFor } from '../support/wait-for';
 
 /**
@@ -63,56 +62,19 @@ class ReadOnlyHandlers {
 }
 
 describe('failover: the address moves to a synchronous standby', () => {
-  let pair: ReplicatedPair;
-  let proxy: StallProxy;
-  /** The app database through the proxy: where every app and ledger connection goes. */
-  let url: string;
-  /** Statements on whichever server is the primary now. */
-  let primary: Server;
-  const sql: Sql = (text, values) => pair.sql(primary, text, values);
-  const pools: Pool[] = [];
-  const prismas: PrismaClient[] = [];
-  const apps: { close(): Promise<void> }[] = [];
-  /** Ends the producer's loop (a failed test leaves it running otherwise). */
-  let ended = false;
-
-  /** A Prisma client through the proxy, on a pool whose connections may be cut (README, Deployment). */
-  function proxiedPrisma(max: number, name: string): PrismaClient {
-    const pool = proxiedPool(max, name);
-    const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
-    prismas.push(prisma);
-    return prisma;
-  }
-  function proxiedPool(max: number, name: string): Pool {
-    const pool = new Pool({ connectionString: url, max, application_name: name, connectionTimeoutMillis: 5000 });
-    pool.on('connect', (c) => c.on('error', () => undefined));
-    pool.on('error', () => undefined);
-    pools.push(pool);
-    return pool;
-  }
+  let stage: FailoverStage;
+  const sql: Sql = (text, values) => stage.sql(text, values);
 
   beforeAll(async () => {
-    pair = await startReplicatedPair('failover');
-    primary = pair.primary;
-    proxy = new StallProxy(pair.primary.port);
-    await proxy.start();
-    url = proxy.url(pair.primary.url);
-    await createLedgerTables(sql);
+    stage = await FailoverStage.start('failover');
   }, 120_000);
-  afterAll(async () => {
-    ended = true;
-    for (const a of apps.reverse()) await a.close().catch(() => undefined);
-    await Promise.all(prismas.map((p) => p.$disconnect().catch(() => undefined)));
-    await Promise.all(pools.map((p) => p.end().catch(() => undefined)));
-    await proxy?.close();
-    pair?.stop();
-  });
+  afterAll(() => stage?.close());
 
   it('a standby not promoted yet behind the address: attempts that meet it go back uncounted, none fails', async () => {
-    const app = await bootQueueApp(proxiedPrisma(16, 'ro worker'), [ReadOnlyHandlers], { databaseUrl: url, pollIntervalMs: POLL_MS, rescueIntervalMs: RESCUE_MS, workerId: 'ro', autoStart: false });
-    apps.push(app);
+    const app = await bootQueueApp(stage.clients.prisma(16, 'ro worker'), [ReadOnlyHandlers], { databaseUrl: stage.url, pollIntervalMs: POLL_MS, rescueIntervalMs: RESCUE_MS, workerId: 'ro', autoStart: false });
+    stage.apps.push(app);
     const handlers = app.app.get(ReadOnlyHandlers);
-    handlers.runs = proxiedPool(10, 'ro ledger');
+    handlers.runs = stage.clients.pool(10, 'ro ledger');
     const orchestrator = app.app.get(WorkerOrchestrator);
     try {
       await meetReadOnlyStandby(app, handlers, orchestrator);
@@ -126,14 +88,14 @@ describe('failover: the address moves to a synchronous standby', () => {
     await orchestrator.start();
     await waitFor('work under way in both modes', async () => (await queueStates(sql, RO_LEASE)).done >= 30 && (await queueStates(sql, RO_TX)).done >= 30);
 
-    proxy.repoint(pair.standby.port);
+    stage.proxy.repoint(stage.pair.standby.port);
     // Down while it lasts: LISTEN is refused (reads still answer).
     const during = await waitFor('health to report the outage', async () => {
       const h = await orchestrator.health(1000);
       return h.listen !== 'connected' ? h : null;
     });
     await pause(1500);
-    proxy.repoint(pair.primary.port);
+    stage.proxy.repoint(stage.pair.primary.port);
 
     await waitFor('both queues to finish', async () => {
       const s = [await queueStates(sql, RO_LEASE), await queueStates(sql, RO_TX)];
@@ -156,53 +118,23 @@ describe('failover: the address moves to a synchronous standby', () => {
   }
 
   it('the primary crashes mid-drain and the standby is promoted: every committed enqueue runs, effects once, all done in seconds', async () => {
-    const workers: LedgerWorker[] = [];
-    for (const name of ['w1', 'w2', 'w3']) {
-      const w = await startLedgerWorker(name, proxiedPrisma(14, `${name} worker`), url, {
-        databaseUrl: url,
-        pollIntervalMs: POLL_MS,
-        rescueIntervalMs: RESCUE_MS,
-        queues: { [LEDGER_TX]: { concurrency: 4, leaseMs: LEASE_MS }, [LEDGER_LEASE]: { concurrency: 6, leaseMs: LEASE_MS } },
-      }, 20);
-      workers.push(w);
-      apps.push(w);
-    }
-    // Who completed what, when (epoch ms), from each instance's own events.
-    const completions: { worker: string; id: string; at: number }[] = [];
-    for (const w of workers) w.queue.events$.subscribe((e) => e.type === 'completed' && completions.push({ worker: w.name, id: e.taskId, at: Date.now() }));
+    const { workers, completions } = await startFailoverWorkers(['w1', 'w2', 'w3'], stage.clients, stage.url, { pollIntervalMs: POLL_MS, rescueIntervalMs: RESCUE_MS, leaseMs: LEASE_MS, poolSize: 14 });
+    stage.apps.push(...workers);
 
     // The producer: an order and its task in one business transaction, through the moving address.
-    const producerPrisma = proxiedPrisma(4, 'producer');
+    const producerPrisma = stage.clients.prisma(4, 'producer');
     const producer = await bootQueueApp(producerPrisma, [], { autoStart: false });
-    apps.push(producer);
-    const committed: string[] = [];
-    let refused = 0;
-    let lastCommitAt = 0;
+    stage.apps.push(producer);
     const producedFrom = Date.now();
-    const producing = (async () => {
-      for (let i = 0; committed.length < ORDERS && !ended; i++) {
-        try {
-          // A commit whose answer was lost may still have committed (the standby has it): its order
-          // and task are audited together below; a new order is written either way.
-          const id = await producerPrisma.$transaction(async (tx) => {
-            await tx.order.create({ data: { customer: `fo-${i}`, amountCents: i } });
-            return producer.queue.enqueue(i % 2 === 0 ? LEDGER_TX : LEDGER_LEASE, { order: `fo-${i}` }, { tx });
-          }, { maxWait: 5000, timeout: 10_000 });
-          committed.push(id);
-          lastCommitAt = Date.now();
-        } catch {
-          refused++;
-          await pause(50);
-        }
-      }
-    })();
+    const orders = produceOrders(producerPrisma, producer.queue, { count: ORDERS, prefix: 'fo-', queues: [LEDGER_TX, LEDGER_LEASE], stopped: () => stage.ended });
+    const committed = orders.committed;
 
     await waitFor('orders before the crash', () => committed.length >= CRASH_AFTER, { timeoutMs: 30_000, everyMs: 20 });
     const sync = await sql<{ sync_state: string }>('SELECT sync_state FROM pg_stat_replication');
     expect(sync.map((r) => r.sync_state)).toEqual(['sync']);
     const crashAt = Date.now();
-    const beforeCrash = new Set(committed);
-    await pair.crashPrimary();
+    const beforeCrash = new Set(committed.map((o) => o.id));
+    await stage.pair.crashPrimary();
     const health = workers[0].orchestrator;
     const down = await waitFor('health to report the database down', async () => {
       const h = await health.health(1000);
@@ -210,13 +142,14 @@ describe('failover: the address moves to a synchronous standby', () => {
     }, { timeoutMs: 10_000 });
     await pause(1000);
     // The address moves first; for a moment it reaches a standby that is not promoted yet.
-    proxy.repoint(pair.standby.port);
+    stage.proxy.repoint(stage.pair.standby.port);
     await pause(1000);
-    await pair.promoteStandby();
+    await stage.pair.promoteStandby();
     const promotedAt = Date.now();
-    primary = pair.standby;
+    stage.primary = stage.pair.standby;
 
-    await producing;
+    await orders.done;
+    const lastCommitAt = committed[committed.length - 1].at;
     const allDone = async () => {
       const [tx, lease] = [await queueStates(sql, LEDGER_TX), await queueStates(sql, LEDGER_LEASE)];
       return tx.pending + tx.running + lease.pending + lease.running === 0 ? { tx, lease } : null;
@@ -229,7 +162,7 @@ describe('failover: the address moves to a synchronous standby', () => {
     const backlogMs = Math.max(...after.filter((c) => beforeCrash.has(c.id)).map((c) => c.at), promotedAt) - promotedAt;
     console.log(
       [
-        `failover: ${committed.length} orders committed (${refused} refused during the outage), the crash after ${beforeCrash.size} (${crashAt - producedFrom} ms in);`,
+        `failover: ${committed.length} orders committed (${orders.refused()} refused during the outage), the crash after ${beforeCrash.size} (${crashAt - producedFrom} ms in);`,
         `crash → promotion ${promotedAt - crashAt} ms (health down: ${down.database.error?.slice(0, 60)});`,
         `promotion → first task completed ${firstMs} ms, → last of those enqueued before the crash ${backlogMs} ms, → last ${lastMs} ms (the last order committed ${lastCommitAt - promotedAt} ms after the promotion);`,
         `completions after it by instance: ${workers.map((w) => `${w.name} ${after.filter((c) => c.worker === w.name).length}`).join(', ')}`,
@@ -238,17 +171,9 @@ describe('failover: the address moves to a synchronous standby', () => {
 
     // Every enqueue that committed ran, once done; nothing dead; each order has its task and each task its order.
     expect(states.tx.dead + states.lease.dead).toBe(0);
-    const [done] = await sql<{ n: number }>("SELECT count(*)::int AS n FROM pgqueue.task_archive WHERE id = ANY($1::bigint[]) AND state = 'done'", [committed]);
+    const [done] = await sql<{ n: number }>("SELECT count(*)::int AS n FROM pgqueue.task_archive WHERE id = ANY($1::bigint[]) AND state = 'done'", [committed.map((o) => o.id)]);
     expect(done.n).toBe(committed.length);
-    const [pairs] = await sql<{ orders: number; tasks: number; orphan_orders: number; orphan_tasks: number }>(
-      `WITH o AS (SELECT customer FROM orders WHERE customer LIKE 'fo-%'),
-            t AS (SELECT payload->>'order' AS customer FROM pgqueue.task_archive WHERE queue IN ($1, $2) AND payload ? 'order'
-                  UNION ALL SELECT payload->>'order' FROM pgqueue.task WHERE queue IN ($1, $2) AND payload ? 'order')
-       SELECT (SELECT count(*)::int FROM o) AS orders, (SELECT count(*)::int FROM t) AS tasks,
-              (SELECT count(*)::int FROM o WHERE customer NOT IN (SELECT customer FROM t)) AS orphan_orders,
-              (SELECT count(*)::int FROM t WHERE customer NOT IN (SELECT customer FROM o)) AS orphan_tasks`,
-      [LEDGER_TX, LEDGER_LEASE],
-    );
+    const pairs = await orderTaskPairs(sql, 'fo-', [LEDGER_TX, LEDGER_LEASE]);
     expect(pairs).toMatchObject({ orphan_orders: 0, orphan_tasks: 0 });
     expect(pairs.orders).toBe(pairs.tasks);
     expect(pairs.orders).toBeGreaterThanOrEqual(ORDERS);

@@ -3,6 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { Client } from 'pg';
+import { StallProxy } from './stall-proxy';
 import { waitFor } from './wait-for';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -25,12 +26,18 @@ export interface Server {
  * Two PostgreSQL clusters from the machine's binaries on 127.0.0.1 (see scripts/local-postgres.js):
  * a primary and a streaming-replication standby made by `pg_basebackup -R`, replication
  * synchronous (`synchronous_standby_names = '*'` on the primary: a commit returns once the standby
- * has it). The standby's own configuration has no synchronous standby, so that once promoted it
+ * has it) unless `synchronous: false` (a commit returns once the primary has it; the standby
+ * follows). The standby's own configuration has no synchronous standby, so that once promoted it
  * commits alone, as a failover manager arranges.
  */
 export interface ReplicatedPair {
   primary: Server;
   standby: Server;
+  /**
+   * The standby's replication connection goes through this proxy: `stall()` makes it lag (the
+   * primary's WAL is held, not delivered), `close()` drops what it held (as a crash would).
+   */
+  link: StallProxy;
   /** One statement on `server`'s app database, on a connection of its own. */
   sql<T = any>(server: Server, text: string, values?: unknown[]): Promise<T[]>;
   /** `pg_ctl stop -m immediate`: the primary crashes (no checkpoint, sessions cut). */
@@ -43,7 +50,7 @@ export interface ReplicatedPair {
 
 const asRoot = typeof process.getuid === 'function' && process.getuid() === 0;
 
-export async function startReplicatedPair(label: string): Promise<ReplicatedPair> {
+export async function startReplicatedPair(label: string, { synchronous = true }: { synchronous?: boolean } = {}): Promise<ReplicatedPair> {
   const stops: (() => void)[] = [];
   const stop = () => stops.splice(0).reverse().forEach((s) => s());
   try {
@@ -70,6 +77,12 @@ export async function startReplicatedPair(label: string): Promise<ReplicatedPair
     });
     if (asRoot) execFileSync('chown', ['postgres:postgres', standbyDir]);
     local.run(path.join(pg.bin, 'pg_basebackup'), ['-h', '127.0.0.1', '-p', String(pg.port), '-U', 'postgres', '-D', standbyDir, '-R', '-X', 'stream', '--checkpoint=fast', '--no-sync']);
+    const link = new StallProxy(pg.port);
+    await link.start();
+    stops.push(() => void link.close());
+    // pg_basebackup -R wrote primary_conninfo with the primary's port: through the link instead.
+    const autoConf = path.join(standbyDir, 'postgresql.auto.conf');
+    fs.writeFileSync(autoConf, fs.readFileSync(autoConf, 'utf8').replace(/\bport=\d+/, `port=${link.port}`));
     const standbyPort = await local.freePort();
     fs.appendFileSync(path.join(standbyDir, 'postgresql.conf'), `\nport = '${standbyPort}'\nunix_socket_directories = '${standbyDir}'\n`);
     local.run(pgCtl, ['-D', standbyDir, '-l', path.join(standbyDir, 'server.log'), '-w', '-t', '60', 'start']);
@@ -84,13 +97,20 @@ export async function startReplicatedPair(label: string): Promise<ReplicatedPair
         await c.end().catch(() => undefined);
       }
     };
-    // Synchronous from now on (set after the standby is attached: before, every commit would wait for it).
-    await sql(primary, "ALTER SYSTEM SET synchronous_standby_names = '*'");
-    await sql(primary, 'SELECT pg_reload_conf()');
-    await waitFor('the standby to replicate synchronously', async () => (await sql(primary, 'SELECT sync_state FROM pg_stat_replication'))[0]?.sync_state === 'sync');
+    if (synchronous) {
+      // Synchronous from now on (set after the standby is attached: before, every commit would wait for it).
+      await sql(primary, "ALTER SYSTEM SET synchronous_standby_names = '*'");
+      await sql(primary, 'SELECT pg_reload_conf()');
+    }
+    const mode = synchronous ? 'sync' : 'async';
+    await waitFor(`the standby to replicate (${mode})`, async () => {
+      const [r] = await sql(primary, 'SELECT state, sync_state FROM pg_stat_replication');
+      return r?.state === 'streaming' && r.sync_state === mode;
+    });
     return {
       primary,
       standby,
+      link,
       sql,
       crashPrimary: async () => void (await local.runAsync(pgCtl, ['-D', pg.dataDir, '-m', 'immediate', '-w', 'stop'])),
       promoteStandby: async () => void (await local.runAsync(pgCtl, ['-D', standbyDir, '-w', '-t', '60', 'promote'])),

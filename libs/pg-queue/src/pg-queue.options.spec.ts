@@ -34,6 +34,7 @@ describe('resolveModuleOptions', () => {
     const o = resolveModuleOptions({ prisma });
     expect(o).toMatchObject({
       prisma,
+      readPrisma: prisma,
       databaseUrl: undefined,
       schema: 'pgqueue',
       autoStart: true,
@@ -144,6 +145,23 @@ describe('resolveModuleOptions', () => {
     const err = thrown(() => resolveModuleOptions({ prisma } as unknown as PgQueueModuleOptions));
     expect(err).toBeInstanceOf(InvalidOptionsError);
     expect(err.message).toContain('invalid option prisma: ');
+  });
+
+  it('keeps readPrisma, the replica the operator reads that count or list go to', () => {
+    const readPrisma = fakePrisma();
+    const o = resolve({ readPrisma });
+    expect(o.readPrisma).toBe(readPrisma);
+    expect(o.prisma).not.toBe(readPrisma);
+  });
+
+  it.each([
+    ['null', null],
+    ['a connection string', 'postgresql://replica/app'],
+    ['an object without $transaction', { $queryRawUnsafe: () => undefined }],
+  ])('rejects readPrisma given as %s', (_label, readPrisma) => {
+    const err = thrown(() => resolve({ readPrisma }));
+    expect(err).toBeInstanceOf(InvalidOptionsError);
+    expect(err.message).toContain('invalid option readPrisma: expected a PrismaClient instance');
   });
 
   it.each([undefined, null, 'options', 42])('rejects options given as %p', (options) => {

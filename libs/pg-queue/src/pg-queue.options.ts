@@ -13,6 +13,14 @@ export { DEFAULT_HANDLER_OPTIONS, HANDLER_OPTION_KEYS, hasFlowControl, queueOpti
 export interface PgQueueModuleOptions {
   /** The app's own PrismaClient (with the @prisma/adapter-pg driver adapter). */
   prisma: PrismaClientLike;
+  /**
+   * A second PrismaClient (same schema, `@prisma/adapter-pg`) on a read replica, for the operator's
+   * reads that count or list: stats(), list(), topErrors(), hourly(), pausedQueues(),
+   * listSchedules(), the dashboard's overview, task list and schedules, and the metrics scrape.
+   * Reads of one task or schedule by id or name (get, getLogs, chain, getSchedule, waitFor, the
+   * dashboard's task page), the health check and every write stay on `prisma`. Default: `prisma`.
+   */
+  readPrisma?: PrismaClientLike;
   /** Connection string for the LISTEN connection. Without it workers only poll. */
   databaseUrl?: string;
   /** Postgres schema of the queue tables. Default 'pgqueue'. */
@@ -67,6 +75,7 @@ export interface PgQueueModuleOptions {
 const MODULE_OPTION_KEYS = Object.keys({
   prisma: true,
   databaseUrl: true,
+  readPrisma: true,
   schema: true,
   workerId: true,
   autoStart: true,
@@ -105,6 +114,13 @@ function positiveInt(option: string, value: unknown, { min = 1, max = Number.MAX
   return value;
 }
 
+function checkPrismaClient(option: string, client: unknown): void {
+  const c = client as Record<string, unknown> | null | undefined;
+  if (!c || typeof c.$queryRawUnsafe !== 'function' || typeof c.$transaction !== 'function') {
+    throw new InvalidOptionsError(option, 'expected a PrismaClient instance ($queryRawUnsafe and $transaction missing)');
+  }
+}
+
 export function defaultWorkerId(): string {
   return `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
 }
@@ -119,10 +135,8 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
     if (!isOptionsObject(options.retention)) fail('retention', `expected an object, got ${JSON.stringify(options.retention)}`);
     rejectUnknownOptions(options.retention, RETENTION_KEYS, (key, reason) => fail(`retention.${key}`, reason));
   }
-  const prisma = options.prisma as unknown as Record<string, unknown> | undefined;
-  if (!prisma || typeof prisma.$queryRawUnsafe !== 'function' || typeof prisma.$transaction !== 'function') {
-    throw new InvalidOptionsError('prisma', 'expected a PrismaClient instance ($queryRawUnsafe and $transaction missing)');
-  }
+  checkPrismaClient('prisma', options.prisma);
+  if (options.readPrisma !== undefined) checkPrismaClient('readPrisma', options.readPrisma);
   if (options.databaseUrl !== undefined && (typeof options.databaseUrl !== 'string' || !/^postgres(ql)?:\/\//.test(options.databaseUrl))) {
     throw new InvalidOptionsError('databaseUrl', 'expected a postgres:// or postgresql:// connection string');
   }
@@ -140,6 +154,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
   const archiveMs = positiveInt('retention.archiveMs', options.retention?.archiveMs ?? 7 * 86_400_000, { min: 0 });
   return {
     prisma: options.prisma,
+    readPrisma: options.readPrisma ?? options.prisma,
     databaseUrl: options.databaseUrl,
     schema: validateSchemaName(options.schema === undefined ? 'pgqueue' : options.schema),
     workerId: options.workerId ?? defaultWorkerId(),

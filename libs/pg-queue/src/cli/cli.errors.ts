@@ -29,18 +29,24 @@ export function where(url: string): string {
   return `${u.hostname}:${u.port || 5432}${u.pathname}`;
 }
 
+const URL_FORM = 'postgresql://USER:PASSWORD@HOST:5432/DATABASE';
+
 /** The database URL from --database-url or DATABASE_URL, checked; a CliFailure (exit 3) otherwise. */
 export function databaseUrl(given: string | undefined): string {
   const url = given ?? process.env.DATABASE_URL;
-  const form = 'postgresql://USER:PASSWORD@HOST:5432/DATABASE';
-  if (!url) throw new CliFailure(`pg-queue: no database: pass --database-url or set DATABASE_URL (${form})`, EXIT.database);
+  if (!url) throw new CliFailure(`pg-queue: no database: pass --database-url or set DATABASE_URL (${URL_FORM})`, EXIT.database);
+  return postgresUrl(url, 'the database URL');
+}
+
+/** `url` when it is a postgresql:// URL; a CliFailure (exit 3) naming `what` otherwise. */
+export function postgresUrl(url: string, what: string): string {
   let ok = false;
   try {
     ok = /^postgres(ql)?:$/.test(new URL(url).protocol);
   } catch {
     ok = false;
   }
-  if (!ok) throw new CliFailure(`pg-queue: the database URL is not a postgresql:// URL (${form})`, EXIT.database);
+  if (!ok) throw new CliFailure(`pg-queue: ${what} is not a postgresql:// URL (${URL_FORM})`, EXIT.database);
   return url;
 }
 

@@ -5,39 +5,58 @@ import type { PrismaClientLike, SqlExecutor } from '../types';
  * The CLI's stand-in for an app's PrismaClient: the queue's statements on one `pg` connection.
  * The statements return what Prisma's driver adapter returns for them (ids and counts are cast
  * in SQL; timestamptz arrives as Date, jsonb parsed), so the library's repositories and TaskQueue
- * run on it unchanged. One connection, so a transaction is simply BEGIN … COMMIT on it.
+ * run on it unchanged. One connection, so a transaction is simply BEGIN … COMMIT on it. It
+ * connects at its first statement: with --read-url, a command that reads only the replica never
+ * opens a connection to the primary (nor needs its URL).
  */
 export class PgExecutor implements PrismaClientLike {
-  private constructor(private readonly client: Client) {}
+  private client: Promise<Client> | null = null;
 
-  static async connect(url: string): Promise<PgExecutor> {
-    const client = new Client({ connectionString: url, application_name: 'pg-queue cli' });
-    client.on('error', () => undefined); // a dropped connection fails the next query instead
-    await client.connect();
-    return new PgExecutor(client);
+  /** `url` is asked for at the first statement (it may throw then: no URL given). */
+  constructor(
+    private readonly url: () => string,
+    private readonly applicationName = 'pg-queue cli',
+  ) {}
+
+  /** Connects now (a replica: its connection errors are reported before the command runs). */
+  static async connect(url: string, applicationName?: string): Promise<PgExecutor> {
+    const executor = new PgExecutor(() => url, applicationName);
+    await executor.connection();
+    return executor;
   }
 
   async $queryRawUnsafe<T = unknown>(query: string, ...values: unknown[]): Promise<T> {
-    return (await this.client.query(query, values)).rows as T;
+    return (await (await this.connection()).query(query, values)).rows as T;
   }
 
   async $executeRawUnsafe(query: string, ...values: unknown[]): Promise<number> {
-    return (await this.client.query(query, values)).rowCount ?? 0;
+    return (await (await this.connection()).query(query, values)).rowCount ?? 0;
   }
 
   async $transaction<R>(fn: (tx: SqlExecutor) => Promise<R>): Promise<R> {
-    await this.client.query('BEGIN');
+    const client = await this.connection();
+    await client.query('BEGIN');
     try {
       const result = await fn(this);
-      await this.client.query('COMMIT');
+      await client.query('COMMIT');
       return result;
     } catch (err) {
-      await this.client.query('ROLLBACK').catch(() => undefined);
+      await client.query('ROLLBACK').catch(() => undefined);
       throw err;
     }
   }
 
-  $disconnect(): Promise<void> {
-    return this.client.end();
+  async $disconnect(): Promise<void> {
+    const client = await this.client?.catch(() => null);
+    await client?.end();
+  }
+
+  private connection(): Promise<Client> {
+    return (this.client ??= (async () => {
+      const client = new Client({ connectionString: this.url(), application_name: this.applicationName });
+      client.on('error', () => undefined); // a dropped connection fails the next query instead
+      await client.connect();
+      return client;
+    })());
   }
 }

@@ -12,7 +12,7 @@ import { validateSchemaName } from '../sql/identifiers';
 import { TaskRepository } from '../sql/task.repository';
 import { TASK_STATES } from '../core/task-states';
 import type { TaskState } from '../types';
-import { CliFailure, EXIT, databaseUrl, failureOf } from './cli.errors';
+import { CliFailure, EXIT, databaseUrl, failureOf, postgresUrl } from './cli.errors';
 import { logLine, print, record, table, type Output } from './output';
 import { progressText } from '../core/progress';
 import { PgExecutor } from './pg.executor';
@@ -21,6 +21,7 @@ import { taskChangeCommands } from './task-changes.commands';
 
 interface Global {
   databaseUrl?: string;
+  readUrl?: string;
   schema: string;
   json: boolean;
 }
@@ -46,19 +47,30 @@ function positiveInt(value: string): number {
   return n;
 }
 
-/** Runs `fn` with a TaskQueue on the database: the library's own operator API and its checks. */
+/**
+ * Runs `fn` with a TaskQueue on the database: the library's own operator API and its checks. With
+ * --read-url, its reads that count or list go to that replica (as an app's `readPrisma`), and the
+ * primary is connected to only if the command needs it.
+ */
 async function withQueue<T>(g: Global, fn: (queue: TaskQueue, db: PgExecutor) => Promise<T>): Promise<T> {
-  const url = databaseUrl(g.databaseUrl);
-  let db: PgExecutor | null = null;
+  let url: string | null = null; // the primary's, once a statement needed it
+  const db = new PgExecutor(() => (url = databaseUrl(g.databaseUrl)));
+  let replica: PgExecutor | null = null;
   try {
-    db = await PgExecutor.connect(url);
-    const options = resolveModuleOptions({ prisma: db, schema: g.schema, autoStart: false });
+    if (g.readUrl !== undefined) {
+      const readUrl = postgresUrl(g.readUrl, '--read-url');
+      replica = await PgExecutor.connect(readUrl, 'pg-queue cli reads').catch((err: unknown) => {
+        throw failureOf(err, readUrl);
+      });
+    }
+    const options = resolveModuleOptions({ prisma: db, readPrisma: replica ?? db, schema: g.schema, autoStart: false });
     const queue = new TaskQueue(options, new TaskRepository(options.schema, options.finished), new OperatorRepository(options.schema), new TaskEvents());
     return await fn(queue, db);
   } catch (err) {
     throw failureOf(err, url);
   } finally {
-    await db?.$disconnect().catch(() => undefined);
+    await db.$disconnect().catch(() => undefined);
+    await replica?.$disconnect().catch(() => undefined);
   }
 }
 
@@ -74,6 +86,7 @@ export function program(out: (text: string) => void, err: (text: string) => void
     .description('Inspect and operate the pg-queue tables of a PostgreSQL database.')
     .version(packageVersion())
     .addOption(new Option('--database-url <url>', 'postgresql://USER:PASSWORD@HOST:5432/DATABASE (default: $DATABASE_URL)'))
+    .addOption(new Option('--read-url <url>', 'a read replica for the reads that count or list (stats, list, schedules list); reads by id and every change stay on --database-url'))
     .option('--schema <name>', 'the queue\'s schema', 'pgqueue')
     .option('--json', 'print JSON (for scripts)', false)
     .addHelpText('after', EXIT_CODES)

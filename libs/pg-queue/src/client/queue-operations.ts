@@ -21,7 +21,9 @@ export type CancelResult = 'cancelled' | 'requested' | 'not-cancellable';
  * The operator's actions, which TaskQueue inherits: on one task (cancel, retry, priority, due
  * time, payload), on a queue's history (retryDead, purge, topErrors, hourly), on a queue's flow
  * (pause, resume) and on runtime schedules. Each checks its arguments and runs one statement or
- * bounded transaction of the operator's repositories.
+ * bounded transaction of the operator's repositories. Reads that count or list (topErrors, hourly,
+ * pausedQueues, listSchedules) go to `readPrisma` (a replica, when the app gives one); reads by id
+ * or name and every change go to `prisma`, the primary (see the README's Reads from a replica).
  */
 export abstract class QueueOperations {
   protected readonly pauses: PauseRepository;
@@ -33,7 +35,7 @@ export abstract class QueueOperations {
     protected readonly operator: OperatorRepository,
   ) {
     this.pauses = new PauseRepository(options.schema);
-    this.schedules = new ScheduleClient(options.prisma, options.schema);
+    this.schedules = new ScheduleClient(options.prisma, options.schema, options.readPrisma);
     this.changes = new TaskChanges(options.prisma, operator, options.maxPayloadBytes);
   }
 
@@ -122,7 +124,7 @@ export abstract class QueueOperations {
 
   /** The seed's `select error_text, count(*) … group by 1 order by 2 desc`, for failing and dead tasks. */
   async topErrors(queue: string, limit = 20): Promise<{ error: string; count: number; dead: number; lastSeen: Date }[]> {
-    const rows = await this.operator.topErrors(this.options.prisma, validateQueueName(queue), rowLimit(limit));
+    const rows = await this.operator.topErrors(this.options.readPrisma, validateQueueName(queue), rowLimit(limit));
     return rows.map((r) => ({ error: r.error, count: r.count, dead: r.dead, lastSeen: r.last_seen }));
   }
 
@@ -136,7 +138,7 @@ export abstract class QueueOperations {
     // Outside years 1-9999 toISOString writes "+010000-…" or "-000001-…", which Postgres cannot read.
     const year = since instanceof Date ? since.getUTCFullYear() : NaN;
     if (!(year >= 1 && year <= 9999)) throw new InvalidArgumentError('since', 'expected a valid Date between the years 1 and 9999');
-    const rows = await this.operator.hourly(this.options.prisma, filter.queue === undefined ? null : validateQueueName(filter.queue), since);
+    const rows = await this.operator.hourly(this.options.readPrisma, filter.queue === undefined ? null : validateQueueName(filter.queue), since);
     return rows.map((r) => ({ hour: r.hour, queue: r.queue, done: r.done, totalMs: r.total_ms, avgMs: r.avg_ms }));
   }
 
@@ -160,9 +162,9 @@ export abstract class QueueOperations {
     return this.pauses.resume(this.options.prisma, validateQueueName(queue), pauseScope(scope));
   }
 
-  /** Every pause: queues (`partition` null) and partitions, by queue name. */
+  /** Every pause: queues (`partition` null) and partitions, by queue name (from `readPrisma`). */
   async pausedQueues(): Promise<QueuePause[]> {
-    return this.pauses.list(this.options.prisma);
+    return this.pauses.list(this.options.readPrisma);
   }
 
   /**

@@ -37,6 +37,8 @@ export class ScheduleClient {
   constructor(
     private readonly prisma: PrismaClientLike,
     schema: string,
+    /** Where `list` reads (a replica, or `prisma`); `get` by name reads the primary. */
+    private readonly reads: PrismaClientLike = prisma,
   ) {
     this.repo = new ScheduleRepository(schema);
     this.channel = notifyChannel(schema);
@@ -56,7 +58,7 @@ export class ScheduleClient {
   }
 
   async list(): Promise<ScheduleInfo[]> {
-    return (await this.repo.readSchedules(this.prisma, null)).map(scheduleInfo);
+    return (await this.repo.readSchedules(this.reads, null)).map(scheduleInfo);
   }
 
   /** True when removed, false when there was no such schedule; a declared one is refused. */

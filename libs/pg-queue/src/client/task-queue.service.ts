@@ -76,7 +76,11 @@ export class TaskQueue extends QueueOperations {
     return this.repo.insert(this.executor(options?.tx), rows);
   }
 
-  /** One task by id, from the hot table or the archive; a workflow's with its journal (`workflow`). */
+  /**
+   * One task by id, from the hot table or the archive; a workflow's with its journal (`workflow`).
+   * Always from the primary (`prisma`), even with `readPrisma`: it sees an enqueue or a change
+   * that has just returned.
+   */
   async get(id: string): Promise<TaskInfo | null> {
     const row = await this.operator.get(this.options.prisma, taskId(id));
     if (row === null) return null;
@@ -101,7 +105,8 @@ export class TaskQueue extends QueueOperations {
   }
 
   /**
-   * A page of tasks, newest first. Pass the last id of a page as `cursor` for the next one.
+   * A page of tasks, newest first. Pass the last id of a page as `cursor` for the next one. From
+   * `readPrisma` (a replica, when given: as old as its replication lag).
    * @example const page = await queue.list({ queue: 'email.send', state: 'dead', limit: 50 });
    */
   async list(filter: ListFilter = {}): Promise<TaskInfo[]> {
@@ -109,7 +114,7 @@ export class TaskQueue extends QueueOperations {
     if (filter.state !== undefined && !TASK_STATES.includes(filter.state)) {
       throw new InvalidArgumentError('state', `expected one of ${TASK_STATES.join(', ')}`);
     }
-    const rows = await this.operator.list(this.options.prisma, {
+    const rows = await this.operator.list(this.options.readPrisma, {
       queue: filter.queue === undefined ? null : validateQueueName(filter.queue),
       state: filter.state ?? null,
       cursor: filter.cursor === undefined ? null : taskId(filter.cursor, 'cursor'),
@@ -153,10 +158,11 @@ export class TaskQueue extends QueueOperations {
   /**
    * Exact counts by state, the archive's included, and the age of the oldest due task, per queue.
    * It reads every task row, so its cost grows with history: for operators, not for polling
-   * (QueueMetrics reads a bounded statement of its own).
+   * (QueueMetrics reads a bounded statement of its own). From `readPrisma` (a replica, when given).
    */
   async stats(): Promise<QueueStats[]> {
-    const [rows, pauses] = await Promise.all([this.operator.stats(this.options.prisma), this.pauses.list(this.options.prisma)]);
+    const reads = this.options.readPrisma;
+    const [rows, pauses] = await Promise.all([this.operator.stats(reads), this.pauses.list(reads)]);
     return statsByQueue(rows, pauses);
   }
 

@@ -40,13 +40,16 @@ export interface Overview {
 }
 
 /**
- * The dashboard's reads, on the queue's own Prisma client and schema. It finds them in the
+ * The dashboard's reads, on the queue's own Prisma clients and schema. It finds them in the
  * PgQueueModule of the same app once every module is built (`onModuleInit`); the dashboard adds
- * no connection of its own.
+ * no connection of its own. The pages that count or list (overview, tasks, schedules) read
+ * `readPrisma` (a replica, when the app gives one); the task page reads the primary, so that it
+ * shows what an action just did (an action redirects to it).
  */
 @Injectable()
 export class DashboardData implements OnModuleInit {
   private db!: PrismaClientLike;
+  private reads!: PrismaClientLike;
   queue!: TaskQueue;
   private repo!: DashboardRepository;
 
@@ -61,12 +64,13 @@ export class DashboardData implements OnModuleInit {
     // Its operator actions go through that registration's TaskQueue, where their rules live.
     this.queue = this.moduleRef.get<TaskQueue>(getTaskQueueToken(this.dashboard.connection), { strict: false });
     this.db = options.prisma;
+    this.reads = options.readPrisma;
     this.repo = new DashboardRepository(options.schema);
   }
 
   async overview(): Promise<Overview> {
     const [{ queues: counts, recent }, pauses] = await Promise.all([
-      this.db.$transaction((tx: SqlExecutor) => this.repo.overview(tx), { maxWait: 10_000, timeout: 30_000 }),
+      this.reads.$transaction((tx: SqlExecutor) => this.repo.overview(tx), { maxWait: 10_000, timeout: 30_000 }),
       this.queue.pausedQueues(),
     ]);
     const byQueue = new Map<string, Overview['queues'][number]>();
@@ -96,7 +100,7 @@ export class DashboardData implements OnModuleInit {
   }
 
   tasks(filter: TaskListFilter): Promise<TaskListPage> {
-    return this.repo.tasks(this.db, filter);
+    return this.repo.tasks(this.reads, filter);
   }
 
   task(id: string): Promise<TaskDetail | null> {
@@ -118,6 +122,6 @@ export class DashboardData implements OnModuleInit {
   }
 
   async schedules(): Promise<ScheduleListRow[]> {
-    return this.repo.schedules(this.db);
+    return this.repo.schedules(this.reads);
   }
 }

@@ -151,7 +151,8 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
   }
 
   private async read(tasks: Gauge, oldest: Gauge[], handlers: Gauge, paused: Gauge): Promise<void> {
-    const rows = new Map((await this.source.operator.metrics(this.source.options.prisma)).map((r) => [r.queue, r]));
+    // From the replica when the app gives one (readPrisma): scrapes never compete with claims.
+    const rows = new Map((await this.source.operator.metrics(this.source.options.readPrisma)).map((r) => [r.queue, r]));
     for (const queue of rows.keys()) this.queues.add(queue);
     tasks.reset();
     for (const g of oldest) g.reset();
