@@ -1,4 +1,5 @@
 import type { PrismaClientLike, RateLimit, SqlExecutor } from '../types';
+import { AGING_LEVELS, agingStatements } from './aging.sql';
 import { claimStatements } from './claim.sql';
 import { notifyChannel } from './identifiers';
 import { limitStatements } from './limits.sql';
@@ -9,6 +10,8 @@ export interface QueueLimits {
   globalConcurrency: number | null;
   partitionConcurrency: number | null;
   rateLimit: RateLimit | null;
+  /** Priority aging (aging.sql.ts); null or absent: none. Not with partitions. */
+  priorityAgingMs?: number | null;
 }
 
 /** The most partitions with room one round of a partitioned claim offers (see claimPartitioned). */
@@ -29,6 +32,7 @@ export const LIMITED_CLAIM_BOUNDS = { lockWaitMs: 2000, idleMs: 2000, statementM
 export class LimitsRepository {
   private readonly sql;
   private readonly claimSql;
+  private readonly agingSql;
   private readonly channel: string;
 
   /** The module's partitionWeights as JSON (null: none), $13 of the partitioned claim. */
@@ -41,6 +45,7 @@ export class LimitsRepository {
     this.weights = Object.keys(partitionWeights).length > 0 ? JSON.stringify(partitionWeights) : null;
     this.sql = limitStatements(schema);
     this.claimSql = claimStatements(schema);
+    this.agingSql = agingStatements(schema);
     this.channel = notifyChannel(schema);
   }
 
@@ -71,8 +76,11 @@ export class LimitsRepository {
           return { rows: [], nextDueInMs: rateWait, dbNowMs: room.db_now_ms };
         }
 
+        const aging = limits.priorityAgingMs ?? null;
         const [res] = !partitioned
-          ? await tx.$queryRawUnsafe<ClaimResult[]>(this.claimSql.claim, queue, take, workerId, leaseMs, maxAttempts)
+          ? aging === null
+            ? await tx.$queryRawUnsafe<ClaimResult[]>(this.claimSql.claim, queue, take, workerId, leaseMs, maxAttempts)
+            : await tx.$queryRawUnsafe<ClaimResult[]>(this.agingSql.claim, queue, take, workerId, leaseMs, maxAttempts, aging, AGING_LEVELS)
           : await tx.$queryRawUnsafe<ClaimResult[]>(
               this.sql.claimPartitioned, queue, take, workerId, leaseMs, maxAttempts,
               limits.partitionConcurrency ?? UNLIMITED, room.cursor, Math.min(MAX_ROUND, Math.max(32, 4 * take)),

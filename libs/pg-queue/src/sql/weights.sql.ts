@@ -15,6 +15,8 @@
  * (`partition_weight`, read by primary key per visited partition), else the module's
  * `partitionWeights` ($13, a JSON object by partition), else 1.
  */
+import { marked } from './fragments.sql';
+import { quoteIdent } from './identifiers';
 
 /**
  * The partitions a round visits, in order (p, n = place): the cursor's partition first (n = 0)
@@ -50,3 +52,23 @@ export const TAKEN_OFFERS = 'offered o WHERE o.id IN (SELECT c.id::bigint FROM c
 export const nextTurns = `(SELECT CASE WHEN count(*) < $2 THEN 0
                ELSE greatest((array_agg(o.turns + (o.rank - 1) * o.weight - o.n ORDER BY o.rank DESC, o.pos DESC, o.n DESC))[1], 0) END
         FROM ${TAKEN_OFFERS})`;
+
+/**
+ * The enqueue option `weight`: one upsert per call, `partition_weight` rows by (queue, partition).
+ * A row that already holds the weight is left alone (no row lock, no write): enqueues that repeat
+ * a partition's weight never wait on each other. $2: a lock_timeout for this transaction (text),
+ * when the caller's enqueue opened it; NULL in a transaction of the caller's, whose limits are its
+ * own (set_config to the current value changes nothing).
+ * Parameters: $1 JSON [{ queue, p, w }] (one per queue and partition), $2 lock timeout ms or NULL.
+ */
+export function weightStatements(schema: string) {
+  const s = quoteIdent(schema);
+  return marked({
+    set: `
+WITH bounds AS MATERIALIZED (SELECT set_config('lock_timeout', coalesce($2, current_setting('lock_timeout')), true) AS lt)
+INSERT INTO ${s}.partition_weight AS pw (queue, partition_key, weight)
+SELECT x.queue, x.p, x.w FROM bounds, json_to_recordset($1::json) AS x(queue text, p text, w int)
+WHERE NOT EXISTS (SELECT 1 FROM ${s}.partition_weight o WHERE o.queue = x.queue AND o.partition_key = x.p AND o.weight = x.w)
+ON CONFLICT (queue, partition_key) DO UPDATE SET weight = EXCLUDED.weight, updated_at = now()`,
+  });
+}
