@@ -5,31 +5,22 @@
  * Claims made here directly, one after another, as the queue's lock would order them.
  */
 import { LimitsRepository, type QueueLimits } from '../../libs/pg-queue/src/sql/limits.repository';
-import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
-import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { schemaDatabase } from '../support/schema-database';
 
 const LIMITS: QueueLimits = { globalConcurrency: null, partitionConcurrency: 1000, rateLimit: null };
 
 describe('weighted partitions in the partitioned claim', () => {
-  let db: TestDatabase;
-
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    await installSchema(db.prisma(), 'pgqueue');
-  });
-  afterAll(async () => {
-    await db.drop();
-  });
+  const setup = schemaDatabase();
 
   async function backlog(queue: string, perPartition: Record<string, number>) {
     for (const [p, n] of Object.entries(perPartition)) {
-      await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT $1, '{}', $2 FROM generate_series(1, $3::int)`, [queue, p, n]);
+      await setup.db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT $1, '{}', $2 FROM generate_series(1, $3::int)`, [queue, p, n]);
     }
   }
 
   /** Claims `claims` times `take` tasks and counts the claimed tasks by partition. */
   async function claimCounts(repo: LimitsRepository, queue: string, claims: number, take: number | (() => number), limits = LIMITS) {
-    const prisma = db.prisma(2);
+    const prisma = setup.db.prisma(2);
     const counts: Record<string, number> = {};
     try {
       for (let i = 0; i < claims; i++) {
@@ -64,7 +55,7 @@ describe('weighted partitions in the partitioned claim', () => {
 
   it('the enqueue weight (partition_weight) wins over partitionWeights; three partitions 1:2:5', async () => {
     await backlog('w.three', { a: 500, b: 500, c: 500 });
-    await db.sql(`INSERT INTO pgqueue.partition_weight (queue, partition_key, weight) VALUES ('w.three', 'c', 5), ('w.three', 'b', 2)`);
+    await setup.db.sql(`INSERT INTO pgqueue.partition_weight (queue, partition_key, weight) VALUES ('w.three', 'c', 5), ('w.three', 'b', 2)`);
     const repo = new LimitsRepository('pgqueue', { c: 1, b: 7 });
     expect(await claimCounts(repo, 'w.three', 80, 2)).toEqual({ a: 20, b: 40, c: 100 });
   });
