@@ -69,7 +69,7 @@ describe('weighted partitions and priority aging across instances', () => {
   beforeAll(async () => {
     db = await createTestDatabase();
     for (const name of ['i1', 'i2', 'i3']) {
-      instances.push(await bootQueueApp(db.prisma(6), [FairHandlers], { databaseUrl: db.url, workerId: name, queues: QUEUES, pollIntervalMs: 500 }));
+      instances.push(await bootQueueApp(db.prisma(6), [FairHandlers], { databaseUrl: db.url, workerId: name, queues: QUEUES, pollIntervalMs: 500, partitionWeights: { configured: 3 } }));
     }
     stream.enqueue = (queue) => instances[0].queue.enqueue(queue, { p: 'stream', ms: 20, stream: true, at: now() }, { priority: 0 });
   });
@@ -94,6 +94,16 @@ describe('weighted partitions and priority aging across instances', () => {
     const perPartition = ['heavy', 'light'].map((p) => maxOverlap(started.filter((r) => r.p === p)));
     expect(Math.max(...perPartition)).toBeLessThanOrEqual(4);
     expect(maxOverlap(started)).toBeLessThanOrEqual(4);
+  });
+
+  it('weights 3:1 from the module option partitionWeights: 0.75 ± 0.05 of the first 800 starts', async () => {
+    const items = (p: string, n: number) => Array.from({ length: n }, () => ({ queue: 'fair.weights', payload: { p }, options: { partition: p } }));
+    const before = runs.length;
+    await instances[0].queue.enqueueMany([...items('configured', 700), ...items('unweighted', 400)]);
+    await done('fair.weights', 2600 + 1100);
+    const started = runs.slice(before).sort((a, b) => a.start - b.start);
+    const share = started.slice(0, 800).filter((r) => r.p === 'configured').length / 800;
+    expect({ share: Math.abs(share - 0.75) <= 0.05 ? 'within 0.75 ± 0.05' : share }).toEqual({ share: 'within 0.75 ± 0.05' });
   });
 
   /**
