@@ -16,9 +16,10 @@ import { QUEUE, chunks, poolSize, waitFor } from './common';
  * from their enqueue to their handler's start, with the queue plain (first in, first out) or
  * partitioned (partitionConcurrency, partitions taking turns). And what weights cost the claim: drains
  * over 1 000 partitions one at a time each, without weights and with weights 1 to 4
- * (partitionWeights), with the partitioned claim's server time per call.
+ * (partitionWeights), with the partitioned claim's server time per call; and a drain under priority
+ * aging (priorities 0 to 4, priorityAgingMs 1 000), with the aging claim's.
  */
-export const FLOW_GROUPS = ['plain', 'global20', 'partitions100', 'rate5000', 'fifo', 'fair', 'partitions1000', 'weighted1000'] as const;
+export const FLOW_GROUPS = ['plain', 'global20', 'partitions100', 'rate5000', 'fifo', 'fair', 'partitions1000', 'weighted1000', 'aging'] as const;
 export type FlowGroup = (typeof FLOW_GROUPS)[number];
 
 const CONCURRENCY = 50;
@@ -31,14 +32,16 @@ const RULES: Record<FlowGroup, Partial<HandlerOptions>> = {
   fair: { partitionConcurrency: CONCURRENCY }, // no cap below the process's: only the turns differ from fifo
   partitions1000: { partitionConcurrency: 1 },
   weighted1000: { partitionConcurrency: 1 },
+  aging: { priorityAgingMs: 1000 },
 };
 /** Partitions of the drains over many partitions; every other one of the weighted drain weighs 2 to 4. */
 const PARTITIONS: Partial<Record<FlowGroup, number>> = { partitions100: 100, partitions1000: 1000, weighted1000: 1000 };
 const WEIGHTS: Partial<Record<FlowGroup, Record<string, number>>> = {
   weighted1000: Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`p${i}`, 1 + (i % 4)])),
 };
-/** What the partitioned claim's text holds (limits.sql.ts), for pg_stat_statements. */
+/** What the partitioned claim's and the aging claim's texts hold (limits.sql.ts, aging.sql.ts), for pg_stat_statements. */
 const PARTITIONED_CLAIM = '%walk AS (%';
+const AGING_CLAIM = '%aged AS MATERIALIZED%';
 
 let onTask: ((payload: { seq: number; tenant?: string }) => void) | null = null;
 
@@ -69,7 +72,8 @@ export async function runFlow(
 
     const partitions = PARTITIONS[group];
     for (const part of chunks(Array.from({ length: n }, (_, seq) => seq), 1000)) {
-      await queue.enqueueMany(part.map((seq) => ({ queue: QUEUE, payload: { seq }, options: partitions ? { partition: `p${seq % partitions}` } : undefined })));
+      const options = (seq: number) => (partitions ? { partition: `p${seq % partitions}` } : group === 'aging' ? { priority: seq % 5 } : undefined);
+      await queue.enqueueMany(part.map((seq) => ({ queue: QUEUE, payload: { seq }, options: options(seq) })));
     }
     await db.query('ANALYZE');
     await stats?.reset();
@@ -80,7 +84,8 @@ export async function runFlow(
     await waitFor(`${n} handler calls (got ${handled})`, () => handled >= n, deadline - Date.now(), 2);
     await waitFor('every task finished', async () => (await unfinished(db)) === 0, Math.max(1000, deadline - Date.now()), 5);
     const tasksPerSec = (n / (performance.now() - t0)) * 1000;
-    const st = partitions ? await stats?.read(PARTITIONED_CLAIM) : undefined;
+    const claimText = partitions ? PARTITIONED_CLAIM : group === 'aging' ? AGING_CLAIM : null;
+    const st = claimText ? await stats?.read(claimText) : undefined;
     const claimMsPerCall = st && st.claimCalls > 0 ? st.claimMs / st.claimCalls : null;
     return { metrics: { tasksPerSec, bWaitP50: null, bWaitMax: null, claimMsPerCall }, settings };
   } finally {
