@@ -66,6 +66,9 @@ const FLOW_VARIANTS = [
   ['rate5000', 'drain, rateLimit 5 000 / s'],
   ['fifo', "tenant B's wait behind A's backlog, no partitions"],
   ['fair', "tenant B's wait behind A's backlog, partitions taking turns"],
+  ['partitions1000', 'drain, 1 000 partitions, partitionConcurrency 1'],
+  ['weighted1000', 'drain, 1 000 partitions weighing 1 to 4, partitionConcurrency 1'],
+  ['aging', 'drain, priorities 0 to 4, priorityAgingMs 1 000'],
 ];
 function flowVariants() {
   if (!LIB_SET.includes('pg-queue-lease')) return [];
@@ -170,6 +173,7 @@ const SCENARIOS = {
       DRAIN_RATE,
       { key: 'bWaitP50', label: "tenant B's wait, enqueue → handler start, p50 ms", better: 'lower' },
       { key: 'bWaitMax', label: "tenant B's wait, enqueue → handler start, max ms", better: 'lower' },
+      { key: 'claimMsPerCall', label: 'partitioned or aging claim, server ms per call (pg_stat_statements)', better: 'lower' },
     ],
   },
   scale: {

@@ -78,7 +78,7 @@ async function makeTarget(spec: RunSpec): Promise<BenchTarget> {
 }
 
 /** pg_stat_statements, read from the admin database and filtered to the run's database. */
-class StatementStats implements ScaleProbe {
+export class StatementStats implements ScaleProbe {
   private constructor(private readonly admin: Client, private readonly dbName: string) {}
 
   static async open(adminUrl: string, dbName: string): Promise<StatementStats | null> {
@@ -218,8 +218,14 @@ async function runScenario(spec: RunSpec): Promise<RunResult> {
     if (spec.scenario === 'flow') {
       const { runFlow } = await import('./flow.js');
       await checkpoint(db);
-      const res = await runFlow(spec.url, spec.group as FlowGroup, spec.n, spec.timeoutMs, db);
-      return { ok: true, metrics: res.metrics, notes: [], settings: res.settings };
+      // The claim's server time per call (pg_stat_statements), where the server has it.
+      const stats = await StatementStats.open(spec.adminUrl, spec.dbName);
+      try {
+        const res = await runFlow(spec.url, spec.group as FlowGroup, spec.n, spec.timeoutMs, db, stats);
+        return { ok: true, metrics: res.metrics, notes: stats ? [] : ['pg_stat_statements is not available: claim ms per call is n/a'], settings: res.settings };
+      } finally {
+        await stats?.close();
+      }
     }
 
     if (spec.scenario === 'workflows') {

@@ -6,6 +6,7 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import type { Client } from 'pg';
 import { PgQueueModule, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type HandlerOptions, type Task } from '@app/pg-queue';
 import { PrismaClient } from '../../src/generated/prisma/client';
+import type { StatementStats } from './child-main';
 import { QUEUE, chunks, poolSize, waitFor } from './common';
 
 /**
@@ -13,9 +14,12 @@ import { QUEUE, chunks, poolSize, waitFor } from './common';
  * with no rule, a global limit of 20, 100 partitions one at a time each, and a rate limit of 5 000
  * per second; then fairness: tenant A enqueues 10 000 tasks, then tenant B 10, and B's tasks wait
  * from their enqueue to their handler's start, with the queue plain (first in, first out) or
- * partitioned (partitionConcurrency, partitions taking turns).
+ * partitioned (partitionConcurrency, partitions taking turns). And what weights cost the claim: drains
+ * over 1 000 partitions one at a time each, without weights and with weights 1 to 4
+ * (partitionWeights), with the partitioned claim's server time per call; and a drain under priority
+ * aging (priorities 0 to 4, priorityAgingMs 1 000), with the aging claim's.
  */
-export const FLOW_GROUPS = ['plain', 'global20', 'partitions100', 'rate5000', 'fifo', 'fair'] as const;
+export const FLOW_GROUPS = ['plain', 'global20', 'partitions100', 'rate5000', 'fifo', 'fair', 'partitions1000', 'weighted1000', 'aging'] as const;
 export type FlowGroup = (typeof FLOW_GROUPS)[number];
 
 const CONCURRENCY = 50;
@@ -26,7 +30,18 @@ const RULES: Record<FlowGroup, Partial<HandlerOptions>> = {
   rate5000: { rateLimit: { max: 5000, perMs: 1000 } },
   fifo: {},
   fair: { partitionConcurrency: CONCURRENCY }, // no cap below the process's: only the turns differ from fifo
+  partitions1000: { partitionConcurrency: 1 },
+  weighted1000: { partitionConcurrency: 1 },
+  aging: { priorityAgingMs: 1000 },
 };
+/** Partitions of the drains over many partitions; every other one of the weighted drain weighs 2 to 4. */
+const PARTITIONS: Partial<Record<FlowGroup, number>> = { partitions100: 100, partitions1000: 1000, weighted1000: 1000 };
+const WEIGHTS: Partial<Record<FlowGroup, Record<string, number>>> = {
+  weighted1000: Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`p${i}`, 1 + (i % 4)])),
+};
+/** What the partitioned claim's and the aging claim's texts hold (limits.sql.ts, aging.sql.ts), for pg_stat_statements. */
+const PARTITIONED_CLAIM = '%walk AS (%';
+const AGING_CLAIM = '%aged AS MATERIALIZED%';
 
 let onTask: ((payload: { seq: number; tenant?: string }) => void) | null = null;
 
@@ -38,33 +53,41 @@ class FlowHandlers {
   }
 }
 
-export async function runFlow(url: string, group: FlowGroup, n: number, timeoutMs: number, db: Client): Promise<{ metrics: Record<string, number | null>; settings: string }> {
+export async function runFlow(
+  url: string, group: FlowGroup, n: number, timeoutMs: number, db: Client, stats: StatementStats | null,
+): Promise<{ metrics: Record<string, number | null>; settings: string }> {
   const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: poolSize(CONCURRENCY) }, { statementNameGenerator: queueStatementName }) });
   const options = { mode: 'lease' as const, concurrency: CONCURRENCY, ...RULES[group] };
   @Module({
-    imports: [PgQueueModule.forRoot({ prisma, databaseUrl: url, autoStart: false, queues: { [QUEUE]: options } })],
+    imports: [PgQueueModule.forRoot({ prisma, databaseUrl: url, autoStart: false, queues: { [QUEUE]: options }, partitionWeights: WEIGHTS[group] })],
     providers: [FlowHandlers],
   })
   class FlowModule {}
   const app = await NestFactory.createApplicationContext(FlowModule, { logger: ['error', 'warn'] });
-  const settings = `queues: { ${QUEUE}: ${JSON.stringify(options)} }`;
+  const settings = `queues: { ${QUEUE}: ${JSON.stringify(options)} }${WEIGHTS[group] ? ', partitionWeights: 1 to 4' : ''}`;
   try {
     const queue = app.get(TaskQueue);
     const deadline = Date.now() + timeoutMs;
     if (group === 'fifo' || group === 'fair') return { metrics: await fairness(app.get(WorkerOrchestrator), queue, group, n, deadline, db), settings };
 
-    const partitioned = group === 'partitions100';
+    const partitions = PARTITIONS[group];
     for (const part of chunks(Array.from({ length: n }, (_, seq) => seq), 1000)) {
-      await queue.enqueueMany(part.map((seq) => ({ queue: QUEUE, payload: { seq }, options: partitioned ? { partition: `p${seq % 100}` } : undefined })));
+      const options = (seq: number) => (partitions ? { partition: `p${seq % partitions}` } : group === 'aging' ? { priority: seq % 5 } : undefined);
+      await queue.enqueueMany(part.map((seq) => ({ queue: QUEUE, payload: { seq }, options: options(seq) })));
     }
     await db.query('ANALYZE');
+    await stats?.reset();
     let handled = 0;
     onTask = () => void handled++;
     const t0 = performance.now();
     await app.get(WorkerOrchestrator).start();
     await waitFor(`${n} handler calls (got ${handled})`, () => handled >= n, deadline - Date.now(), 2);
     await waitFor('every task finished', async () => (await unfinished(db)) === 0, Math.max(1000, deadline - Date.now()), 5);
-    return { metrics: { tasksPerSec: (n / (performance.now() - t0)) * 1000, bWaitP50: null, bWaitMax: null }, settings };
+    const tasksPerSec = (n / (performance.now() - t0)) * 1000;
+    const claimText = partitions ? PARTITIONED_CLAIM : group === 'aging' ? AGING_CLAIM : null;
+    const st = claimText ? await stats?.read(claimText) : undefined;
+    const claimMsPerCall = st && st.claimCalls > 0 ? st.claimMs / st.claimCalls : null;
+    return { metrics: { tasksPerSec, bWaitP50: null, bWaitMax: null, claimMsPerCall }, settings };
   } finally {
     onTask = null;
     await app.close();

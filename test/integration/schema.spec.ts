@@ -17,6 +17,7 @@ describe('schema installation', () => {
     expect(tables.map((t) => t.table_name)).toEqual([
       'instance_session',
       'partition_rate',
+      'partition_weight',
       'queue_handler',
       'queue_pause',
       'queue_state',

@@ -45,6 +45,13 @@ export interface HandlerOptions {
    * instead. Tasks beyond it stay pending, no attempt counted, and start when the window allows.
    */
   rateLimit: RateLimit | null;
+  /**
+   * Priority aging (null: none): a waiting task's priority is raised one level for every
+   * `priorityAgingMs` since it became due, so a steady stream of urgent tasks cannot starve a less
+   * urgent one (see aging.sql.ts). Claims of the queue then run under its lock, as with the rules
+   * above. Not with partitions (partitionConcurrency, rateLimit.perPartition).
+   */
+  priorityAgingMs: number | null;
 }
 
 export type { RateLimit };
@@ -54,7 +61,7 @@ const BACKOFF_KEYS = Object.keys({ type: true, delayMs: true, maxDelayMs: true, 
 
 /** Whether a queue's claims go through the flow-control rules (serialised per queue, see limits.sql.ts). */
 export function hasFlowControl(o: HandlerOptions): boolean {
-  return o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null;
+  return o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null || o.priorityAgingMs !== null;
 }
 
 export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
@@ -69,6 +76,7 @@ export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
   globalConcurrency: null,
   partitionConcurrency: null,
   rateLimit: null,
+  priorityAgingMs: null,
 };
 
 /** The settings a handler may be given (in `handlerDefaults`, `queues[q]`, `@TaskHandler`). */
@@ -130,6 +138,15 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
     }
     if (rate.perPartition !== undefined && typeof rate.perPartition !== 'boolean') {
       fail('rateLimit.perPartition', `expected a boolean, got ${JSON.stringify(rate.perPartition)}`);
+    }
+  }
+  const aging = merged.priorityAgingMs;
+  if (aging !== null) {
+    if (typeof aging !== 'number' || !Number.isInteger(aging) || aging < 1 || aging > 31_622_400_000) {
+      fail('priorityAgingMs', `expected null or an integer of ms in [1, 31622400000] (366 days), got ${JSON.stringify(aging)}`);
+    }
+    if (merged.partitionConcurrency !== null || rate?.perPartition === true) {
+      fail('priorityAgingMs', 'does not combine with partitions (partitionConcurrency, rateLimit.perPartition): claims there take partitions in turn');
     }
   }
   const b = merged.backoff;

@@ -259,6 +259,7 @@ describe('resolveHandlerOptions', () => {
       globalConcurrency: null,
       partitionConcurrency: null,
       rateLimit: null,
+      priorityAgingMs: null,
     });
   });
 

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { InvalidOptionsError } from './errors';
 import { isOptionsObject, rejectUnknownOptions } from './option-keys';
 import { validateSchemaName } from './sql/identifiers';
+import { isWeight, WEIGHT_MAX } from './core/task-rules';
 import type { ScheduleDefinition } from './schedules/schedule.definition';
 import type { FinishedRetention } from './sql/complete.sql';
 import type { PrismaClientLike } from './types';
@@ -70,6 +71,12 @@ export interface PgQueueModuleOptions {
   retention?: { archiveMs?: number; deadMs?: number; intervalMs?: number; archivePartitionMs?: number };
   /** Periodic tasks declared here rather than on a handler (e.g. for a queue another process runs). */
   schedules?: ScheduleDefinition[];
+  /**
+   * Weights of partitions by partition key, in every queue whose claims take partitions in turn
+   * (integers from 1 to 1000; default 1): a partition of weight 3 gets three turns for every turn
+   * of one of weight 1 (see weights.sql.ts). A weight given at enqueue (`weight`) wins.
+   */
+  partitionWeights?: Record<string, number>;
 }
 
 const MODULE_OPTION_KEYS = Object.keys({
@@ -92,6 +99,7 @@ const MODULE_OPTION_KEYS = Object.keys({
   queues: true,
   retention: true,
   schedules: true,
+  partitionWeights: true,
 } satisfies Record<keyof PgQueueModuleOptions, true>);
 const RETENTION_KEYS = Object.keys({ archiveMs: true, deadMs: true, intervalMs: true, archivePartitionMs: true } satisfies Record<keyof NonNullable<PgQueueModuleOptions['retention']>, true>);
 /** Options of forRoot / forRootAsync themselves, which Nest takes out before the queue sees the rest. */
@@ -171,6 +179,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
     handlerDefaults,
     queues,
     schedules: options.schedules ?? [],
+    partitionWeights: partitionWeightsOf(options.partitionWeights),
     retention: {
       archiveMs,
       deadMs: positiveInt('retention.deadMs', options.retention?.deadMs ?? 30 * 86_400_000, { min: 0 }),
@@ -178,6 +187,18 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
       archivePartitionMs: archivePartitionMs(archiveMs, options.retention?.archivePartitionMs),
     },
   };
+}
+
+/** The module option partitionWeights, checked: partition keys as the enqueue option `partition` takes them, weights as `weight`. */
+function partitionWeightsOf(given: unknown): Record<string, number> {
+  if (given === undefined) return {};
+  if (!isOptionsObject(given)) throw new InvalidOptionsError('partitionWeights', `expected an object of weights by partition, got ${JSON.stringify(given)}`);
+  for (const [key, weight] of Object.entries(given)) {
+    const option = `partitionWeights[${JSON.stringify(key)}]`;
+    if (key.length === 0 || key.length > 512 || key.includes('\u0000')) throw new InvalidOptionsError(option, 'expected a partition key: a non-empty string of at most 512 characters, without NUL');
+    if (!isWeight(weight)) throw new InvalidOptionsError(option, `expected an integer from 1 to ${WEIGHT_MAX}, got ${JSON.stringify(weight)}`);
+  }
+  return { ...given } as Record<string, number>;
 }
 
 /**

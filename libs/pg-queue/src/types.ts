@@ -170,6 +170,13 @@ export interface EnqueueOptions<TTx = unknown> {
    */
   partition?: string;
   /**
+   * The weight of the task's partition (an integer from 1 to 1000; needs `partition`): a partition
+   * of weight 3 gets three turns for every turn of one of weight 1 when claims take partitions in
+   * turn (see weights.sql.ts). Kept per queue and partition: the latest enqueue that gives one sets
+   * it, over the module option `partitionWeights`.
+   */
+  weight?: number;
+  /**
    * Fold a burst of requests into one run (see DebounceOptions). Decides the due time itself, so it
    * does not combine with `runAt`, `delayMs` or `key`.
    */

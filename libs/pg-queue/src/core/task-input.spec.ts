@@ -154,9 +154,23 @@ describe('buildTaskRow', () => {
       onConflict: 'ignore',
       traceContext: null,
       partitionKey: null,
+      weight: null,
       debounce: null,
       dependsOn: null,
     });
+  });
+
+  it("takes a partition's weight from 1 to 1000, only with a partition and not in a follow-up", () => {
+    expect(buildTaskRow('x.q', {}, { partition: 'a', weight: 3 }, DEFAULTS).weight).toBe(3);
+    for (const [options, parentId] of [
+      [{ weight: 3 }, null],
+      [{ partition: 'a', weight: 0 }, null],
+      [{ partition: 'a', weight: 1001 }, null],
+      [{ partition: 'a', weight: 2.5 }, null],
+      [{ partition: 'a', weight: 2 }, '7'],
+    ] as const) {
+      expect(() => buildTaskRow('x.q', {}, options, DEFAULTS, parentId)).toThrow(InvalidEnqueueOptionsError);
+    }
   });
 
   it('leaves maxAttempts unset unless given: the handler that runs the task decides', () => {

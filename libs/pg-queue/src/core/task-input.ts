@@ -6,7 +6,7 @@ import {
 } from '../errors';
 import { rejectUnknownOptions } from '../option-keys';
 import type { DependsOnRef, NewTaskDebounce, NewTaskRow } from './task-row';
-import { isPriority, isQueueName } from './task-rules';
+import { isPriority, isQueueName, isWeight, WEIGHT_MAX } from './task-rules';
 import type { DebounceOptions, EnqueueItem, EnqueueOptions } from '../types';
 
 /** Delays beyond a century are mistakes, and far beyond it Postgres intervals overflow. */
@@ -62,6 +62,7 @@ const ENQUEUE_OPTION_KEYS = Object.keys({
   onConflict: true,
   group: true,
   partition: true,
+  weight: true,
   debounce: true,
   dependsOn: true,
 } satisfies Record<keyof Omit<EnqueueOptions, 'tx'>, true>);
@@ -140,6 +141,7 @@ export function buildTaskRow(
   if (o.onConflict !== undefined && dedupKey === null) {
     throw new InvalidEnqueueOptionsError('onConflict', 'only applies together with a key');
   }
+  const weight = weightOf(o.weight, partitionKey, parentId);
   const debounce = debounceOf(o, parentId);
   const dependsOn = dependsOnOf(o, parentId);
   return {
@@ -155,6 +157,7 @@ export function buildTaskRow(
     onConflict,
     traceContext,
     partitionKey,
+    weight,
     debounce,
     dependsOn,
   };
@@ -220,6 +223,15 @@ function debounceOf(o: Omit<EnqueueOptions, 'tx'>, parentId: string | null): New
     throw new InvalidEnqueueOptionsError('debounce.mode', `expected 'trailing' or 'leading', got ${JSON.stringify(mode)}`);
   }
   return { key, delayMs, maxDelayMs, leading: mode === 'leading' };
+}
+
+/** The enqueue option `weight`: a partition's, so only with `partition`, and not for a follow-up (its row is written with its parent's completion). */
+function weightOf(weight: unknown, partitionKey: string | null, parentId: string | null): number | null {
+  if (weight === undefined) return null;
+  if (!isWeight(weight)) throw new InvalidEnqueueOptionsError('weight', `expected an integer from 1 to ${WEIGHT_MAX}, got ${JSON.stringify(weight)}`);
+  if (partitionKey === null) throw new InvalidEnqueueOptionsError('weight', "is a partition's: set 'partition' too");
+  if (parentId !== null) throw new InvalidEnqueueOptionsError('weight', "is not available to ctx.enqueue: set it with a top-level enqueue or the module's partitionWeights");
+  return weight;
 }
 
 function optionalText(option: string, value: unknown): string | null {

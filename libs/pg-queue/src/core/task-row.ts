@@ -24,6 +24,8 @@ export interface NewTaskRow {
   traceContext: string | null;
   /** The enqueue option `partition` (flow control, see limits.sql.ts), or null. */
   partitionKey: string | null;
+  /** The enqueue option `weight` of the partition (see weights.sql.ts), or null. */
+  weight?: number | null;
   /** The enqueue option `debounce` (see debounce.sql.ts), or null. */
   debounce: NewTaskDebounce | null;
   /** The enqueue option `dependsOn` (see dependencies.sql.ts), checked; null without. */

@@ -23,3 +23,11 @@ export const PRIORITY_MAX = 2_147_483_647;
 export function isPriority(value: unknown): value is number {
   return typeof value === 'number' && Number.isInteger(value) && value >= PRIORITY_MIN && value <= PRIORITY_MAX;
 }
+
+/** The heaviest partition weight (the CHECK on partition_weight says the same). */
+export const WEIGHT_MAX = 1000;
+
+/** A partition's weight: its turns in each round of a partitioned claim (see weights.sql.ts). */
+export function isWeight(value: unknown): value is number {
+  return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= WEIGHT_MAX;
+}

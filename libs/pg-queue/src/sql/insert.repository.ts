@@ -7,6 +7,7 @@ import type { DependencyRepository } from './dependencies.repository';
 import { enqueueStatements, type ConflictMode } from './enqueue.sql';
 import { parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
 import { isRootClient } from '../prisma-adapter';
+import { weightStatements } from './weights.sql';
 
 type InsertPart = ConflictMode | 'plain' | 'debounce' | 'dependant';
 
@@ -23,6 +24,21 @@ function splitByConflictMode(rows: NewTaskRow[]): Map<InsertPart, { index: numbe
 }
 
 const MAX_KEYED_RETRIES = 5;
+
+/**
+ * How long an enqueue that opened its own transaction waits for a partition's weight row that
+ * another transaction is changing (a `{ tx }` enqueue of a new weight that has not committed).
+ */
+const WEIGHT_LOCK_WAIT_MS = 2000;
+
+/** The enqueue option `weight` of the rows as JSON for setWeights (the last per queue and partition), or null when none has one. */
+function partitionWeights(rows: NewTaskRow[]): string | null {
+  const last = new Map<string, { queue: string; p: string; w: number }>();
+  for (const r of rows) {
+    if (r.weight != null && r.partitionKey !== null) last.set(`${r.queue}\u0000${r.partitionKey}`, { queue: r.queue, p: r.partitionKey, w: r.weight });
+  }
+  return last.size === 0 ? null : JSON.stringify([...last.values()]);
+}
 
 /**
  * Bounds of the transaction of an enqueue call with dependants, when it opens its own (see insert;
@@ -43,6 +59,7 @@ export const DEPENDANTS_BOUNDS: TransactionBounds = { maxWaitMs: 5000, lockWaitM
 export class TaskInserter {
   private readonly enqueueSql;
   private readonly debounceSql;
+  private readonly weightSql: string;
 
   constructor(
     schema: string,
@@ -50,6 +67,7 @@ export class TaskInserter {
     private readonly dependencies: DependencyRepository,
   ) {
     this.enqueueSql = enqueueStatements(schema);
+    this.weightSql = weightStatements(schema).set;
     this.debounceSql = debounceStatements(schema);
   }
 
@@ -61,15 +79,18 @@ export class TaskInserter {
   async insert(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
     if (rows.length === 0) return [];
     const parts = splitByConflictMode(rows);
-    if (parts.size === 1 && parts.has('plain')) return this.insertPlain(db, rows);
+    const weights = partitionWeights(rows);
+    if (parts.size === 1 && parts.has('plain') && weights === null) return this.insertPlain(db, rows);
     const dependants = parts.has('dependant') ? dependantOrder(rows) : [];
-    // Debounced rows take a statement each; dependants three or four in all.
-    const oneStatement = parts.size === 1 && dependants.length === 0 && (parts.get('debounce')?.length ?? 1) === 1;
-    if (!oneStatement && isRootClient(db)) {
-      if (dependants.length === 0) return db.$transaction((tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants));
-      return inBoundedTransaction(db, 'enqueue with dependsOn', DEPENDANTS_BOUNDS, rows.length, (tx) => this.insertParts(tx, rows, parts, dependants));
+    // Debounced rows take a statement each; dependants three or four in all; weights one.
+    const oneStatement = parts.size === 1 && dependants.length === 0 && weights === null && (parts.get('debounce')?.length ?? 1) === 1;
+    const own = !oneStatement && isRootClient(db);
+    const run = (tx: SqlExecutor) => this.insertParts(tx, rows, parts, dependants, weights, own);
+    if (own) {
+      if (dependants.length === 0) return db.$transaction(run);
+      return inBoundedTransaction(db, 'enqueue with dependsOn', DEPENDANTS_BOUNDS, rows.length, run);
     }
-    return this.insertParts(db, rows, parts, dependants);
+    return run(db);
   }
 
   private async insertPlain(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
@@ -77,7 +98,11 @@ export class TaskInserter {
     return parseIds(res.ids);
   }
 
-  private async insertParts(db: SqlExecutor, rows: NewTaskRow[], parts: ReturnType<typeof splitByConflictMode>, dependants: number[]): Promise<string[]> {
+  private async insertParts(
+    db: SqlExecutor, rows: NewTaskRow[], parts: ReturnType<typeof splitByConflictMode>, dependants: number[], weights: string | null, own: boolean,
+  ): Promise<string[]> {
+    // First: a weight that waits for a row lock does so before any task row is written.
+    if (weights !== null) await db.$executeRawUnsafe(this.weightSql, weights, own ? String(WEIGHT_LOCK_WAIT_MS) : null);
     const ids: string[] = new Array(rows.length);
     for (const [mode, part] of parts) {
       if (mode === 'dependant') {

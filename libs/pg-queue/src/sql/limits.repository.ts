@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { PrismaClientLike, RateLimit, SqlExecutor } from '../types';
+import { AGING_LEVELS, agingStatements } from './aging.sql';
 import { claimStatements } from './claim.sql';
 import { notifyChannel } from './identifiers';
 import { limitStatements } from './limits.sql';
@@ -10,6 +11,8 @@ export interface QueueLimits {
   globalConcurrency: number | null;
   partitionConcurrency: number | null;
   rateLimit: RateLimit | null;
+  /** Priority aging (aging.sql.ts); null or absent: none. Not with partitions. */
+  priorityAgingMs?: number | null;
 }
 
 /** The most partitions with room one round of a partitioned claim offers (see claimPartitioned). */
@@ -30,11 +33,20 @@ export const LIMITED_CLAIM_BOUNDS = { lockWaitMs: 2000, idleMs: 2000, statementM
 export class LimitsRepository {
   private readonly sql;
   private readonly claimSql;
+  private readonly agingSql;
   private readonly channel: string;
 
-  constructor(private readonly schema: string) {
+  /** The module's partitionWeights as JSON (null: none), $13 of the partitioned claim. */
+  private readonly weights: string | null;
+
+  constructor(
+    private readonly schema: string,
+    partitionWeights: Readonly<Record<string, number>> = {},
+  ) {
+    this.weights = Object.keys(partitionWeights).length > 0 ? JSON.stringify(partitionWeights) : null;
     this.sql = limitStatements(schema);
     this.claimSql = claimStatements(schema);
+    this.agingSql = agingStatements(schema);
     this.channel = notifyChannel(schema);
   }
 
@@ -61,23 +73,27 @@ export class LimitsRepository {
         const rateWait = rateBound ? room.window_frees_in_ms : null;
         if (take <= 0) {
           const wanted = roomWanted(limits, partitioned, room, want, take, 0, null);
-          if (wanted !== null) await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, room.cursor, 0, wanted, this.channel);
+          if (wanted !== null) await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, room.cursor, 0, wanted, this.channel, room.turns);
           return { rows: [], nextDueInMs: rateWait, dbNowMs: room.db_now_ms };
         }
 
+        const aging = limits.priorityAgingMs ?? null;
         const [res] = !partitioned
-          ? await tx.$queryRawUnsafe<ClaimResult[]>(this.claimSql.claim, queue, take, workerId, leaseMs, maxAttempts, token)
+          ? aging === null
+            ? await tx.$queryRawUnsafe<ClaimResult[]>(this.claimSql.claim, queue, take, workerId, leaseMs, maxAttempts, token)
+            : await tx.$queryRawUnsafe<ClaimResult[]>(this.agingSql.claim, queue, take, workerId, leaseMs, maxAttempts, aging, AGING_LEVELS, token)
           : await tx.$queryRawUnsafe<ClaimResult[]>(
               this.sql.claimPartitioned, queue, take, workerId, leaseMs, maxAttempts,
               limits.partitionConcurrency ?? UNLIMITED, room.cursor, Math.min(MAX_ROUND, Math.max(32, 4 * take)),
-              partitionRate?.max ?? null, partitionRate?.perMs ?? 0, MAX_WALK, token,
+              partitionRate?.max ?? null, partitionRate?.perMs ?? 0, MAX_WALK, room.cursor === null ? 0 : room.turns, this.weights, token,
             );
         const rows = JSON.parse(res.claimed) as ClaimedRow[];
         // The round's cursor moves past every partition the claim walked, served or not.
         const cursor = partitioned ? (res.next_cursor ?? null) : null;
+        const turns = partitioned ? (res.next_turns ?? 0) : 0;
         const wanted = roomWanted(limits, partitioned, room, want, take, rows.length, res);
-        if ((rows.length > 0 && queueRate !== null) || (partitioned && (rows.length > 0 || cursor !== room.cursor)) || wanted !== null) {
-          await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, cursor, rows.length, wanted, this.channel);
+        if ((rows.length > 0 && queueRate !== null) || (partitioned && (rows.length > 0 || cursor !== room.cursor || turns !== room.turns)) || wanted !== null) {
+          await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, cursor, rows.length, wanted, this.channel, turns);
         }
         if (rows.length > 0 && partitionRate !== null) {
           await tx.$executeRawUnsafe(this.sql.recordPartitions, queue, partitionRate.perMs, JSON.stringify(startsByPartition(rows)));
@@ -124,6 +140,8 @@ interface Room {
   window_count: number;
   window_frees_in_ms: number | null;
   cursor: string | null;
+  /** The turns the cursor's partition has left in its visit (weights.sql.ts). */
+  turns: number;
   partition_frees_in_ms: number | null;
   db_now_ms: number;
   /** A claim that a concurrency rule cut short waits for room. */
@@ -147,6 +165,7 @@ interface ClaimResult {
   db_now_ms: number;
   /** Partitioned claims: where the next round starts, and whether this one stopped at MAX_WALK. */
   next_cursor?: string | null;
+  next_turns?: number;
   walk_cut?: boolean;
   /** Partitioned claims: a partition is at its concurrency limit; the round offered tasks the claim did not take. */
   partition_full?: boolean;

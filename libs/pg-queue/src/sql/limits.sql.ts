@@ -3,6 +3,7 @@ import { quoteIdent } from './identifiers';
 import { marked } from './fragments.sql';
 import { hasPausedPartition, queueNotPaused } from './pause.sql';
 import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
+import { nextTurns, resumedThenWalk, TAKEN_OFFERS, turnOf, weighed } from './weights.sql';
 
 /** The notification payload's prefix that announces freed room in a queue (`!room <queue>`; see WakeupListener). */
 export const ROOM_NOTICE = '!room ';
@@ -74,7 +75,7 @@ WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
 SELECT (SELECT count(*) FROM ${s}.task WHERE queue = $1 AND state = 'running')::int AS running,
        ${windowCount('q.rate_at', 'q.rate_n', '$2', 'c.now')} AS window_count,
        ${windowFreesInMs('q.rate_at', 'q.rate_n', '$2', 'c.now')} AS window_frees_in_ms,
-       q.partition_cursor AS cursor,
+       q.partition_cursor AS cursor, coalesce(q.partition_turns, 0) AS turns,
        (SELECT min(${windowFreesInMs('r.rate_at', 'r.rate_n', '$4', 'c.now')})
         FROM ${s}.rate_window r
         WHERE r.queue = $1 AND $3::int IS NOT NULL AND ${windowCount('r.rate_at', 'r.rate_n', '$4', 'c.now')} >= $3::int) AS partition_frees_in_ms,
@@ -100,8 +101,10 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
      * them by rank, then by place in the round: the first task of every partition before the second
      * of any. So a partition with 10 000 tasks waiting gets one turn per round, like one with 10.
      * The claim returns where the next round starts (`next_cursor`): after the last partition it
-     * took a first task from when it stopped part-way through the round's first tasks, else after
-     * the last partition walked, so the next claim never walks again what this one passed over.
+     * took a task from (by rank, then place) when it filled its batch, so the partitions after it
+     * in the round have their turn first in the next claim, else (every partition with room gave
+     * all it could) after the last partition walked, so the next claim never walks again what this
+     * one passed over.
      * For freed-room announcements it also says whether a partition is at its limit
      * (`partition_full`) and whether the round offered more than the claim took (`room_left`).
      *
@@ -117,19 +120,24 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
      * row version: a task a business transaction holds (an enqueue replacing it, a dependant being
      * linked) is passed over, never waited for while the queue's lock is held, and a task whose due
      * time was just moved on is not claimed early.
+     * Weights (weights.sql.ts): a partition of weight w has w turns a round, its first w due tasks
+     * rank 1, the next w rank 2, and so on; a claim that stops part-way through the turns of the
+     * cursor's partition leaves it the rest (`next_turns`), and the next round starts with them.
      * Parameters as claimFrom, and $6 per-partition limit, $7 cursor, $8 partitions with room per
      * round, $9 per-partition rate limit (NULL: none), $10 its window in ms (rate_window), $11 the
-     * most partitions one claim walks, $12 the claim's token (see claim.sql.ts).
+     * most partitions one claim walks, $12 the turns the cursor's partition has left (0: none),
+     * $13 the module's partitionWeights (JSON object; NULL: none), $14 the claim's token (see
+     * claim.sql.ts).
      */
     claimPartitioned: claimFrom(
       s,
       `
   SELECT t.id FROM ${s}.task t
-  WHERE t.id = ANY (ARRAY (SELECT o.id FROM offered o ORDER BY o.rank, o.pos LIMIT $2))
+  WHERE t.id = ANY (ARRAY (SELECT o.id FROM offered o ORDER BY o.rank, o.pos, o.n LIMIT $2))
     AND t.state = 'pending' AND t.run_at <= now()
   FOR UPDATE OF t SKIP LOCKED`,
       {
-        token: '$12',
+        token: '$14',
         partitioned: true,
         ctes: `running AS MATERIALIZED (
   SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM ${s}.task WHERE queue = $1 AND state = 'running' GROUP BY 1
@@ -152,25 +160,28 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
   WHERE w.n < $11 AND (k.p IS NOT NULL OR (w.lap = 0 AND $7::text IS NOT NULL))
 ), round AS (
   -- The first $8 walked partitions with room, in walk order (the order a recursive CTE makes its
-  -- rows in). Read lazily: the walk stops once they are found.
-  SELECT w.p, w.n AS pos, x.top, r.room
-  FROM walk w
+  -- rows in), after the cursor's partition when it has turns left (weights.sql.ts). Read lazily:
+  -- the walk stops once they are found.
+  SELECT w.p, w.n AS pos, x.top, r.room, g.weight, g.turns
+  FROM (${resumedThenWalk}) w
   ${visit(s)}
+  ${weighed(s)}
   WHERE r.room > 0
   LIMIT $8
 ), offered AS (
-  SELECT c.id, c.rank, w.pos, w.p
+  SELECT c.id, ${turnOf('c.rank', 'w')} AS rank, c.rank AS n, w.pos, w.p, w.turns, w.weight
   FROM round w
   CROSS JOIN LATERAL (
     ${offer(s)}
   ) c
 )`,
         // A full round ends at its last partition; a short one walked every key it could.
-        extra: `(SELECT CASE WHEN count(*) < $2 OR bool_or(o.rank > 1) THEN
+        extra: `(SELECT CASE WHEN count(*) < $2 THEN
                  CASE WHEN (SELECT count(*) FROM round) >= $8 THEN (SELECT p FROM round ORDER BY pos DESC LIMIT 1)
                       ELSE (SELECT w.p FROM walk w ORDER BY w.n DESC LIMIT 1) END
-               ELSE (array_agg(o.p ORDER BY o.pos DESC))[1] END
-        FROM offered o WHERE o.id IN (SELECT c.id::bigint FROM claimed c)) AS next_cursor,
+               ELSE (array_agg(o.p ORDER BY o.rank DESC, o.pos DESC))[1] END
+        FROM ${TAKEN_OFFERS}) AS next_cursor,
+       ${nextTurns} AS next_turns,
        CASE WHEN (SELECT count(*) FROM round) < $8 THEN (SELECT max(w.n) >= $11 FROM walk w) ELSE false END AS walk_cut,
        coalesce((SELECT bool_or(r.n >= $6) FROM running r), false) AS partition_full,
        (SELECT count(*) FROM offered) > (SELECT count(*) FROM claimed) AS room_left`,
@@ -206,15 +217,15 @@ SET window_ms = EXCLUDED.window_ms,
      * notification however many tasks end. NULL leaves it. Claims are serialised by the queue's
      * lock, so no claim's flag is lost between another's read and write.
      * Parameters: $1 queue, $2 rate window ms (0: none), $3 cursor, $4 tasks just started, $5 room
-     * wanted, $6 channel.
+     * wanted, $6 channel, $7 the turns the cursor's partition has left (weights.sql.ts).
      */
     record: `
-INSERT INTO ${s}.queue_state AS q (queue, partition_cursor, rate_at, rate_n, room_wanted)
-SELECT $1, $3, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[now.t] ELSE '{}' END, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[$4::int] ELSE '{}' END,
+INSERT INTO ${s}.queue_state AS q (queue, partition_cursor, partition_turns, rate_at, rate_n, room_wanted)
+SELECT $1, $3, $7, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[now.t] ELSE '{}' END, CASE WHEN $2 > 0 AND $4 > 0 THEN ARRAY[$4::int] ELSE '{}' END,
        coalesce($5::boolean, false)
 FROM (SELECT clock_timestamp() AS t) now
 ON CONFLICT (queue) DO UPDATE
-SET partition_cursor = EXCLUDED.partition_cursor,
+SET partition_cursor = EXCLUDED.partition_cursor, partition_turns = EXCLUDED.partition_turns,
     (rate_at, rate_n) = ${windowAdd('q.rate_at', 'q.rate_n', '$2', 'CASE WHEN $2 > 0 THEN $4::int ELSE 0 END', 'coalesce(EXCLUDED.rate_at[1], clock_timestamp())')},
     room_wanted = coalesce($5::boolean, q.room_wanted)
 RETURNING CASE WHEN $5::boolean IS FALSE THEN pg_notify($6, '${ROOM_NOTICE}' || $1) END`,

@@ -94,6 +94,15 @@ export function byClaimOrder(a: Attempt, b: Attempt): number {
   return a.task.priority - b.task.priority || a.task.runAt.getTime() - b.task.runAt.getTime() || compareIds(a.task.id, b.task.id);
 }
 
+/**
+ * Claim order under priority aging (aging.sql.ts): priority * agingMs + run_at, then id, so that a
+ * batch starts its aged tasks before the younger urgent ones it took with them.
+ */
+export function byAgedOrder(agingMs: number): (a: Attempt, b: Attempt) => number {
+  const key = (x: Attempt) => x.task.priority * agingMs + x.task.runAt.getTime();
+  return (a, b) => key(a) - key(b) || compareIds(a.task.id, b.task.id);
+}
+
 /** Compares bigint ids given as decimal strings (no sign, no leading zeros) without parsing them. */
 function compareIds(a: string, b: string): number {
   return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import { hasFlowControl } from '../pg-queue.options';
 import { LIMITED_CLAIM_BOUNDS } from '../sql/limits.repository';
-import { Attempt, byClaimOrder } from './attempt';
+import { Attempt, byAgedOrder, byClaimOrder } from './attempt';
 import { logLine } from './error-text';
 import { releaseAttempts, type WorkerDeps } from './worker.deps';
 
@@ -129,7 +129,8 @@ export class QueueClaimer {
     this.sawPaused = claim.paused === true;
     if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
     const attempts = claim.rows.map((r) => new Attempt(r));
-    return (await this.withoutGroupRivals(attempts)).sort(byClaimOrder);
+    const aging = this.handler.options.priorityAgingMs;
+    return (await this.withoutGroupRivals(attempts)).sort(aging === null ? byClaimOrder : byAgedOrder(aging));
   }
 
   /**

@@ -94,7 +94,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     this.deps = {
       prisma: options.prisma,
       repo,
-      limits: new LimitsRepository(options.schema),
+      limits: new LimitsRepository(options.schema, options.partitionWeights),
       workerId: options.workerId,
       events,
       logger: this.logger,
