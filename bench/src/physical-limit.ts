@@ -1,7 +1,7 @@
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import type { Client } from 'pg';
 import { DEFAULT_HANDLER_OPTIONS } from '../../libs/pg-queue/src/pg-queue.options';
-import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
 import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
@@ -55,7 +55,7 @@ export async function runBatch(c: Client, mode: 'lease' | 'transactional', worke
   const res0 = await c.query<{ claimed: string }>({
     name: 'claim',
     text: STATEMENTS.claim,
-    values: [QUEUE, LIMIT_BATCH, workerId, DEFAULT_HANDLER_OPTIONS.leaseMs, DEFAULT_HANDLER_OPTIONS.maxAttempts, randomUUID()],
+    values: [QUEUE, LIMIT_BATCH, workerId, DEFAULT_HANDLER_OPTIONS.leaseMs, DEFAULT_HANDLER_OPTIONS.maxAttempts, newClaimId()],
   });
   const rows = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string; payload: unknown }[];
   if (rows.length === 0) return { claimed: 0, completed: 0 };

@@ -1,8 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import { Client } from 'pg';
 import { TaskHandler, type Task } from '@app/pg-queue';
-import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { drainQueue } from '@app/pg-queue/testing';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
@@ -110,7 +109,7 @@ describe('per-group order with retries (issue 12 item 5): one at a time per grou
       // A rival worker's claim of q, its statement's window held open by a transaction.
       const rival = await client();
       await rival.query('BEGIN');
-      const { rows } = await rival.query(claimStatements('pgqueue').claim, ['gr.race', 10, 'rival', 60_000, 5, randomUUID()]);
+      const { rows } = await rival.query(claimStatements('pgqueue').claim, ['gr.race', 10, 'rival', 60_000, 5, newClaimId()]);
       const [q] = JSON.parse(rows[0].claimed) as { id: string; lease_token: string; payload: Job }[];
       expect(q.payload.name).toBe('q');
       await late.query('COMMIT');

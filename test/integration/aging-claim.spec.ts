@@ -49,7 +49,7 @@ describe('priority aging in the claim', () => {
     await setup.db.sql(`INSERT INTO pgqueue.task (queue, payload, priority, run_at)
                   SELECT 'ag.plan', '{}', g % 5, now() - (g % 1000) * interval '1 second' FROM generate_series(1, 20000) g`);
     await setup.db.sql('ANALYZE pgqueue.task');
-    const plan = await genericPlan(setup.db, agingStatements('pgqueue').claim, ['text', 'int', 'text', 'float8', 'int', 'bigint', 'int', 'text'], [`'ag.plan'`, '50', `'w'`, '60000', '5', '1000', String(AGING_LEVELS), `'00000000-0000-4000-8000-000000000001'`]);
+    const plan = await genericPlan(setup.db, agingStatements('pgqueue').claim, ['text', 'int', 'text', 'float8', 'int', 'bigint', 'int', 'text'], [`'ag.plan'`, '50', `'w'`, '60000', '5', '1000', String(AGING_LEVELS), `'0123456789abcdef'`]);
     if (process.env.SHOW_PLANS) console.log(plan);
     expect({ seqScan: /Seq Scan on task\b(?!_)/.test(plan), claimIndex: plan.includes('task_claim_idx') }).toEqual({ seqScan: false, claimIndex: true });
     // And it claims what a sort of the whole backlog by effective priority puts first.

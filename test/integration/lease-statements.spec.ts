@@ -3,7 +3,6 @@ import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { maintainStatements } from '../../libs/pg-queue/src/sql/maintain.sql';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
-import { leaseKey } from '../../libs/pg-queue/src/sql/statement-values';
 import { CompletionBatcher } from '../../libs/pg-queue/src/worker/completion.batcher';
 import { taskRow } from '../support/task-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -30,7 +29,7 @@ describe('lease statements', () => {
     const finish = completeStatements('pgqueue', 'archive');
     const leases = [`'1,2,3'`, `'${Array(3).fill('00000000-0000-4000-8000-000000000000').join(',')}'`];
     const cases: [string, string, string[], string[]][] = [
-      ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'int', 'text'], [`'plan.q'`, '500', `'w'`, '60000', '5', `'00000000-0000-4000-8000-000000000001'`]],
+      ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'int', 'text'], [`'plan.q'`, '500', `'w'`, '60000', '5', `'0123456789abcdef'`]],
       ['lockLeases', claim.lockLeases, ['text', 'text', 'text', 'text'], [...leases, `'1000'`, `'1000'`]],
       ['complete', finish.complete, ['text', 'text', 'text', 'text', 'text', 'text', 'text'], [...leases, `'[]'`, `'ch'`, `'1,2,3'`, `'0,0,0'`, `'{}'`]],
       ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]', 'text', 'boolean', 'bigint[]'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`, `'ch'`, 'false', `'{5,NULL,7}'`]],
@@ -72,8 +71,8 @@ describe('lease statements', () => {
     const stale = { id, token: first.lease_token, ...ran };
     const current = { id, token: second.lease_token, ...ran };
 
-    // Heartbeat extends the current lease only (results are keyed by lease: id and token).
-    expect([...(await repo.heartbeat(prisma, [stale, current], 60_000)).keys()]).toEqual([leaseKey(current)]);
+    // Heartbeat extends the current lease only (results are keyed by token).
+    expect([...(await repo.heartbeat(prisma, [stale, current], 60_000)).keys()]).toEqual([current.token]);
     // One statement never carries both: the fence would not know whose follow-ups to insert.
     await expect(repo.complete(prisma, [stale, current], [])).rejects.toThrow(/two leases of one task/);
 
@@ -115,8 +114,7 @@ describe('lease statements', () => {
     const prisma = db.prisma();
     await repo.insert(prisma, Array.from({ length: 40 }, () => taskRow('fail.q')));
     const leases = (await repo.claim(prisma, 'fail.q', 40, 'w', 60_000, 5)).rows;
-    // One claim: the 40 leases share its token, so each is told apart by its id. Reversed, so
-    // that the order of $1 and $2 differs from the order the rows are found in.
+    // Reversed, so that the order of $2 differs from the order the rows are found in.
     const failures = leases.reverse().map((l, i) => ({
       id: l.id, token: l.lease_token, error: `boom ${l.id}`, delayMs: i % 2 === 0 ? 3_600_000 : 0, fatal: i % 3 === 0,
     }));

@@ -26,7 +26,7 @@ export const AGING_LEVELS = 32;
  * contend for the same best rows, which are chosen before they are locked (SKIP LOCKED then passes
  * over only rows a business transaction holds).
  * Parameters as claimFrom, and $6 priorityAgingMs, $7 the most levels read (AGING_LEVELS), $8 the
- * claim's token (see claim.sql.ts).
+ * claim's id (see claim.sql.ts).
  */
 export function agingStatements(schema: string) {
   const s = quoteIdent(schema);

@@ -47,11 +47,10 @@ export function completeStatements(schema: string, retention: FinishedRetention,
     : '';
   const cancelRequested = cancelRequestedOf(s);
   /**
-   * Element of a per-lease input array ($n) for row `t`: looked up by its id's position in $1, from
-   * a map the lease_pos CTE builds once (array_position would scan $1 for every row). By id, not by
-   * token: a claim's rows share its token, and a statement carries one lease per task.
+   * Element of a per-lease input array ($n) for row `t`: looked up by its token's position in $2,
+   * from a map the lease_pos CTE builds once (array_position would scan $2 for every row).
    */
-  const perLease = (n: number, type: string) => `($${n}::${type}[])[((SELECT pos FROM lease_pos) ->> t.id::text)::int]`;
+  const perLease = (n: number, type: string) => `($${n}::${type}[])[((SELECT pos FROM lease_pos) ->> t.lease_token::text)::int]`;
   return marked({
     /**
      * Success. A task re-enqueued with onConflict 'rerun' while it ran goes back to pending with
@@ -111,12 +110,12 @@ SELECT (SELECT ${idList('id')} FROM done WHERE NOT cancelled) AS done_ids,
      * back of its group: the tasks waiting behind it go first (see task_group_pos_idx).
      * Each failed attempt appends its error and run time to the task's log (task-report.sql.ts).
      * Parameters: $1 ids, $2 lease tokens (see HELD), $3 error[] (already truncated), $4 delay_ms[], $5 fatal[],
-     * $8 ran_ms[] (NULL: unknown), in the order of $1 and $2; $6 channel; $7 a retry keeps its place in its group.
+     * $8 ran_ms[] (NULL: unknown), in the order of $2; $6 channel; $7 a retry keeps its place in its group.
      */
     fail: `
 WITH lease_pos AS (
-  SELECT jsonb_object_agg(id, ord) AS pos
-  FROM unnest(string_to_array($1, ',')) WITH ORDINALITY AS l(id, ord)
+  SELECT jsonb_object_agg(token::uuid::text, ord) AS pos
+  FROM unnest(string_to_array($2, ',')) WITH ORDINALITY AS l(token, ord)
 ), failed AS (
   UPDATE ${s}.task t
   SET state = CASE WHEN ${cancelRequested} THEN 'cancelled'

@@ -1,7 +1,6 @@
-import { randomUUID } from 'node:crypto';
 import type { PrismaClientLike, RateLimit, SqlExecutor } from '../types';
 import { AGING_LEVELS, agingStatements } from './aging.sql';
-import { claimStatements } from './claim.sql';
+import { claimStatements, newClaimId } from './claim.sql';
 import { notifyChannel } from './identifiers';
 import { limitStatements } from './limits.sql';
 import type { Claim, ClaimedRow } from './statement-values';
@@ -51,7 +50,7 @@ export class LimitsRepository {
   }
 
   /** Claims up to `want` tasks of `queue` within its limits; the arguments are those of TaskRepository.claim. */
-  claim(prisma: PrismaClientLike, queue: string, want: number, workerId: string, leaseMs: number, maxAttempts: number, limits: QueueLimits, token: string = randomUUID()): Promise<Claim> {
+  claim(prisma: PrismaClientLike, queue: string, want: number, workerId: string, leaseMs: number, maxAttempts: number, limits: QueueLimits, claimId: string = newClaimId()): Promise<Claim> {
     const rate = limits.rateLimit;
     // A rate limit is for the queue as a whole, or for each partition on its own.
     const queueRate = rate !== null && !rate.perPartition ? rate : null;
@@ -80,12 +79,12 @@ export class LimitsRepository {
         const aging = limits.priorityAgingMs ?? null;
         const [res] = !partitioned
           ? aging === null
-            ? await tx.$queryRawUnsafe<ClaimResult[]>(this.claimSql.claim, queue, take, workerId, leaseMs, maxAttempts, token)
-            : await tx.$queryRawUnsafe<ClaimResult[]>(this.agingSql.claim, queue, take, workerId, leaseMs, maxAttempts, aging, AGING_LEVELS, token)
+            ? await tx.$queryRawUnsafe<ClaimResult[]>(this.claimSql.claim, queue, take, workerId, leaseMs, maxAttempts, claimId)
+            : await tx.$queryRawUnsafe<ClaimResult[]>(this.agingSql.claim, queue, take, workerId, leaseMs, maxAttempts, aging, AGING_LEVELS, claimId)
           : await tx.$queryRawUnsafe<ClaimResult[]>(
               this.sql.claimPartitioned, queue, take, workerId, leaseMs, maxAttempts,
               limits.partitionConcurrency ?? UNLIMITED, room.cursor, Math.min(MAX_ROUND, Math.max(32, 4 * take)),
-              partitionRate?.max ?? null, partitionRate?.perMs ?? 0, MAX_WALK, room.cursor === null ? 0 : room.turns, this.weights, token,
+              partitionRate?.max ?? null, partitionRate?.perMs ?? 0, MAX_WALK, room.cursor === null ? 0 : room.turns, this.weights, claimId,
             );
         const rows = JSON.parse(res.claimed) as ClaimedRow[];
         // The round's cursor moves past every partition the claim walked, served or not.

@@ -126,7 +126,7 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
      * Parameters as claimFrom, and $6 per-partition limit, $7 cursor, $8 partitions with room per
      * round, $9 per-partition rate limit (NULL: none), $10 its window in ms (rate_window), $11 the
      * most partitions one claim walks, $12 the turns the cursor's partition has left (0: none),
-     * $13 the module's partitionWeights (JSON object; NULL: none), $14 the claim's token (see
+     * $13 the module's partitionWeights (JSON object; NULL: none), $14 the claim's id (see
      * claim.sql.ts).
      */
     claimPartitioned: claimFrom(

@@ -57,12 +57,6 @@ export interface Lease {
   token: string;
 }
 
-/**
- * A lease as a map key. Not the token alone: every row of a claim shares its token (claim.sql.ts).
- * Not the id alone: an instance may hold a stale lease of a task beside the task's new one.
- */
-export const leaseKey = (l: Lease): string => `${l.id}/${l.token}`;
-
 /** A lease whose handler ran, with when (performance.now() values of this process). */
 export interface RanLease extends Lease {
   startedAt: number;

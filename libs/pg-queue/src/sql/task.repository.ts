@@ -1,7 +1,6 @@
-import { randomUUID } from 'node:crypto';
 import { isRootClient } from '../prisma-adapter';
 import type { SqlExecutor } from '../types';
-import { claimStatements } from './claim.sql';
+import { claimStatements, newClaimId } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
 import { DependencyRepository } from './dependencies.repository';
 import { TaskInserter } from './insert.repository';
@@ -14,7 +13,6 @@ import { WorkflowRepository } from './workflow.repository';
 import { CompletionRepository } from './completion.repository';
 import {
   assertOneLeasePerTask,
-  leaseKey,
   leaseParams,
   oneLeasePerTask,
   parseIds,
@@ -73,20 +71,20 @@ export class TaskRepository {
   }
 
   /**
-   * `maxAttempts`: the claiming handler's limit, for tasks whose enqueuer set none. `token`: the
-   * claim's lease token (see claim.sql.ts), which a claimer keeps to give the rows back should the
-   * answer be lost.
+   * `maxAttempts`: the claiming handler's limit, for tasks whose enqueuer set none. `claimId`: 16
+   * hex digits that begin every lease token of the claim (see claim.sql.ts), which a claimer keeps
+   * to give the rows back should the answer be lost.
    */
-  async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number, token: string = randomUUID()): Promise<Claim> {
+  async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number, claimId: string = newClaimId()): Promise<Claim> {
     const [res] = await db.$queryRawUnsafe<{ claimed: string; next_due_in_ms: number | null; db_now_ms: number; paused: boolean | null }[]>(
-      this.claimSql.claim, queue, limit, workerId, leaseMs, maxAttempts, token,
+      this.claimSql.claim, queue, limit, workerId, leaseMs, maxAttempts, claimId,
     );
     return { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms, paused: res.paused === true };
   }
 
-  /** The leases of `queue` that the claims with `tokens` took and that are still held (see claimedWith). */
-  async claimedWith(db: SqlExecutor, queue: string, tokens: string[]): Promise<Lease[]> {
-    return db.$queryRawUnsafe<Lease[]>(this.claimSql.claimedWith, queue, tokens.join(','));
+  /** The leases of `queue` that the claims `claimIds` took and that are still held (see claimedWith). */
+  async claimedWith(db: SqlExecutor, queue: string, claimIds: string[]): Promise<Lease[]> {
+    return db.$queryRawUnsafe<Lease[]>(this.claimSql.claimedWith, queue, claimIds.join(','));
   }
 
   /** The ids among `leases` (just claimed) whose group has another running task (see claim.sql.ts). */
@@ -160,7 +158,7 @@ export class TaskRepository {
   }
 
   /**
-   * Extends the leases still held; returns them by leaseKey, each with whether a cancel was requested.
+   * Extends the leases still held; returns them by token, each with whether a cancel was requested.
    * A lease whose row another transaction holds counts as held without waiting (see heartbeat in
    * complete.sql.ts); the next heartbeat extends it.
    */
@@ -168,8 +166,8 @@ export class TaskRepository {
     const held = new Map<string, { cancelled: boolean }>();
     for (const run of oneLeasePerTask(leases, (l) => l.id)) {
       const rows = await db.$queryRawUnsafe<{ id: string; cancelled: boolean }[]>(this.completeSql.heartbeat, ...leaseParams(run), leaseMs);
-      const byId = new Map(run.map((l) => [l.id, l]));
-      for (const r of rows) held.set(leaseKey(byId.get(r.id)!), { cancelled: r.cancelled });
+      const tokenOf = new Map(run.map((l) => [l.id, l.token]));
+      for (const r of rows) held.set(tokenOf.get(r.id)!, { cancelled: r.cancelled });
     }
     return held;
   }

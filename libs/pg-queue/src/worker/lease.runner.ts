@@ -3,7 +3,7 @@ import { isConnectionLost } from '../sql/database-error';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Task, TaskHandlerFn } from '../types';
-import { leaseKey, type Failure } from '../sql/statement-values';
+import type { Failure } from '../sql/statement-values';
 import type { Attempt } from './attempt';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
@@ -184,7 +184,7 @@ export class LeaseRunner {
 
   private applyHeartbeat(a: Attempt, held: Map<string, { cancelled: boolean }>): void {
     if (a.finished) return;
-    const lease = held.get(leaseKey(a.lease));
+    const lease = held.get(a.lease.token);
     if (!lease) a.abort(new LeaseLostError(a.task.id));
     else if (lease.cancelled) a.abort(new TaskCancelledError(a.task.id));
   }

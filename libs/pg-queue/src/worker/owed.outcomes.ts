@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
+import { claimIdOf } from '../sql/claim.sql';
 import { LIMITED_CLAIM_BOUNDS } from '../sql/limits.repository';
-import { leaseKey, type Failure, type Lease } from '../sql/statement-values';
+import type { Failure, Lease } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
@@ -15,9 +16,9 @@ const LOST_CLAIM_WINDOW_MS = LIMITED_CLAIM_BOUNDS.transactionMs;
  * What this instance owes the database: attempts that ended here (given back uncounted, or failed)
  * while the database could not be reached, so that their release or failure was never written;
  * and claims whose answer never came (the connection broke, maybe after the commit), whose rows
- * it holds without knowing them: found by the claims' tokens (claimedWith) and given back
+ * it holds without knowing them: found by the claims' ids (claimedWith) and given back
  * uncounted.
- * Kept by lease and written as soon as the database answers again: when the LISTEN
+ * Kept by lease token and written as soon as the database answers again: when the LISTEN
  * connection is back (a failover, a network cut) and on every rescuer pass. Fenced like any
  * release or failure: a lease taken over meanwhile (expired, or its instance judged dead) matches
  * no row and is dropped. Without this, those tasks waited out their leases. Only attempts whose
@@ -26,7 +27,7 @@ const LOST_CLAIM_WINDOW_MS = LIMITED_CLAIM_BOUNDS.transactionMs;
 export class OwedOutcomes {
   private readonly releases = new Map<string, Lease>();
   private readonly failures = new Map<string, { failure: Failure; retryBlocksGroup: boolean }>();
-  /** Failed claims by token: their queue, when they failed, and whether their rows were looked for since. */
+  /** Failed claims by claim id: their queue, when they failed, and whether their rows were looked for since. */
   private readonly claims = new Map<string, { queue: string; at: number; lookedFor: boolean }>();
   private settling: Promise<number> | null = null;
   private closed = false;
@@ -34,16 +35,16 @@ export class OwedOutcomes {
   constructor(private readonly logger: Logger) {}
 
   release(leases: readonly Lease[]): void {
-    for (const l of leases) this.releases.set(leaseKey(l), { id: l.id, token: l.token });
+    for (const l of leases) this.releases.set(l.token, { id: l.id, token: l.token });
   }
 
   fail(failures: readonly Failure[], retryBlocksGroup: boolean): void {
-    for (const f of failures) this.failures.set(leaseKey(f), { failure: f, retryBlocksGroup });
+    for (const f of failures) this.failures.set(f.token, { failure: f, retryBlocksGroup });
   }
 
-  /** A claim of `queue` with `token` failed: whatever it took is given back once the database answers. */
-  lostClaim(queue: string, token: string): void {
-    this.claims.set(token, { queue, at: Date.now(), lookedFor: false });
+  /** The claim `claimId` of `queue` failed: whatever it took is given back once the database answers. */
+  lostClaim(queue: string, claimId: string): void {
+    this.claims.set(claimId, { queue, at: Date.now(), lookedFor: false });
   }
 
   /**
@@ -78,14 +79,14 @@ export class OwedOutcomes {
       const releases = [...this.releases.values()];
       if (releases.length > 0) {
         await repo.release(db, releases);
-        for (const l of releases) this.releases.delete(leaseKey(l));
+        for (const l of releases) this.releases.delete(l.token);
         written += releases.length;
       }
       for (const blocks of [true, false]) {
         const owed = [...this.failures.values()].filter((f) => f.retryBlocksGroup === blocks).map((f) => f.failure);
         if (owed.length === 0) continue;
         await repo.fail(db, owed, blocks);
-        for (const f of owed) this.failures.delete(leaseKey(f));
+        for (const f of owed) this.failures.delete(f.token);
         written += owed.length;
       }
       if (written > 0) this.logger.warn(`gave back ${written} task(s) whose attempts ended while the database could not be reached`);
@@ -101,17 +102,17 @@ export class OwedOutcomes {
   private async giveBackLostClaims(db: SqlExecutor, repo: TaskRepository): Promise<number> {
     let given = 0;
     const byQueue = new Map<string, string[]>();
-    for (const [token, c] of this.claims) byQueue.set(c.queue, [...(byQueue.get(c.queue) ?? []), token]);
-    for (const [queue, tokens] of byQueue) {
+    for (const [claimId, c] of this.claims) byQueue.set(c.queue, [...(byQueue.get(c.queue) ?? []), claimId]);
+    for (const [queue, claimIds] of byQueue) {
       const checkedAt = Date.now();
-      const held = await repo.claimedWith(db, queue, tokens);
+      const held = await repo.claimedWith(db, queue, claimIds);
       if (held.length > 0) given += (await repo.release(db, held)).size;
       // A claim found is settled; one not found may still commit, until its window passed.
-      const found = new Set(held.map((l) => l.token));
-      for (const t of tokens) {
-        const c = this.claims.get(t)!;
+      const found = new Set(held.map((l) => claimIdOf(l.token)));
+      for (const id of claimIds) {
+        const c = this.claims.get(id)!;
         c.lookedFor = true;
-        if (found.has(t) || checkedAt - c.at > LOST_CLAIM_WINDOW_MS) this.claims.delete(t);
+        if (found.has(id) || checkedAt - c.at > LOST_CLAIM_WINDOW_MS) this.claims.delete(id);
       }
     }
     return given;

@@ -1,6 +1,6 @@
-import { randomUUID } from 'node:crypto';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import { hasFlowControl } from '../pg-queue.options';
+import { newClaimId } from '../sql/claim.sql';
 import { LIMITED_CLAIM_BOUNDS } from '../sql/limits.repository';
 import { Attempt, byAgedOrder, byClaimOrder } from './attempt';
 import { logLine } from './error-text';
@@ -49,13 +49,13 @@ export class QueueClaimer {
   /**
    * Claims up to `limit` tasks, in claim order. A failure is recorded, then rethrown; the claim may
    * have committed all the same (the connection broke before its answer came), so what it took is
-   * owed back, found by the claim's token (see OwedOutcomes) instead of waiting out its leases.
+   * owed back, found by the claim's id (see OwedOutcomes) instead of waiting out its leases.
    */
   async claim(limit: number): Promise<Attempt[]> {
     this.inFlightSince = Date.now();
-    const token = randomUUID();
+    const claimId = newClaimId();
     try {
-      const attempts = await this.claimOnce(limit, token);
+      const attempts = await this.claimOnce(limit, claimId);
       this.lastClaimAt = Date.now();
       this.lastClaimError = null;
       // The database answers again: what is owed goes back now, not at the next reconnect or pass.
@@ -63,7 +63,7 @@ export class QueueClaimer {
       return attempts;
     } catch (err) {
       this.lastClaimError = logLine(err);
-      this.deps.owed?.lostClaim(this.handler.queue, token);
+      this.deps.owed?.lostClaim(this.handler.queue, claimId);
       throw err;
     } finally {
       this.inFlightSince = null;
@@ -119,12 +119,12 @@ export class QueueClaimer {
     while (this.announcements.size > 0) await Promise.all(this.announcements);
   }
 
-  private async claimOnce(limit: number, token: string): Promise<Attempt[]> {
+  private async claimOnce(limit: number, claimId: string): Promise<Attempt[]> {
     const { queue, options: o } = this.handler;
     const sentAt = Date.now();
     const claim = this.limited
-      ? await this.deps.limits.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o, token)
-      : await this.deps.repo.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, token);
+      ? await this.deps.limits.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o, claimId)
+      : await this.deps.repo.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, claimId);
     this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
     this.sawPaused = claim.paused === true;
     if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
