@@ -85,6 +85,25 @@ describe('lease statements', () => {
     expect(await db.sql('SELECT state, attempt FROM pgqueue.task_archive WHERE id = $1', [id])).toEqual([{ state: 'done', attempt: 2 }]);
   });
 
+  // Tokens are matched against a set, not pairwise with ids: they must be unique per row, or a
+  // stale lease of A batched with a lease of B could match A's newer lease from B's claim.
+  it('refuse a stale lease batched with another task of the claim that took its task again', async () => {
+    await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
+    const prisma = db.prisma();
+    const [a] = await repo.insert(prisma, [taskRow('stale.q')]);
+    const [first] = (await repo.claim(prisma, 'stale.q', 1, 'w', 60_000, 5)).rows;
+    await db.sql("UPDATE pgqueue.task SET locked_until = now() - interval '1 second' WHERE id = $1", [a]);
+    expect(await repo.rescueExpired(prisma)).toEqual({ rescued: 1, dead: 0 });
+    const [b] = await repo.insert(prisma, [taskRow('stale.q')]);
+    const again = (await repo.claim(prisma, 'stale.q', 2, 'w', 60_000, 5)).rows;
+    expect(again.map((r) => r.id).sort()).toEqual([a, b].sort());
+    const ran = { startedAt: performance.now(), finishedAt: performance.now() };
+    const leaseOfB = again.find((r) => r.id === b)!;
+    const res = await repo.complete(prisma, [{ id: a, token: first.lease_token, ...ran }, { id: b, token: leaseOfB.lease_token, ...ran }], []);
+    expect([...res.done]).toEqual([b]);
+    expect(await db.sql('SELECT state FROM pgqueue.task WHERE id = $1', [a])).toEqual([{ state: 'running' }]);
+  });
+
   it('look for reruns only when some lease was not finished, and still find one in a mixed batch', async () => {
     await db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive');
     const prisma = db.prisma();
