@@ -95,6 +95,8 @@ const SCENARIOS = {
     metrics: [
       { key: 'tasksPerSec', label: 'tasks/s', better: 'higher' },
       { key: 'msPerCall', label: 'ms per enqueue call', better: 'lower' },
+      { key: 'callP50', label: 'call time p50, ms', better: 'lower' },
+      { key: 'callP99', label: 'call time p99, ms', better: 'lower' },
     ],
   },
   bulk: {
