@@ -45,6 +45,14 @@ describe('priority aging in the claim', () => {
     expect(await firstClaimed('ag.order', { ...NO_LIMITS, priorityAgingMs: 1000 }, 3)).toEqual(byId([fresh[1], fresh[2], young]));
   });
 
+  // The levels it reads are the most urgent ones with pending tasks: delayed or retrying tasks may
+  // fill them while the due work sits at a lower priority. That work is still claimed.
+  it('claims due tasks of a priority below many levels that hold only delayed tasks', async () => {
+    for (let p = 0; p < AGING_LEVELS + 2; p++) await task('ag.delayed', p, -600_000); // due in 10 minutes
+    const due = await Promise.all([0, 1, 2, 3, 4].map(() => task('ag.delayed', AGING_LEVELS + 10, 1000)));
+    expect(await firstClaimed('ag.delayed', { ...NO_LIMITS, priorityAgingMs: 60_000 }, 10)).toEqual(byId(due));
+  });
+
   it('reads the backlog through task_claim_idx, never a sequential scan, whatever the statistics', async () => {
     await setup.db.sql(`INSERT INTO pgqueue.task (queue, payload, priority, run_at)
                   SELECT 'ag.plan', '{}', g % 5, now() - (g % 1000) * interval '1 second' FROM generate_series(1, 20000) g`);

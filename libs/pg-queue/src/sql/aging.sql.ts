@@ -19,8 +19,10 @@ export const AGING_LEVELS = 32;
  * claim reads, for each of the AGING_LEVELS most urgent priorities with pending tasks (a skip scan
  * of that index, one probe a level), its first due tasks up to the batch size (an index range),
  * and takes the batch's best of them by effective priority: at most AGING_LEVELS × batch rows read
- * whatever the backlog. Tasks of less urgent levels than those are claimed as without aging once a
- * level above empties.
+ * whatever the backlog. Those levels may hold only delayed or retrying tasks while due work waits
+ * at a less urgent priority: the plain claim's candidates (the batch's first due tasks by
+ * priority, then due time) join them, so an aging claim never takes less than a plain one would,
+ * and tasks of levels beyond those are claimed as without aging.
  *
  * Run in a limited claim's transaction, under the queue's lock (limits.sql.ts): claimers never
  * contend for the same best rows, which are chosen before they are locked (SKIP LOCKED then passes
@@ -60,6 +62,14 @@ export function agingStatements(schema: string) {
     LIMIT $2
   ) c
   WHERE l.p IS NOT NULL
+  UNION
+  -- The plain claim's candidates (see above).
+  (SELECT t.id, t.priority * $6::numeric + extract(epoch FROM t.run_at) * 1000 AS key
+   FROM ${s}.task t
+   WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
+     AND ${queueNotPaused(s)} AND ${partitionNotPaused(s)} AND ${groupFirst(s)}
+   ORDER BY t.priority, t.run_at, t.id
+   LIMIT $2)
 )`,
       },
     ),
