@@ -5,7 +5,9 @@
  * Claims made here directly, one after another, as the queue's lock would order them.
  */
 import { LimitsRepository, type QueueLimits } from '../../libs/pg-queue/src/sql/limits.repository';
+import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { schemaDatabase } from '../support/schema-database';
+import { taskRow } from '../support/task-rows';
 
 const LIMITS: QueueLimits = { globalConcurrency: null, partitionConcurrency: 1000, rateLimit: null };
 
@@ -65,5 +67,37 @@ describe('weighted partitions in the partitioned claim', () => {
     const repo = new LimitsRepository('pgqueue', { a: 3 });
     // Nothing ends: partitionConcurrency 2 lets each partition start 2, whatever its weight.
     expect(await claimCounts(repo, 'w.full', 10, 1, { ...LIMITS, partitionConcurrency: 2 })).toEqual({ a: 2, b: 2 });
+  });
+
+  // A business transaction that set a partition's weight (a new partition, or a new weight) holds
+  // that row until it ends: other enqueues of the partition must not wait for it (DESIGN 18), in
+  // their own transaction or in the caller's, nor deadlock with it.
+  it('an enqueue with a weight never waits for another transaction that set the same weight row', async () => {
+    const repo = new TaskRepository('pgqueue', 'archive');
+    const holder = setup.db.prisma(1);
+    const other = setup.db.prisma(2);
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => (entered = resolve));
+    const held = holder.$transaction(async (tx) => {
+      await repo.insert(tx, [taskRow('w.wait', { partitionKey: 'p9', weight: 3 }), taskRow('w.wait', { partitionKey: 'p8', weight: 2 })]);
+      entered();
+      await released;
+    }, { timeout: 60_000 });
+    try {
+      await inside;
+      const stuck = new Promise<string>((resolve) => setTimeout(() => resolve('stuck'), 5000));
+      const own = repo.insert(other, [taskRow('w.wait', { partitionKey: 'p8', weight: 4 }), taskRow('w.wait', { partitionKey: 'p9', weight: 4 })]).then(() => 'done');
+      expect(await Promise.race([own, stuck])).toBe('done');
+      const inTx = other.$transaction((tx) => repo.insert(tx, [taskRow('w.wait', { partitionKey: 'p9', weight: 5 })])).then(() => 'done');
+      expect(await Promise.race([inTx, stuck])).toBe('done');
+    } finally {
+      release();
+      await held;
+      await holder.$disconnect();
+      await other.$disconnect();
+    }
+    expect(await setup.db.sql("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'w.wait'")).toEqual([{ n: 5 }]);
   });
 });
