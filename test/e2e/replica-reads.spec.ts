@@ -105,9 +105,13 @@ describe('reads from a replica (readPrisma): the standby of a replicated pair', 
     for (const page of ['', '/schedules']) expect((await fetch(`${base}${page}`)).status).toBe(200);
     expect(await queue.topErrors(QUEUE)).toEqual([]);
     expect(await queue.hourly({ queue: QUEUE })).toEqual([]);
-    // A pause just made (on the primary) shows only once the replica has it.
+    // Pauses are read from the primary (a tiny table operators act on): a pause just made shows at
+    // once in pausedQueues() and the dashboard's overview (Resume), whatever the replica's lag;
+    // stats() shows the replica's picture, pauses included.
     expect(await queue.pause(QUEUE)).toBe(true);
-    expect(await queue.pausedQueues()).toEqual([]);
+    expect(await queue.pausedQueues()).toEqual([expect.objectContaining({ queue: QUEUE, partition: null })]);
+    expect((await queue.stats()).find((s) => s.queue === QUEUE)).toMatchObject({ paused: false });
+    expect(await (await fetch(`${base}/`)).text()).toContain('Resume');
     expect(await queue.resume(QUEUE)).toBe(true);
     expect(await queue.listSchedules()).toEqual([]);
     // The task page reads the primary: an action redirects to it.

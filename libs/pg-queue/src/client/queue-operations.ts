@@ -22,8 +22,8 @@ export type CancelResult = 'cancelled' | 'requested' | 'not-cancellable';
  * time, payload), on a queue's history (retryDead, purge, topErrors, hourly), on a queue's flow
  * (pause, resume) and on runtime schedules. Each checks its arguments and runs one statement or
  * bounded transaction of the operator's repositories. Reads that count or list (topErrors, hourly,
- * pausedQueues, listSchedules) go to `readPrisma` (a replica, when the app gives one); reads by id
- * or name and every change go to `prisma`, the primary (see the README's Reads from a replica).
+ * listSchedules) go to `readPrisma` (a replica, when the app gives one); reads by id or name, the
+ * pauses and every change go to `prisma`, the primary (see the README's Reads from a replica).
  */
 export abstract class QueueOperations {
   protected readonly pauses: PauseRepository;
@@ -162,9 +162,12 @@ export abstract class QueueOperations {
     return this.pauses.resume(this.options.prisma, validateQueueName(queue), pauseScope(scope));
   }
 
-  /** Every pause: queues (`partition` null) and partitions, by queue name (from `readPrisma`). */
+  /**
+   * Every pause: queues (`partition` null) and partitions, by queue name. From the primary even with
+   * `readPrisma`: a pause just made or lifted shows at once (queue_pause is a tiny table).
+   */
   async pausedQueues(): Promise<QueuePause[]> {
-    return this.pauses.list(this.options.readPrisma);
+    return this.pauses.list(this.options.prisma);
   }
 
   /**

@@ -158,7 +158,8 @@ export class TaskQueue extends QueueOperations {
   /**
    * Exact counts by state, the archive's included, and the age of the oldest due task, per queue.
    * It reads every task row, so its cost grows with history: for operators, not for polling
-   * (QueueMetrics reads a bounded statement of its own). From `readPrisma` (a replica, when given).
+   * (QueueMetrics reads a bounded statement of its own). From `readPrisma` (a replica, when given),
+   * its pauses too: one consistent picture, as old as the replica (pausedQueues() reads the primary).
    */
   async stats(): Promise<QueueStats[]> {
     const reads = this.options.readPrisma;
