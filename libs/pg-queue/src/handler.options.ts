@@ -45,6 +45,11 @@ export interface HandlerOptions {
    * instead. Tasks beyond it stay pending, no attempt counted, and start when the window allows.
    */
   rateLimit: RateLimit | null;
+  /**
+   * A named limiter of the module option `limiters` (null: none): its concurrency and rate budget
+   * and its back-offs are shared with every queue that names it, across every instance.
+   */
+  limiter: string | null;
 }
 
 export type { RateLimit };
@@ -54,7 +59,7 @@ const BACKOFF_KEYS = Object.keys({ type: true, delayMs: true, maxDelayMs: true, 
 
 /** Whether a queue's claims go through the flow-control rules (serialised per queue, see limits.sql.ts). */
 export function hasFlowControl(o: HandlerOptions): boolean {
-  return o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null;
+  return o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null || o.limiter !== null;
 }
 
 export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
@@ -69,6 +74,7 @@ export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
   globalConcurrency: null,
   partitionConcurrency: null,
   rateLimit: null,
+  limiter: null,
 };
 
 /** The settings a handler may be given (in `handlerDefaults`, `queues[q]`, `@TaskHandler`). */
@@ -131,6 +137,9 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
     if (rate.perPartition !== undefined && typeof rate.perPartition !== 'boolean') {
       fail('rateLimit.perPartition', `expected a boolean, got ${JSON.stringify(rate.perPartition)}`);
     }
+  }
+  if (merged.limiter !== null && (typeof merged.limiter !== 'string' || merged.limiter.length === 0)) {
+    fail('limiter', `expected null or the name of a limiter in the module option limiters, got ${JSON.stringify(merged.limiter)}`);
   }
   const b = merged.backoff;
   if (!['fixed', 'linear', 'exponential'].includes(b.type)) fail('backoff.type', `expected fixed, linear or exponential, got ${JSON.stringify(b.type)}`);

@@ -273,7 +273,7 @@ export interface QueueStats {
 
 /** Task events, published on `TaskQueue.events$`. */
 export interface TaskEvent {
-  type: 'claimed' | 'completed' | 'failed' | 'dead' | 'cancelled' | 'released' | 'lease-lost' | 'progress';
+  type: 'claimed' | 'completed' | 'failed' | 'dead' | 'cancelled' | 'released' | 'backed-off' | 'lease-lost' | 'progress';
   queue: string;
   taskId: string;
   attempt: number;

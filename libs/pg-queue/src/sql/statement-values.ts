@@ -74,6 +74,14 @@ export function resultsJson(leases: RanLease[]): string {
 
 export type FailedState = 'pending' | 'dead' | 'cancelled';
 
+/** A back-off a handler asked for (backoff.sql.ts), its scope resolved: `limiter` names the limiter for scope 'limiter'. */
+export interface BackOff extends Lease {
+  delayMs: number;
+  scope: 'task' | 'queue' | 'partition' | 'limiter';
+  limiter: string | null;
+  reason: string;
+}
+
 export interface Failure extends Lease {
   error: string;
   delayMs: number;

@@ -1,0 +1,23 @@
+import type { RegisteredHandler } from '../discovery/task-handler.registry';
+import { PgQueueError, RateLimitedError } from '../errors';
+import type { ResolvedLimiters } from '../limiter.options';
+import type { BackOff } from '../sql/statement-values';
+import type { Attempt } from './attempt';
+import { errorText } from './error-text';
+
+/**
+ * What a handler's RateLimitedError asks for, its scope resolved against the handler's settings:
+ * no scope means the handler's limiter when it has one, else its queue; any other name must be a
+ * configured limiter. Returns null for any other outcome, and an error (recorded as the attempt's
+ * failure) for a scope that names no limiter: a mistake in the handler, not a back-off.
+ */
+export function backOffOf(error: unknown, a: Attempt, handler: RegisteredHandler, limiters: ResolvedLimiters, maxErrorBytes: number): BackOff | PgQueueError | null {
+  if (!(error instanceof RateLimitedError)) return null;
+  const asked = error.scope ?? handler.options.limiter ?? 'queue';
+  const base = { ...a.lease, delayMs: error.retryAfterMs, reason: errorText(error, maxErrorBytes) };
+  if (asked === 'task' || asked === 'queue' || asked === 'partition') return { ...base, scope: asked, limiter: null };
+  if (!limiters.has(asked)) {
+    return new PgQueueError(`pg-queue: RateLimitedError names scope ${JSON.stringify(asked)}, which is neither 'task', 'partition', 'queue' nor a limiter of the module option limiters`);
+  }
+  return { ...base, scope: 'limiter', limiter: asked };
+}
