@@ -156,8 +156,8 @@ export class TaskQueue extends QueueOperations {
    * (QueueMetrics reads a bounded statement of its own).
    */
   async stats(): Promise<QueueStats[]> {
-    const [rows, pauses] = await Promise.all([this.operator.stats(this.options.prisma), this.pauses.list(this.options.prisma)]);
-    return statsByQueue(rows, pauses);
+    const [rows, pauses, backOffs] = await Promise.all([this.operator.stats(this.options.prisma), this.pauses.list(this.options.prisma), this.backOffs()]);
+    return statsByQueue(rows, pauses, backOffs);
   }
 
   private executor(tx: unknown): SqlExecutor {
