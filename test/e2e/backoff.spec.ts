@@ -6,6 +6,7 @@
  */
 import { Injectable } from '@nestjs/common';
 import { RateLimitedError, TaskHandler, type LeaseTaskContext, type Task, type TaskContext, type TaskEvent } from '@app/pg-queue';
+import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
 import type { Prisma } from '../../src/generated/prisma/client';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { queueStates } from '../support/task-ledger';
@@ -90,7 +91,7 @@ describe('back-off on a downstream 429, across three instances', () => {
     db = await createTestDatabase();
     await db.sql('CREATE TABLE bo_writes (task_id text NOT NULL, first boolean NOT NULL)');
     for (const name of ['i1', 'i2', 'i3']) {
-      const qa = await bootQueueApp(db.prisma(6), [BackOffHandlers], { databaseUrl: db.url, workerId: name, pollIntervalMs: 1000 });
+      const qa = await bootQueueApp(db.prisma(6), [BackOffHandlers], { databaseUrl: db.url, workerId: name, pollIntervalMs: 1000 }, [PgQueueMetricsModule]);
       qa.queue.events$.subscribe((e) => events.push(e));
       instances.push(qa);
     }
@@ -116,6 +117,8 @@ describe('back-off on a downstream 429, across three instances', () => {
     // Visible while it lasts, with its end time, in stats() and backOffs().
     const shown = await waitFor('the queue backed off in stats()', async () => (await instances[2].queue.stats()).find((s) => s.queue === 'bo.storm')?.backedOffUntil);
     expect(Math.abs(shown.getTime() - downUntil)).toBeLessThan(1000);
+    const metrics = await instances[0].app.get(QueueMetrics).metrics();
+    expect(metrics).toMatch(/pgqueue_backoff_until_seconds\{scope="queue",name="bo\.storm",partition=""\} \d{10}/);
     expect((await instances[0].queue.backOffs()).filter((b) => b.name === 'bo.storm')).toEqual([
       expect.objectContaining({ scope: 'queue', partition: null, until: expect.any(Date), reason: expect.stringContaining('rate limited') }),
     ]);

@@ -5,6 +5,7 @@
  */
 import { Injectable } from '@nestjs/common';
 import { InvalidOptionsError, RateLimitedError, TaskHandler, type LeaseTaskContext, type PgQueueModuleOptions, type Task, type TaskContext } from '@app/pg-queue';
+import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
 import { maxOverlap } from '../support/run-log';
 import { queueStates } from '../support/task-ledger';
@@ -79,7 +80,7 @@ describe('named limiters shared by several queues, across three instances', () =
   beforeAll(async () => {
     db = await createTestDatabase();
     for (const name of ['i1', 'i2', 'i3']) {
-      instances.push(await bootQueueApp(db.prisma(6), [SharedHandlers], { databaseUrl: db.url, workerId: name, limiters: LIMITERS, pollIntervalMs: 1000 }));
+      instances.push(await bootQueueApp(db.prisma(6), [SharedHandlers], { databaseUrl: db.url, workerId: name, limiters: LIMITERS, pollIntervalMs: 1000 }, [PgQueueMetricsModule]));
     }
   });
   afterAll(async () => {
@@ -96,6 +97,7 @@ describe('named limiters shared by several queues, across three instances', () =
     const budget = await waitFor('stripe in use', async () => (await instances[1].queue.limiterBudgets()).find((b) => b.name === 'stripe' && b.running > 0));
     expect(budget).toEqual(expect.objectContaining({ concurrency: 2, rateLimit: null, backedOffUntil: null }));
     expect(budget.running).toBeLessThanOrEqual(2);
+    expect(await instances[0].app.get(QueueMetrics).metrics()).toMatch(/pgqueue_limiter_running\{limiter="stripe"\} [0-2]\n/);
     await finished('sl.charge', 30);
     await finished('sl.refund', 30);
     const both = of('sl.charge', 'sl.refund');

@@ -156,8 +156,9 @@ export class TaskQueue extends QueueOperations {
    * (QueueMetrics reads a bounded statement of its own).
    */
   async stats(): Promise<QueueStats[]> {
-    const [rows, pauses, backOffs] = await Promise.all([this.operator.stats(this.options.prisma), this.pauses.list(this.options.prisma), this.backOffs()]);
-    return statsByQueue(rows, pauses, backOffs);
+    const [rows, pauses] = await Promise.all([this.operator.stats(this.options.prisma), this.pauses.list(this.options.prisma)]);
+    // After, not beside: on the CLI's one connection a third statement in flight draws pg's deprecation warning.
+    return statsByQueue(rows, pauses, await this.backOffs());
   }
 
   private executor(tx: unknown): SqlExecutor {
