@@ -3,7 +3,7 @@ import { PgQueueError, RateLimitedError } from '../errors';
 import type { ResolvedLimiters } from '../limiter.options';
 import type { BackOff } from '../sql/statement-values';
 import type { Attempt } from './attempt';
-import { errorText } from './error-text';
+import { truncateUtf8 } from './error-text';
 
 /**
  * What a handler's RateLimitedError asks for, its scope resolved against the handler's settings:
@@ -14,7 +14,8 @@ import { errorText } from './error-text';
 export function backOffOf(error: unknown, a: Attempt, handler: RegisteredHandler, limiters: ResolvedLimiters, maxErrorBytes: number): BackOff | PgQueueError | null {
   if (!(error instanceof RateLimitedError)) return null;
   const asked = error.scope ?? handler.options.limiter ?? 'queue';
-  const base = { ...a.lease, delayMs: error.retryAfterMs, reason: errorText(error, maxErrorBytes) };
+  // The reason as the operator reads it (no stack: nothing failed).
+  const base = { ...a.lease, delayMs: error.retryAfterMs, reason: truncateUtf8(error.message, maxErrorBytes) };
   if (asked === 'task' || asked === 'queue' || asked === 'partition') return { ...base, scope: asked, limiter: null };
   if (!limiters.has(asked)) {
     return new PgQueueError(`pg-queue: RateLimitedError names scope ${JSON.stringify(asked)}, which is neither 'task', 'partition', 'queue' nor a limiter of the module option limiters`);
