@@ -66,6 +66,7 @@ const FLOW_VARIANTS = [
   ['rate5000', 'drain, rateLimit 5 000 / s'],
   ['fifo', "tenant B's wait behind A's backlog, no partitions"],
   ['fair', "tenant B's wait behind A's backlog, partitions taking turns"],
+  ['backoff', 'drain after a 1 s downstream outage (429, RateLimitedError scope queue)'],
 ];
 function flowVariants() {
   if (!LIB_SET.includes('pg-queue-lease')) return [];
@@ -170,6 +171,9 @@ const SCENARIOS = {
       DRAIN_RATE,
       { key: 'bWaitP50', label: "tenant B's wait, enqueue → handler start, p50 ms", better: 'lower' },
       { key: 'bWaitMax', label: "tenant B's wait, enqueue → handler start, max ms", better: 'lower' },
+      { key: 'firstServedMs', label: 'back-off: outage end → first served call, ms', better: 'lower' },
+      { key: 'fullRateMs', label: 'back-off: outage end → 90 % of the drain rate over 100 ms, ms', better: 'lower' },
+      { key: 'rejectedCalls', label: 'back-off: calls that met the 429', better: 'lower' },
     ],
   },
   scale: {
