@@ -171,10 +171,11 @@ SELECT id::text AS id, state, (SELECT count(*) FROM notified)::int AS notified, 
 
     /**
      * A back-off (backoff.sql.ts): the lease goes back like a release (no attempt counted, no error
-     * recorded), due $4 ms from now, and its scope is recorded from the rows given back, so a stale
-     * attempt sets nothing. Parameters: as release, $4 delay ms, $5 scope, $6 limiter, $7 reason.
+     * recorded), due at $4 (epoch ms, the database's clock as the worker estimates it), and its
+     * scope is recorded from the rows given back, so a stale attempt sets nothing.
+     * Parameters: as release, $4 end (epoch ms), $5 scope, $6 limiter, $7 reason.
      */
-    backOff: releasing(`now() + $4 * interval '1 millisecond'`, backOffScopeCtes(s)),
+    backOff: releasing('to_timestamp($4::float8 / 1000)', backOffScopeCtes(s)),
 
     /**
      * An attempt with follow-ups that have dependencies inside a caller's transaction

@@ -150,13 +150,13 @@ export class TaskRepository {
   }
 
   /**
-   * Gives a lease back as a back-off (backoff.sql.ts): due in its delay, uncounted, and its scope
+   * Gives a lease back as a back-off (backoff.sql.ts): due at its end, uncounted, and its scope
    * recorded; true when the lease was still held (else nothing changed). Outside a transaction a
    * row a business transaction holds is waited for at most ROW_LOCK_WAIT_MS (then it throws).
    */
   async backOff(db: SqlExecutor, b: BackOff): Promise<boolean> {
     const [res] = await db.$queryRawUnsafe<{ released_ids: string }[]>(
-      this.statementsFor(db).backOff, ...leaseParams([b]), this.channel, Math.max(0, Math.round(b.delayMs)), b.scope, b.limiter, b.reason,
+      this.statementsFor(db).backOff, ...leaseParams([b]), this.channel, b.untilMs, b.scope, b.limiter, b.reason,
     );
     return parseIds(res.released_ids).includes(b.id);
   }

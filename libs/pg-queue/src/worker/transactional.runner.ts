@@ -173,7 +173,7 @@ export class TransactionalRunner {
     if (result.kind === 'error' && isConnectionLost(result.error)) throw result.error;
     if (result.kind === 'error') {
       await gate.rollback();
-      const backOff = backOffOf(result.error, a, this.handler, this.deps.limiters, this.deps.maxErrorBytes);
+      const backOff = backOffOf(result.error, a, this.handler, this.deps);
       if (backOff !== null && !(backOff instanceof Error)) {
         a.followUps.length = 0;
         return { ok: false, backOff };
@@ -239,7 +239,7 @@ export class TransactionalRunner {
       const outcome = outcomes.get(a.task.id) ?? 'lost';
       publishOutcome(this.deps, a, outcome, r.ok ? undefined : r.failure?.error);
       if (outcome === 'pending' && !r.ok && r.failure) this.wakeIn(r.failure.delayMs);
-      if (outcome === 'backed-off' && !r.ok && r.backOff) this.wakeIn(r.backOff.delayMs);
+      if (outcome === 'backed-off' && !r.ok && r.backOff) this.wakeIn(this.deps.clock.msUntil(r.backOff.untilMs));
     }
   }
 
