@@ -241,6 +241,7 @@ describe('resolveHandlerOptions', () => {
       globalConcurrency: null,
       partitionConcurrency: null,
       rateLimit: null,
+      limiter: null,
     });
   });
 
