@@ -129,11 +129,7 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
   const rate = merged.rateLimit;
   if (rate !== null) {
     if (!isOptionsObject(rate)) fail('rateLimit', `expected null or { max, perMs }, got ${JSON.stringify(rate)}`);
-    rejectUnknownOptions(rate, RATE_LIMIT_KEYS, (key, reason) => fail(`rateLimit.${key}`, reason));
-    if (!Number.isInteger(rate.max) || rate.max < 1 || rate.max > 100_000) fail('rateLimit.max', `expected an integer in [1, 100000], got ${JSON.stringify(rate.max)}`);
-    if (!Number.isInteger(rate.perMs) || rate.perMs < 1 || rate.perMs > 31_622_400_000) {
-      fail('rateLimit.perMs', `expected an integer of ms in [1, 31622400000] (366 days), got ${JSON.stringify(rate.perMs)}`);
-    }
+    validateRate(rate, RATE_LIMIT_KEYS, (key, reason) => fail(`rateLimit.${key}`, reason));
     if (rate.perPartition !== undefined && typeof rate.perPartition !== 'boolean') {
       fail('rateLimit.perPartition', `expected a boolean, got ${JSON.stringify(rate.perPartition)}`);
     }
@@ -148,6 +144,16 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
     fail('backoff.maxDelayMs', 'expected a finite number >= delayMs');
   }
   return merged;
+}
+
+/** A rate limit's keys, `max` and `perMs` (a handler's rateLimit, a named limiter's); `fail` gets the key at fault. */
+export function validateRate(rate: object, keys: readonly string[], fail: (key: string, reason: string) => never): void {
+  rejectUnknownOptions(rate, keys, fail);
+  const { max, perMs } = rate as { max?: unknown; perMs?: unknown };
+  if (!Number.isInteger(max) || (max as number) < 1 || (max as number) > 100_000) fail('max', `expected an integer in [1, 100000], got ${JSON.stringify(max)}`);
+  if (!Number.isInteger(perMs) || (perMs as number) < 1 || (perMs as number) > 31_622_400_000) {
+    fail('perMs', `expected an integer of ms in [1, 31622400000] (366 days), got ${JSON.stringify(perMs)}`);
+  }
 }
 
 function defined<T extends object>(value: T | undefined): Partial<T> {

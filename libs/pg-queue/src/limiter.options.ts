@@ -1,5 +1,5 @@
 import { InvalidOptionsError } from './errors';
-import type { HandlerOptions } from './handler.options';
+import { validateRate, type HandlerOptions } from './handler.options';
 import { isOptionsObject, rejectUnknownOptions } from './option-keys';
 
 /** A named limiter (module option `limiters`): a budget several queues share. */
@@ -45,11 +45,7 @@ export function resolveLimiters(given: unknown): ResolvedLimiters {
     }
     if (rateLimit !== undefined) {
       if (!isOptionsObject(rateLimit)) fail('rateLimit', `expected { max, perMs }, got ${JSON.stringify(rateLimit)}`);
-      rejectUnknownOptions(rateLimit, RATE_KEYS, (key, reason) => fail(`rateLimit.${key}`, reason));
-      if (!Number.isInteger(rateLimit.max) || rateLimit.max < 1 || rateLimit.max > 100_000) fail('rateLimit.max', `expected an integer in [1, 100000], got ${JSON.stringify(rateLimit.max)}`);
-      if (!Number.isInteger(rateLimit.perMs) || rateLimit.perMs < 1 || rateLimit.perMs > 31_622_400_000) {
-        fail('rateLimit.perMs', `expected an integer of ms in [1, 31622400000] (366 days), got ${JSON.stringify(rateLimit.perMs)}`);
-      }
+      validateRate(rateLimit, RATE_KEYS, (key, reason) => fail(`rateLimit.${key}`, reason));
     }
     limiters.set(name, { name, concurrency: concurrency ?? null, rateLimit: rateLimit ? { max: rateLimit.max, perMs: rateLimit.perMs } : null });
   }
