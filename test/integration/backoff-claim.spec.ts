@@ -5,6 +5,7 @@
  */
 import type { BackOff, NewTaskRow } from '../../libs/pg-queue/src/sql/statement-values';
 import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { taskRow } from '../support/task-rows';
@@ -96,5 +97,24 @@ describe('back-offs in the claim', () => {
     expect(await backOff({ id: t1.id, token: t1.lease_token }, 'limiter', 5_000)).toBe(false);
     expect(await db.sql("SELECT 1 FROM pgqueue.backoff WHERE scope = 'limiter'")).toEqual([]);
     expect(await db.sql('SELECT state, locked_by FROM pgqueue.task WHERE id = $1', [t1.id])).toEqual([{ state: 'running', locked_by: 'w2' }]);
+  });
+
+  it('limited claims: a partitioned claim gives a backed-off partition no room; a queue backed off claims nothing and says until when', async () => {
+    const limits = new LimitsRepository('pgqueue');
+    const rules = { globalConcurrency: null, partitionConcurrency: 5, rateLimit: null };
+    await repo.insert(db.prisma(), ['a', 'a', 'a', 'b', 'b'].map((p) => row('bc.fair', { partitionKey: p })));
+    const [first] = (await repo.claim(db.prisma(), 'bc.fair', 1, 'w', 60_000, 5)).rows;
+    expect(await backOff({ id: first.id, token: first.lease_token }, 'partition', 5_000)).toBe(true);
+    const claim = await limits.claim(db.prisma(), 'bc.fair', 10, 'w', 60_000, 5, rules);
+    expect(claim.rows.map((r) => r.partition_key)).toEqual(['b', 'b']);
+
+    const [q] = (await limits.claim(db.prisma(), 'bc.fair', 1, 'w', 60_000, 5, { ...rules, partitionConcurrency: null, globalConcurrency: 10 })).rows ?? [];
+    expect(q).toBeUndefined(); // only a's tasks are left, and a is backed off
+    await repo.insert(db.prisma(), [row('bc.lim'), row('bc.lim')]);
+    const [l1] = (await repo.claim(db.prisma(), 'bc.lim', 1, 'w', 60_000, 5)).rows;
+    expect(await backOff({ id: l1.id, token: l1.lease_token }, 'queue', 5_000)).toBe(true);
+    const held = await limits.claim(db.prisma(), 'bc.lim', 10, 'w', 60_000, 5, { ...rules, partitionConcurrency: 3 });
+    expect(held.rows).toEqual([]);
+    expect(held.nextDueInMs).toBeGreaterThan(3_000);
   });
 });
