@@ -6,6 +6,8 @@
  */
 import { Injectable } from '@nestjs/common';
 import { RateLimitedError, TaskHandler, type LeaseTaskContext, type Task, type TaskContext, type TaskEvent } from '@app/pg-queue';
+import { TerminusModule } from '@nestjs/terminus';
+import { PgQueueHealthIndicator, PgQueueHealthModule } from '@app/pg-queue/health';
 import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
 import type { Prisma } from '../../src/generated/prisma/client';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
@@ -91,7 +93,11 @@ describe('back-off on a downstream 429, across three instances', () => {
     db = await createTestDatabase();
     await db.sql('CREATE TABLE bo_writes (task_id text NOT NULL, first boolean NOT NULL)');
     for (const name of ['i1', 'i2', 'i3']) {
-      const qa = await bootQueueApp(db.prisma(6), [BackOffHandlers], { databaseUrl: db.url, workerId: name, pollIntervalMs: 1000 }, [PgQueueMetricsModule]);
+      const qa = await bootQueueApp(db.prisma(6), [BackOffHandlers], { databaseUrl: db.url, workerId: name, pollIntervalMs: 1000 }, [
+        PgQueueMetricsModule,
+        TerminusModule,
+        PgQueueHealthModule,
+      ]);
       qa.queue.events$.subscribe((e) => events.push(e));
       instances.push(qa);
     }
@@ -117,6 +123,10 @@ describe('back-off on a downstream 429, across three instances', () => {
     // Visible while it lasts, with its end time, in stats() and backOffs().
     const shown = await waitFor('the queue backed off in stats()', async () => (await instances[2].queue.stats()).find((s) => s.queue === 'bo.storm')?.backedOffUntil);
     expect(Math.abs(shown.getTime() - downUntil)).toBeLessThan(1000);
+    // Its waiting tasks wait by design: the health check does not call the queue overdue.
+    const health = await instances[0].app.get(PgQueueHealthIndicator).isHealthy('queue', { maxOldestDueMs: 1 });
+    expect(health.queue.queues).toEqual(expect.arrayContaining([expect.objectContaining({ queue: 'bo.storm', backedOff: true })]));
+    expect(health.queue.problems ?? []).not.toEqual(expect.arrayContaining([expect.stringContaining('"bo.storm"')]));
     const metrics = await instances[0].app.get(QueueMetrics).metrics();
     expect(metrics).toMatch(/pgqueue_backoff_until_seconds\{scope="queue",name="bo\.storm",partition=""\} \d{10}/);
     expect((await instances[0].queue.backOffs()).filter((b) => b.name === 'bo.storm')).toEqual([

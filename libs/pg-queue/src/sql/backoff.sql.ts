@@ -42,6 +42,11 @@ export const partitionBackedOff = (s: string, p: string) =>
 export const backOffEndsInMs = (s: string) =>
   `(SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM ${s}.backoff b WHERE ${inForce("IN ('queue', 'partition')")})`;
 
+/** Queue `queue` (an expression) is backed off as a whole, or through its limiter (limiter_queue): for the health check. */
+export const queueBackedOff = (s: string, queue: string) =>
+  `EXISTS (SELECT 1 FROM ${s}.backoff b WHERE b.until > now() AND ((b.name = ${queue} AND b.scope = 'queue')
+           OR (b.scope = 'limiter' AND b.name IN (SELECT lq.limiter FROM ${s}.limiter_queue lq WHERE lq.queue = ${queue}))))`;
+
 /**
  * The CTE `scoped` that records a back-off's scope for the leases `released` gave back (columns
  * id, queue, partition_key, state, run_at), and `expired` that deletes a few ended rows.
