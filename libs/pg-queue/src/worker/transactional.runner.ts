@@ -7,6 +7,7 @@ import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced } from './handler.invoker';
+import { RollbackAll } from './rollback-all';
 import { TransactionGate } from './transaction.gate';
 import { isConnectionLost } from '../sql/database-error';
 import { batchTransactionFull, IDLE_GRACE_MS, SETTLE_GRACE_MS, STATEMENT_GRACE_MS, TX_BUDGET_MS, TX_START_WAIT_MS } from './transaction.limits';
@@ -15,22 +16,6 @@ import { failureOf, publish, publishOutcome, releaseAttempts, reportSink, type O
 /** An attempt's outcome in the batch: done, failed, or backed off (RateLimitedError: its writes rolled back). */
 type Result = { ok: true } | { ok: false; failure: Failure; backOff?: undefined } | { ok: false; failure?: undefined; backOff: BackOff };
 const SUCCEEDED: Result = Object.freeze({ ok: true });
-
-/**
- * Thrown inside the transaction to roll all of it back: a handler stuck past its timeout, a
- * shutdown past its deadline, tasks cancelled while they ran, or tasks whose follow-ups could not
- * be inserted (their writes must not commit). `culprits` get a recorded outcome (`reasons`: the
- * error of each, when it is not implied by `why`); the other attempts run again.
- */
-class RollbackAll extends Error {
-  constructor(
-    readonly why: 'stuck-handler' | 'shutdown' | 'cancelled' | 'follow-ups',
-    readonly culprits: Attempt[],
-    readonly reasons = new Map<Attempt, Error>(),
-  ) {
-    super(why);
-  }
-}
 
 /**
  * Transactional mode: a claimed batch runs inside one Prisma interactive transaction.
