@@ -109,7 +109,8 @@ export class LimitsRepository {
         const partitionWait = partitionRate !== null && rows.length < take ? room.partition_frees_in_ms : null;
         // A round cut short by MAX_WALK goes on at once from where it stopped.
         const walkOn = res.walk_cut && rows.length < take ? 0 : null;
-        const limiterWait = shared !== null && shared.take < want ? shared.waitMs : null;
+        // Only when the limiter is what cut the claim (it took all the limiter allowed): an idle queue must not poll.
+        const limiterWait = shared !== null && shared.take < want && rows.length >= shared.take ? shared.waitMs : null;
         const nextDue = [res.next_due_in_ms, rateWait, partitionWait, walkOn, limiterWait].filter((ms): ms is number => ms !== null);
         return { rows, nextDueInMs: nextDue.length > 0 ? Math.min(...nextDue) : null, dbNowMs: res.db_now_ms };
       },
