@@ -69,6 +69,7 @@ const FLOW_VARIANTS = [
   ['partitions1000', 'drain, 1 000 partitions, partitionConcurrency 1'],
   ['weighted1000', 'drain, 1 000 partitions weighing 1 to 4, partitionConcurrency 1'],
   ['aging', 'drain, priorities 0 to 4, priorityAgingMs 1 000'],
+  ['backoff', 'drain after a 1 s downstream outage (429, RateLimitedError scope queue)'],
 ];
 function flowVariants() {
   if (!LIB_SET.includes('pg-queue-lease')) return [];
@@ -176,6 +177,9 @@ const SCENARIOS = {
       { key: 'bWaitP50', label: "tenant B's wait, enqueue → handler start, p50 ms", better: 'lower' },
       { key: 'bWaitMax', label: "tenant B's wait, enqueue → handler start, max ms", better: 'lower' },
       { key: 'claimMsPerCall', label: 'partitioned or aging claim, server ms per call (pg_stat_statements)', better: 'lower' },
+      { key: 'firstServedMs', label: 'back-off: outage end → first served call, ms', better: 'lower' },
+      { key: 'fullRateMs', label: 'back-off: outage end → 90 % of the drain rate over 100 ms, ms', better: 'lower' },
+      { key: 'rejectedCalls', label: 'back-off: calls that met the 429', better: 'lower' },
     ],
   },
   scale: {

@@ -25,6 +25,9 @@ import { ReportHandlers } from './reports/report.handlers';
         prisma,
         databaseUrl: process.env.DATABASE_URL,
         autoStart: process.env.PGQUEUE_AUTOSTART !== 'false',
+        // One budget for every queue that calls the payment provider (payment.capture here; a
+        // refund queue would name it too), and one back-off when it answers 429.
+        limiters: { gateway: { concurrency: 40 } },
       }),
     }),
     HealthModule,

@@ -4,7 +4,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { Client } from 'pg';
-import { PgQueueModule, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type HandlerOptions, type Task } from '@app/pg-queue';
+import { PgQueueModule, RateLimitedError, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type HandlerOptions, type Task } from '@app/pg-queue';
 import { PrismaClient } from '../../src/generated/prisma/client';
 import type { StatementStats } from './child-main';
 import { QUEUE, chunks, poolSize, waitFor } from './common';
@@ -16,10 +16,12 @@ import { QUEUE, chunks, poolSize, waitFor } from './common';
  * from their enqueue to their handler's start, with the queue plain (first in, first out) or
  * partitioned (partitionConcurrency, partitions taking turns). And what weights cost the claim: drains
  * over 1 000 partitions one at a time each, without weights and with weights 1 to 4
- * (partitionWeights), with the partitioned claim's server time per call; and a drain under priority
- * aging (priorities 0 to 4, priorityAgingMs 1 000), with the aging claim's.
+ * (partitionWeights), with the partitioned claim's server time per call; a drain under priority
+ * aging (priorities 0 to 4, priorityAgingMs 1 000), with the aging claim's. And back-off (issue 28):
+ * the downstream answers 429 for the first OUTAGE_MS of the drain; handlers throw RateLimitedError
+ * (scope 'queue'); measured from the outage's end to the first served call and to full throughput.
  */
-export const FLOW_GROUPS = ['plain', 'global20', 'partitions100', 'rate5000', 'fifo', 'fair', 'partitions1000', 'weighted1000', 'aging'] as const;
+export const FLOW_GROUPS = ['plain', 'global20', 'partitions100', 'rate5000', 'fifo', 'fair', 'partitions1000', 'weighted1000', 'aging', 'backoff'] as const;
 export type FlowGroup = (typeof FLOW_GROUPS)[number];
 
 const CONCURRENCY = 50;
@@ -33,6 +35,7 @@ const RULES: Record<FlowGroup, Partial<HandlerOptions>> = {
   partitions1000: { partitionConcurrency: 1 },
   weighted1000: { partitionConcurrency: 1 },
   aging: { priorityAgingMs: 1000 },
+  backoff: {},
 };
 /** Partitions of the drains over many partitions; every other one of the weighted drain weighs 2 to 4. */
 const PARTITIONS: Partial<Record<FlowGroup, number>> = { partitions100: 100, partitions1000: 1000, weighted1000: 1000 };
@@ -43,13 +46,15 @@ const WEIGHTS: Partial<Record<FlowGroup, Record<string, number>>> = {
 const PARTITIONED_CLAIM = '%walk AS (%';
 const AGING_CLAIM = '%aged AS MATERIALIZED%';
 
-let onTask: ((payload: { seq: number; tenant?: string }) => void) | null = null;
+/** What a handler call does: a number is a 429's Retry-After, in ms. */
+let onTask: ((payload: { seq: number; tenant?: string }) => void | number) | null = null;
 
 @Injectable()
 class FlowHandlers {
   @TaskHandler(QUEUE)
   async noop(task: Task<{ seq: number; tenant?: string }>): Promise<void> {
-    onTask?.(task.payload);
+    const retryAfterMs = onTask?.(task.payload);
+    if (typeof retryAfterMs === 'number') throw new RateLimitedError({ retryAfterMs, scope: 'queue' });
   }
 }
 
@@ -69,6 +74,7 @@ export async function runFlow(
     const queue = app.get(TaskQueue);
     const deadline = Date.now() + timeoutMs;
     if (group === 'fifo' || group === 'fair') return { metrics: await fairness(app.get(WorkerOrchestrator), queue, group, n, deadline, db), settings };
+    if (group === 'backoff') return { metrics: await outage(app.get(WorkerOrchestrator), queue, n, deadline, db), settings };
 
     const partitions = PARTITIONS[group];
     for (const part of chunks(Array.from({ length: n }, (_, seq) => seq), 1000)) {
@@ -114,6 +120,54 @@ async function fairness(orchestrator: WorkerOrchestrator, queue: TaskQueue, grou
   await waitFor('every task finished', async () => (await unfinished(db)) === 0, Math.max(1000, deadline - Date.now()), 5);
   const waits = [...started.values()].map((t) => t - sent).sort((a, b) => a - b);
   return { tasksPerSec: null, bWaitP50: waits[Math.ceil(waits.length / 2) - 1], bWaitMax: waits[waits.length - 1] };
+}
+
+/** The downstream answers 429 for this long from the worker's start (scenario 9, back-off). */
+const OUTAGE_MS = 1000;
+/** Throughput is counted over windows this long; "full" is 90 % of the rate after the outage. */
+const RATE_WINDOW_MS = 100;
+
+/**
+ * `n` tasks wait; the worker starts while the downstream is down: the first calls meet a 429 and
+ * back the queue off until the outage ends. Measured from that end: the first served call, and
+ * the first moment the last RATE_WINDOW_MS served 90 % of the drain's mean rate after the outage.
+ */
+async function outage(orchestrator: WorkerOrchestrator, queue: TaskQueue, n: number, deadline: number, db: Client) {
+  for (const part of chunks(Array.from({ length: n }, (_, seq) => seq), 1000)) {
+    await queue.enqueueMany(part.map((seq) => ({ queue: QUEUE, payload: { seq } })));
+  }
+  await db.query('ANALYZE');
+  const served: number[] = [];
+  let rejected = 0;
+  const downUntil = performance.now() + OUTAGE_MS;
+  onTask = () => {
+    const now = performance.now();
+    if (now < downUntil) return ++rejected && Math.ceil(downUntil - now);
+    served.push(now);
+  };
+  await orchestrator.start();
+  await waitFor(`${n} served calls (got ${served.length})`, () => served.length >= n, deadline - Date.now(), 2);
+  await waitFor('every task finished', async () => (await unfinished(db)) === 0, Math.max(1000, deadline - Date.now()), 5);
+  const rate = served.length / Math.max(1, served[served.length - 1] - served[0]); // calls per ms
+  const full = served.findIndex((t, i) => i + 1 - lowerBound(served, t - RATE_WINDOW_MS) >= 0.9 * rate * RATE_WINDOW_MS);
+  return {
+    tasksPerSec: rate * 1000,
+    firstServedMs: served[0] - downUntil,
+    fullRateMs: full < 0 ? null : served[full] - downUntil,
+    rejectedCalls: rejected,
+  };
+}
+
+/** The index of the first element of sorted `xs` above `t`. */
+function lowerBound(xs: number[], t: number): number {
+  let lo = 0;
+  let hi = xs.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (xs[mid] <= t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 async function unfinished(db: Client): Promise<number> {

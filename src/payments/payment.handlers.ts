@@ -26,6 +26,7 @@ export class PaymentHandlers {
     leaseMs: 30_000,
     timeoutMs: 10_000,
     backoff: { type: 'exponential', delayMs: 50, maxDelayMs: 2_000, jitter: true },
+    limiter: 'gateway',
   })
   async capture(task: Task<CapturePayment>, ctx: LeaseTaskContext): Promise<void> {
     const { orderId } = task.payload;

@@ -80,6 +80,28 @@ describe('pg-queue CLI', () => {
     expect(page.out.trim().split('\n')).toHaveLength(3); // header + 2
   });
 
+  it('stats and backoffs show a back-off in force with its end time', async () => {
+    expect(cli(['backoffs'])).toMatchObject({ code: 0, out: 'no back-offs\n' });
+    // As a handler's RateLimitedError records it (backoff.sql.ts; the e2e backoff.spec drives that path).
+    await db.sql(
+      `INSERT INTO pgqueue.backoff (scope, name, partition_key, until, task_id, reason)
+       VALUES ('queue', 'cli.work', '', '2099-01-02T03:04:05Z', 1, 'RateLimitedError: 429'), ('limiter', 'stripe', '', '2099-01-02T03:04:05Z', 1, NULL)`,
+    );
+    try {
+      const stats = cli(['stats']);
+      expect(stats.out).toMatch(/^queue\s+pending.*oldestDueMs\s+backedOffUntil\n/);
+      expect(stats.out).toMatch(/\ncli\.work\s.*\s2099-01-02T03:04:05\.000Z\n/);
+      const listed = cli(['backoffs']);
+      expect(listed.out).toMatch(/^scope\s+name\s+partition\s+until\s+reason\nqueue\s+cli\.work\s+2099-01-02T03:04:05\.000Z\s+RateLimitedError: 429\nlimiter\s+stripe/);
+      expect(JSON.parse(cli(['--json', 'backoffs']).out)).toEqual([
+        { scope: 'queue', name: 'cli.work', partition: null, until: '2099-01-02T03:04:05.000Z', reason: 'RateLimitedError: 429' },
+        { scope: 'limiter', name: 'stripe', partition: null, until: '2099-01-02T03:04:05.000Z', reason: null },
+      ]);
+    } finally {
+      await db.sql('DELETE FROM pgqueue.backoff');
+    }
+  });
+
   it('show <id>: the task; an unknown id exits 1, a malformed one 2', () => {
     const shown = cli(['--json', 'show', ids.done]);
     expect(shown.code).toBe(0);
@@ -183,7 +205,7 @@ describe('pg-queue CLI', () => {
     const help = cli(['--help']);
     expect(help.code).toBe(0);
     expect(help.out).toContain('Exit codes: 0 done; 1 not found');
-    for (const command of ['stats', 'list', 'show', 'logs', 'retry', 'retry-dead', 'cancel', 'purge', 'schedules', 'schema']) expect(help.out).toContain(`  ${command}`);
+    for (const command of ['stats', 'backoffs', 'list', 'show', 'logs', 'retry', 'retry-dead', 'cancel', 'purge', 'schedules', 'schema']) expect(help.out).toContain(`  ${command}`);
     expect(cli(['purge', '--help']).out).toContain('--older-than <duration>');
     expect(cli(['--version']).out).toMatch(/^\d+\.\d+\.\d+\n$/);
     expect(cli(['list', '--state', 'finished']).code).toBe(2);

@@ -3,7 +3,7 @@ import { Test } from '@nestjs/testing';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { NonRetryableError, PgQueueDashboardModule, TaskHandler, TaskQueue, dashboardBasicAuth, type Task, type TaskContext } from '@app/pg-queue';
+import { NonRetryableError, PgQueueDashboardModule, RateLimitedError, TaskHandler, TaskQueue, dashboardBasicAuth, type Task, type TaskContext } from '@app/pg-queue';
 import { AppModule } from '../../src/app.module';
 import { DashboardTokenGuard } from '../../src/dashboard/dashboard-token.guard';
 import { PaymentGateway } from '../../src/payments/payment-gateway';
@@ -35,6 +35,12 @@ class DashboardSpecHandlers {
 
   @TaskHandler('dash.later')
   async later() {}
+
+  /** Its downstream always answers 429: the queue backs off for an hour. */
+  @TaskHandler('dash.throttled')
+  async throttled() {
+    throw new RateLimitedError({ retryAfterMs: 3_600_000, scope: 'queue', reason: 'RateLimitedError: 429 from the provider' });
+  }
 
   /** Reports progress and logs; its first attempt fails. */
   @TaskHandler('dash.report', { backoff: { type: 'fixed', delayMs: 0 } })
@@ -286,6 +292,28 @@ describe('dashboard (headless Chromium)', () => {
     await page.waitForURL(/notice=resumed/);
     expect(await row().locator('th .badge').count()).toBe(0);
     expect(await queue.pausedQueues()).toEqual([]);
+  });
+
+  it('back-offs and limiter budgets (issue 28): a badge on the backed-off queue, and the flow-control panel with ends and budgets', async () => {
+    await queue.enqueue('dash.throttled', {});
+    const until = await waitFor('dash.throttled backed off', async () => (await queue.backOffs()).find((b) => b.name === 'dash.throttled')?.until);
+    for (const path of ['/queues', '/ro']) {
+      await page.goto(`${base}${path}`);
+      const row = page.locator('tbody tr', { has: page.locator('th a:text-is("dash.throttled")') });
+      expect(await row.locator('th .badge.st-backoff').textContent()).toMatch(/^backed off in (59 min|1 h)/);
+      const backOff = page.locator('.flow table.backoffs tbody tr', { has: page.locator('th:text-is("dash.throttled")') });
+      expect(await backOff.locator('td').allTextContents()).toEqual([
+        'queue',
+        '',
+        expect.stringContaining(until.toISOString().slice(0, 19).replace('T', ' ')),
+        'RateLimitedError: 429 from the provider',
+      ]);
+      // The example app's payment limiter: its budget and what is in use (nothing runs now).
+      const gateway = page.locator('.flow table.limiters tbody tr', { has: page.locator('th:text-is("gateway")') });
+      expect(await gateway.locator('td').allTextContents()).toEqual(['0 / 40', '—', '']);
+    }
+    // Nothing was counted: the task waits, pending, at its first attempt.
+    expect(await db.sql("SELECT state, attempt, last_error FROM pgqueue.task WHERE queue = 'dash.throttled'")).toEqual([{ state: 'pending', attempt: 0, last_error: null }]);
   });
 
   it('progress as a bar in the task list and on the task page, and the task log with each failed attempt (issue 27)', async () => {

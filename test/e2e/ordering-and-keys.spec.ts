@@ -66,8 +66,8 @@ describe('ordering, delays and dedup keys', () => {
                   SELECT 'other.q', '{}', g % 10 FROM generate_series(1, 50000) g`);
     await db.sql('ANALYZE pgqueue.task');
     // The real claim statement (group check included), planned with parameters.
-    await db.sql(`PREPARE claim_plan(text, int, text, int, int) AS ${claimStatements('pgqueue').claim}`);
-    const plan = (await db.sql(`EXPLAIN EXECUTE claim_plan('order.q', 10, 'w', 1000, 5)`)).map((r) => r['QUERY PLAN']).join('\n');
+    await db.sql(`PREPARE claim_plan(text, int, text, int, int, text) AS ${claimStatements('pgqueue').claim}`);
+    const plan = (await db.sql(`EXPLAIN EXECUTE claim_plan('order.q', 10, 'w', 1000, 5, '0123456789abcdef')`)).map((r) => r['QUERY PLAN']).join('\n');
     await db.sql('DEALLOCATE claim_plan');
     expect(plan).toMatch(/Index Scan using task_claim_idx/);
     expect(plan).not.toMatch(/Seq Scan|Sort/);

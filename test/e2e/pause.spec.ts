@@ -241,8 +241,8 @@ describe('pause and resume', () => {
       await db.sql('BEGIN');
       try {
         await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
-        await db.sql(`PREPARE claim_probe (text, int, text, int, int) AS ${claimSql}`);
-        const rows = await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE claim_probe ('pause.plan', 10, 'w', 30000, 3)`);
+        await db.sql(`PREPARE claim_probe (text, int, text, int, int, text) AS ${claimSql}`);
+        const rows = await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE claim_probe ('pause.plan', 10, 'w', 30000, 3, '0123456789abcdef')`);
         return rows.map((r) => r['QUERY PLAN']).join('\n');
       } finally {
         await db.sql('ROLLBACK'); // the claim's update too

@@ -54,9 +54,9 @@ describe('parked workflows', () => {
     await db.sql('BEGIN');
     try {
       await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
-      await db.sql(`PREPARE idle_claim (text, int, text, int, int) AS ${claimStatements('pgqueue').claim}`);
+      await db.sql(`PREPARE idle_claim (text, int, text, int, int, text) AS ${claimStatements('pgqueue').claim}`);
       const [row] = await db.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
-        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE idle_claim('${queue}', 10, 'probe', 30000, 5)`,
+        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE idle_claim('${queue}', 10, 'probe', 30000, 5, '0123456789abcdef')`,
       );
       const plan = row['QUERY PLAN'][0].Plan;
       return plan['Shared Hit Blocks'] + plan['Shared Read Blocks'];

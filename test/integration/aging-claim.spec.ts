@@ -53,6 +53,13 @@ describe('priority aging in the claim', () => {
     expect(await firstClaimed('ag.delayed', { ...NO_LIMITS, priorityAgingMs: 60_000 }, 10)).toEqual(byId(due));
   });
 
+  it('passes over a backed-off partition, as the plain claim does', async () => {
+    const [{ id: off }] = await setup.db.sql<{ id: string }>(`INSERT INTO pgqueue.task (queue, payload, partition_key) VALUES ('ag.off', '{}', 'p1') RETURNING id::text`);
+    const [{ id: on }] = await setup.db.sql<{ id: string }>(`INSERT INTO pgqueue.task (queue, payload, partition_key) VALUES ('ag.off', '{}', 'p2') RETURNING id::text`);
+    await setup.db.sql(`INSERT INTO pgqueue.backoff (scope, name, partition_key, until, task_id) VALUES ('partition', 'ag.off', 'p1', now() + interval '1 minute', $1)`, [off]);
+    expect(await firstClaimed('ag.off', { ...NO_LIMITS, priorityAgingMs: 1000 }, 10)).toEqual([on]);
+  });
+
   it('reads the backlog through task_claim_idx, never a sequential scan, whatever the statistics', async () => {
     await setup.db.sql(`INSERT INTO pgqueue.task (queue, payload, priority, run_at)
                   SELECT 'ag.plan', '{}', g % 5, now() - (g % 1000) * interval '1 second' FROM generate_series(1, 20000) g`);

@@ -15,7 +15,10 @@ describe('schema installation', () => {
     expect(await installSchema(db.prisma(), 'jobs_a')).toEqual([]);
     const tables = await db.sql("SELECT table_name FROM information_schema.tables WHERE table_schema = 'jobs_a' ORDER BY 1");
     expect(tables.map((t) => t.table_name)).toEqual([
+      'backoff',
       'instance_session',
+      'limiter_queue',
+      'limiter_state',
       'partition_rate',
       'partition_weight',
       'queue_handler',

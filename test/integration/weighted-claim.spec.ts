@@ -42,13 +42,13 @@ describe('weighted partitions in the partitioned claim', () => {
 
   it('partitionWeights 3:1: three turns for one, claims of one task each', async () => {
     await backlog('w.one', { a: 400, b: 400 });
-    const repo = new LimitsRepository('pgqueue', { a: 3 });
+    const repo = new LimitsRepository('pgqueue', { partitionWeights: { a: 3 } });
     expect(await claimCounts(repo, 'w.one', 200, 1)).toEqual({ a: 150, b: 50 });
   });
 
   it('partitionWeights 3:1 over claims of every size from 1 to 7: 0.75 of the tasks within one round', async () => {
     await backlog('w.mixed', { a: 2000, b: 2000 });
-    const repo = new LimitsRepository('pgqueue', { a: 3 });
+    const repo = new LimitsRepository('pgqueue', { partitionWeights: { a: 3 } });
     let i = 0;
     const counts = await claimCounts(repo, 'w.mixed', 301, () => 1 + (i++ % 7));
     const share = counts.a / (counts.a + counts.b);
@@ -58,13 +58,13 @@ describe('weighted partitions in the partitioned claim', () => {
   it('the enqueue weight (partition_weight) wins over partitionWeights; three partitions 1:2:5', async () => {
     await backlog('w.three', { a: 500, b: 500, c: 500 });
     await setup.db.sql(`INSERT INTO pgqueue.partition_weight (queue, partition_key, weight) VALUES ('w.three', 'c', 5), ('w.three', 'b', 2)`);
-    const repo = new LimitsRepository('pgqueue', { c: 1, b: 7 });
+    const repo = new LimitsRepository('pgqueue', { partitionWeights: { c: 1, b: 7 } });
     expect(await claimCounts(repo, 'w.three', 80, 2)).toEqual({ a: 20, b: 40, c: 100 });
   });
 
   it('per-partition concurrency still holds: a full partition of weight 3 leaves its turns to the others', async () => {
     await backlog('w.full', { a: 50, b: 50 });
-    const repo = new LimitsRepository('pgqueue', { a: 3 });
+    const repo = new LimitsRepository('pgqueue', { partitionWeights: { a: 3 } });
     // Nothing ends: partitionConcurrency 2 lets each partition start 2, whatever its weight.
     expect(await claimCounts(repo, 'w.full', 10, 1, { ...LIMITS, partitionConcurrency: 2 })).toEqual({ a: 2, b: 2 });
   });

@@ -113,6 +113,55 @@ export class HandlerConfigurationError extends InvalidOptionsError {}
  */
 export class NonRetryableError extends PgQueueError {}
 
+/**
+ * Where a back-off applies (see RateLimitedError): this task only, its partition, its whole queue,
+ * or a named limiter (module option `limiters`) with every queue that uses it.
+ */
+export type BackOffScopeName = 'task' | 'partition' | 'queue' | (string & {});
+
+/** The most a back-off may last: 366 days, as a rate window. */
+export const MAX_BACK_OFF_MS = 31_622_400_000;
+
+/**
+ * Thrown by a handler whose downstream said "not now" (an HTTP 429 with `Retry-After`, a quota):
+ * the task goes back to `pending`, due in `retryAfterMs`, with no attempt counted and nothing
+ * recorded as a failure; and the scope is not claimed by any instance until then (see the README's
+ * flow control). `scope` defaults to the handler's limiter when it has one, else 'queue'. In
+ * transactional mode the handler's writes are rolled back. `ctx.backOff(ms, { scope })` throws it.
+ * @example
+ * if (res.status === 429) throw new RateLimitedError({ retryAfterMs: RateLimitedError.retryAfterMs(res.headers.get('retry-after')) ?? 1000, scope: 'stripe' });
+ */
+export class RateLimitedError extends PgQueueError {
+  readonly retryAfterMs: number;
+  readonly scope: BackOffScopeName | undefined;
+
+  constructor(options: { retryAfterMs: number; scope?: BackOffScopeName; reason?: string }) {
+    const ms = options?.retryAfterMs;
+    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > MAX_BACK_OFF_MS) {
+      throw new InvalidArgumentError('retryAfterMs', `expected a number of ms in [0, ${MAX_BACK_OFF_MS}], got ${JSON.stringify(ms)}`);
+    }
+    const scope = options.scope;
+    if (scope !== undefined && (typeof scope !== 'string' || scope.length === 0 || scope.length > 200)) {
+      throw new InvalidArgumentError('scope', `expected 'task', 'partition', 'queue' or a limiter's name, got ${JSON.stringify(scope)}`);
+    }
+    super(options.reason ?? `pg-queue: rate limited, back off ${Math.round(ms)} ms${scope ? ` (${scope})` : ''}`);
+    this.retryAfterMs = Math.round(ms);
+    this.scope = scope;
+  }
+
+  /**
+   * An HTTP `Retry-After` value (seconds, or an HTTP date) in ms from now; null when absent or
+   * unreadable.
+   */
+  static retryAfterMs(header: string | null | undefined, now = Date.now()): number | null {
+    if (header == null || header.trim() === '') return null;
+    const seconds = Number(header);
+    if (Number.isFinite(seconds)) return Math.max(0, Math.min(MAX_BACK_OFF_MS, Math.round(seconds * 1000)));
+    const at = Date.parse(header);
+    return Number.isNaN(at) ? null : Math.max(0, Math.min(MAX_BACK_OFF_MS, at - now));
+  }
+}
+
 /** A handler returned a value that cannot be stored as its result (not JSON, or too large): the task ends dead. */
 export class InvalidResultError extends NonRetryableError {
   constructor(taskId: string, queue: string, reason: string) {

@@ -1,3 +1,4 @@
+import type { BackOffScopeName } from './errors';
 import type { FollowUpOptions, FollowUpRef, HandlerMode, PayloadOf, SqlExecutor, Task } from './types';
 
 /** The `ctx` a handler receives, per mode, and the handler's own type. */
@@ -40,6 +41,13 @@ export interface TaskContextBase {
    * for anything but a string.
    */
   log(line: string): void;
+  /**
+   * The downstream said "not now": throws a RateLimitedError (write `throw ctx.backOff(...)` or
+   * let it propagate). The task goes back to pending, due in `retryAfterMs`, no attempt counted, no
+   * failure recorded; `scope` ('task', 'partition', 'queue' or a limiter's name; default: the
+   * handler's limiter, else the queue) is not claimed by any instance until then.
+   */
+  backOff(retryAfterMs: number, options?: { scope?: BackOffScopeName; reason?: string }): never;
 }
 
 /**

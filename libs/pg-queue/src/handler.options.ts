@@ -52,6 +52,11 @@ export interface HandlerOptions {
    * above. Not with partitions (partitionConcurrency, rateLimit.perPartition).
    */
   priorityAgingMs: number | null;
+  /**
+   * A named limiter of the module option `limiters` (null: none): its concurrency and rate budget
+   * and its back-offs are shared with every queue that names it, across every instance.
+   */
+  limiter: string | null;
 }
 
 export type { RateLimit };
@@ -61,7 +66,7 @@ const BACKOFF_KEYS = Object.keys({ type: true, delayMs: true, maxDelayMs: true, 
 
 /** Whether a queue's claims go through the flow-control rules (serialised per queue, see limits.sql.ts). */
 export function hasFlowControl(o: HandlerOptions): boolean {
-  return o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null || o.priorityAgingMs !== null;
+  return o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null || o.priorityAgingMs !== null || o.limiter !== null;
 }
 
 export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
@@ -77,6 +82,7 @@ export const DEFAULT_HANDLER_OPTIONS: HandlerOptions = {
   partitionConcurrency: null,
   rateLimit: null,
   priorityAgingMs: null,
+  limiter: null,
 };
 
 /** The settings a handler may be given (in `handlerDefaults`, `queues[q]`, `@TaskHandler`). */
@@ -131,11 +137,7 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
   const rate = merged.rateLimit;
   if (rate !== null) {
     if (!isOptionsObject(rate)) fail('rateLimit', `expected null or { max, perMs }, got ${JSON.stringify(rate)}`);
-    rejectUnknownOptions(rate, RATE_LIMIT_KEYS, (key, reason) => fail(`rateLimit.${key}`, reason));
-    if (!Number.isInteger(rate.max) || rate.max < 1 || rate.max > 100_000) fail('rateLimit.max', `expected an integer in [1, 100000], got ${JSON.stringify(rate.max)}`);
-    if (!Number.isInteger(rate.perMs) || rate.perMs < 1 || rate.perMs > 31_622_400_000) {
-      fail('rateLimit.perMs', `expected an integer of ms in [1, 31622400000] (366 days), got ${JSON.stringify(rate.perMs)}`);
-    }
+    validateRate(rate, RATE_LIMIT_KEYS, (key, reason) => fail(`rateLimit.${key}`, reason));
     if (rate.perPartition !== undefined && typeof rate.perPartition !== 'boolean') {
       fail('rateLimit.perPartition', `expected a boolean, got ${JSON.stringify(rate.perPartition)}`);
     }
@@ -149,6 +151,9 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
       fail('priorityAgingMs', 'does not combine with partitions (partitionConcurrency, rateLimit.perPartition): claims there take partitions in turn');
     }
   }
+  if (merged.limiter !== null && (typeof merged.limiter !== 'string' || merged.limiter.length === 0)) {
+    fail('limiter', `expected null or the name of a limiter in the module option limiters, got ${JSON.stringify(merged.limiter)}`);
+  }
   const b = merged.backoff;
   if (!['fixed', 'linear', 'exponential'].includes(b.type)) fail('backoff.type', `expected fixed, linear or exponential, got ${JSON.stringify(b.type)}`);
   if (typeof b.delayMs !== 'number' || !Number.isFinite(b.delayMs) || b.delayMs < 0) fail('backoff.delayMs', 'expected a finite number >= 0');
@@ -156,6 +161,16 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
     fail('backoff.maxDelayMs', 'expected a finite number >= delayMs');
   }
   return merged;
+}
+
+/** A rate limit's keys, `max` and `perMs` (a handler's rateLimit, a named limiter's); `fail` gets the key at fault. */
+export function validateRate(rate: object, keys: readonly string[], fail: (key: string, reason: string) => never): void {
+  rejectUnknownOptions(rate, keys, fail);
+  const { max, perMs } = rate as { max?: unknown; perMs?: unknown };
+  if (!Number.isInteger(max) || (max as number) < 1 || (max as number) > 100_000) fail('max', `expected an integer in [1, 100000], got ${JSON.stringify(max)}`);
+  if (!Number.isInteger(perMs) || (perMs as number) < 1 || (perMs as number) > 31_622_400_000) {
+    fail('perMs', `expected an integer of ms in [1, 31622400000] (366 days), got ${JSON.stringify(perMs)}`);
+  }
 }
 
 function defined<T extends object>(value: T | undefined): Partial<T> {

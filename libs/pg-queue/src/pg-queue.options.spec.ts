@@ -260,6 +260,7 @@ describe('resolveHandlerOptions', () => {
       partitionConcurrency: null,
       rateLimit: null,
       priorityAgingMs: null,
+      limiter: null,
     });
   });
 

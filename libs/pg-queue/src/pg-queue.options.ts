@@ -7,6 +7,7 @@ import { isWeight, WEIGHT_MAX } from './core/task-rules';
 import type { ScheduleDefinition } from './schedules/schedule.definition';
 import type { FinishedRetention } from './sql/complete.sql';
 import type { PrismaClientLike } from './types';
+import { assertLimiterKnown, resolveLimiters, type LimiterOptions, type ResolvedLimiters } from './limiter.options';
 import { DEFAULT_HANDLER_OPTIONS, queueOptionsPath, resolveHandlerOptions, type HandlerOptions } from './handler.options';
 
 export { DEFAULT_HANDLER_OPTIONS, HANDLER_OPTION_KEYS, hasFlowControl, queueOptionsPath, resolveHandlerOptions, type HandlerOptions, type RateLimit } from './handler.options';
@@ -77,7 +78,16 @@ export interface PgQueueModuleOptions {
    * of one of weight 1 (see weights.sql.ts). A weight given at enqueue (`weight`) wins.
    */
   partitionWeights?: Record<string, number>;
+  /**
+   * Named limiters that several queues share (handler option `limiter`): at most `concurrency`
+   * tasks of all their queues running at once and at most `rateLimit.max` started per
+   * `rateLimit.perMs`, across every instance, and one back-off (RateLimitedError with the
+   * limiter's name as scope). Names are free text except 'task', 'partition' and 'queue'.
+   */
+  limiters?: Record<string, LimiterOptions>;
 }
+
+export type { LimiterOptions } from './limiter.options';
 
 const MODULE_OPTION_KEYS = Object.keys({
   prisma: true,
@@ -100,6 +110,7 @@ const MODULE_OPTION_KEYS = Object.keys({
   retention: true,
   schedules: true,
   partitionWeights: true,
+  limiters: true,
 } satisfies Record<keyof PgQueueModuleOptions, true>);
 const RETENTION_KEYS = Object.keys({ archiveMs: true, deadMs: true, intervalMs: true, archivePartitionMs: true } satisfies Record<keyof NonNullable<PgQueueModuleOptions['retention']>, true>);
 /** Options of forRoot / forRootAsync themselves, which Nest takes out before the queue sees the rest. */
@@ -107,7 +118,8 @@ const REGISTRATION_OPTIONS = Object.fromEntries(
   ['isGlobal', 'connection'].map((key) => [key, 'an option of PgQueueModule.forRoot itself: in forRootAsync it goes next to useFactory, not in what the factory returns']),
 );
 
-export interface ResolvedModuleOptions extends Required<Omit<PgQueueModuleOptions, 'databaseUrl' | 'handlerDefaults' | 'queues' | 'schedules' | 'retention'>> {
+export interface ResolvedModuleOptions extends Required<Omit<PgQueueModuleOptions, 'databaseUrl' | 'handlerDefaults' | 'queues' | 'schedules' | 'retention' | 'limiters'>> {
+  limiters: ResolvedLimiters;
   retention: { archiveMs: number; deadMs: number; intervalMs: number; archivePartitionMs: number };
   schedules: ScheduleDefinition[];
   databaseUrl?: string;
@@ -158,7 +170,9 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
   const handlerDefaults = resolveHandlerOptions('handlerDefaults', DEFAULT_HANDLER_OPTIONS, options.handlerDefaults);
   const queues = options.queues ?? {};
   if (!isOptionsObject(queues)) fail('queues', 'expected an object of settings by queue name');
-  for (const [queue, q] of Object.entries(queues)) resolveHandlerOptions(queueOptionsPath(queue), handlerDefaults, q);
+  const limiters = resolveLimiters(options.limiters);
+  for (const [queue, q] of Object.entries(queues)) assertLimiterKnown(queueOptionsPath(queue), resolveHandlerOptions(queueOptionsPath(queue), handlerDefaults, q), limiters);
+  assertLimiterKnown('handlerDefaults', handlerDefaults, limiters);
   const archiveMs = positiveInt('retention.archiveMs', options.retention?.archiveMs ?? 7 * 86_400_000, { min: 0 });
   return {
     prisma: options.prisma,
@@ -180,6 +194,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
     queues,
     schedules: options.schedules ?? [],
     partitionWeights: partitionWeightsOf(options.partitionWeights),
+    limiters,
     retention: {
       archiveMs,
       deadMs: positiveInt('retention.deadMs', options.retention?.deadMs ?? 30 * 86_400_000, { min: 0 }),

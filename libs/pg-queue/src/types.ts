@@ -276,11 +276,15 @@ export interface QueueStats {
   paused: boolean;
   /** Its paused partitions (`TaskQueue.pause(queue, { partition })`), in key order. */
   pausedPartitions: string[];
+  /** When the queue's back-off ends (a handler's RateLimitedError with scope 'queue'); null when not backed off. */
+  backedOffUntil: Date | null;
+  /** Its partitions backed off on their own ('' for the tasks without one), with when each back-off ends. */
+  backedOffPartitions: { partition: string; until: Date }[];
 }
 
 /** Task events, published on `TaskQueue.events$`. */
 export interface TaskEvent {
-  type: 'claimed' | 'completed' | 'failed' | 'dead' | 'cancelled' | 'released' | 'lease-lost' | 'progress';
+  type: 'claimed' | 'completed' | 'failed' | 'dead' | 'cancelled' | 'released' | 'backed-off' | 'lease-lost' | 'progress';
   queue: string;
   taskId: string;
   attempt: number;

@@ -2,6 +2,8 @@ import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { DependenciesNotDoneError, InvalidArgumentError } from '../errors';
 import { OperatorRepository } from '../sql/operator.repository';
 import { PauseRepository, type QueuePause } from '../sql/pause.repository';
+import { BackOffRepository, type BackOffInForce } from '../sql/backoff.repository';
+import { LimitsRepository, type LimiterBudget } from '../sql/limits.repository';
 import type { PayloadOf } from '../types';
 import { validateQueueName } from '../core/task-input';
 import { isPriority } from '../core/task-rules';
@@ -27,6 +29,8 @@ export type CancelResult = 'cancelled' | 'requested' | 'not-cancellable';
  */
 export abstract class QueueOperations {
   protected readonly pauses: PauseRepository;
+  protected readonly backOffRepo: BackOffRepository;
+  private readonly limits: LimitsRepository;
   private readonly schedules: ScheduleClient;
   private readonly changes: TaskChanges;
 
@@ -35,6 +39,8 @@ export abstract class QueueOperations {
     protected readonly operator: OperatorRepository,
   ) {
     this.pauses = new PauseRepository(options.schema);
+    this.backOffRepo = new BackOffRepository(options.schema);
+    this.limits = new LimitsRepository(options.schema, { partitionWeights: options.partitionWeights, limiters: options.limiters });
     this.schedules = new ScheduleClient(options.prisma, options.schema, options.readPrisma);
     this.changes = new TaskChanges(options.prisma, operator, options.maxPayloadBytes);
   }
@@ -160,6 +166,22 @@ export abstract class QueueOperations {
    */
   async resume(queue: string, scope: PauseScope = {}): Promise<boolean> {
     return this.pauses.resume(this.options.prisma, validateQueueName(queue), pauseScope(scope));
+  }
+
+  /**
+   * The back-offs in force (handlers' RateLimitedError): queues, partitions and named limiters
+   * that no instance claims from until `until`, by name.
+   */
+  async backOffs(): Promise<BackOffInForce[]> {
+    return this.backOffRepo.list(this.options.prisma);
+  }
+
+  /**
+   * Each named limiter of the module option `limiters` with its budget and what is in use now, on
+   * every instance: running tasks of its queues, starts in its rate window, its back-off's end.
+   */
+  async limiterBudgets(): Promise<LimiterBudget[]> {
+    return this.limits.limiterBudgets(this.options.prisma);
   }
 
   /**

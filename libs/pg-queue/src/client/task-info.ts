@@ -1,4 +1,5 @@
 import type { TaskRow } from '../sql/operator.repository';
+import type { BackOffInForce } from '../sql/backoff.repository';
 import type { QueuePause } from '../sql/pause.repository';
 import type { QueueStats, TaskInfo } from '../types';
 
@@ -30,13 +31,13 @@ export function toTaskInfo(r: TaskRow): TaskInfo {
   };
 }
 
-/** stats(): the counts by queue and state, with the pauses (a paused queue shows even with no tasks). */
-export function statsByQueue(rows: { queue: string; state: string; count: number; oldest_due_ms: number | null }[], pauses: QueuePause[]): QueueStats[] {
+/** stats(): the counts by queue and state, with the pauses and back-offs (a paused or backed-off queue shows even with no tasks). */
+export function statsByQueue(rows: { queue: string; state: string; count: number; oldest_due_ms: number | null }[], pauses: QueuePause[], backOffs: BackOffInForce[] = []): QueueStats[] {
   const byQueue = new Map<string, QueueStats>();
   const of = (queue: string): QueueStats => {
     let s = byQueue.get(queue);
     if (!s) {
-      s = { queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestDueMs: null, oldestPendingMs: null, paused: false, pausedPartitions: [] };
+      s = { queue, pending: 0, waiting: 0, running: 0, dead: 0, done: 0, cancelled: 0, oldestDueMs: null, oldestPendingMs: null, paused: false, pausedPartitions: [], backedOffUntil: null, backedOffPartitions: [] };
       byQueue.set(queue, s);
     }
     return s;
@@ -50,6 +51,10 @@ export function statsByQueue(rows: { queue: string; state: string; count: number
   for (const p of pauses) {
     if (p.partition === null) of(p.queue).paused = true;
     else of(p.queue).pausedPartitions.push(p.partition);
+  }
+  for (const b of backOffs) {
+    if (b.scope === 'queue') of(b.name).backedOffUntil = b.until;
+    else if (b.scope === 'partition') of(b.name).backedOffPartitions.push({ partition: b.partition ?? '', until: b.until });
   }
   return [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue));
 }

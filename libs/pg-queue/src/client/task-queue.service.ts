@@ -159,12 +159,14 @@ export class TaskQueue extends QueueOperations {
    * Exact counts by state, the archive's included, and the age of the oldest due task, per queue.
    * It reads every task row, so its cost grows with history: for operators, not for polling
    * (QueueMetrics reads a bounded statement of its own). From `readPrisma` (a replica, when given),
-   * its pauses too: one consistent picture, as old as the replica (pausedQueues() reads the primary).
+   * its pauses and back-offs too: one consistent picture, as old as the replica (pausedQueues() and
+   * backOffs() read the primary).
    */
   async stats(): Promise<QueueStats[]> {
     const reads = this.options.readPrisma;
     const [rows, pauses] = await Promise.all([this.operator.stats(reads), this.pauses.list(reads)]);
-    return statsByQueue(rows, pauses);
+    // After, not beside: on the CLI's one connection a third statement in flight draws pg's deprecation warning.
+    return statsByQueue(rows, pauses, await this.backOffRepo.list(reads));
   }
 
   private executor(tx: unknown): SqlExecutor {

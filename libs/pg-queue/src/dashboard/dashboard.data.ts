@@ -1,6 +1,8 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
+import type { BackOffInForce } from '../sql/backoff.repository';
+import type { LimiterBudget } from '../sql/limits.repository';
 import type { TaskQueue } from '../client/task-queue.service';
 import { findRegistration, getTaskQueueToken } from '../pg-queue.connections';
 import type { ResolvedDashboardOptions } from './dashboard.options';
@@ -32,6 +34,10 @@ export interface Overview {
     paused: boolean;
     pausedPartitions: string[];
   })[];
+  /** Back-offs in force (handlers' RateLimitedError): queues, partitions and limiters, with their end. */
+  backOffs: BackOffInForce[];
+  /** The named limiters of this registration, with their budget in use. */
+  limiters: LimiterBudget[];
   /** 60 minutes, oldest first; the last is the current minute. */
   minutes: MinuteCounts[];
   /** When the archive sample hit its cap: the time it reaches back to, and that minute's index. */
@@ -69,9 +75,11 @@ export class DashboardData implements OnModuleInit {
   }
 
   async overview(): Promise<Overview> {
-    const [{ queues: counts, recent }, pauses] = await Promise.all([
+    const [{ queues: counts, recent }, pauses, backOffs, limiters] = await Promise.all([
       this.reads.$transaction((tx: SqlExecutor) => this.repo.overview(tx), { maxWait: 10_000, timeout: 30_000 }),
       this.queue.pausedQueues(),
+      this.queue.backOffs(),
+      this.queue.limiterBudgets(),
     ]);
     const byQueue = new Map<string, Overview['queues'][number]>();
     const none = { due: 0, later: 0, waiting: 0, running: 0, dead: 0, oldestDueMs: null, handlers: null, unhandledMs: null, done: 0, cancelled: 0, failed: 0, p50Ms: null, p95Ms: null, paused: false };
@@ -96,7 +104,7 @@ export class DashboardData implements OnModuleInit {
     }
     const sampledFromIndex = sampledFrom ? Math.max(0, 59 - Math.floor((Date.now() - sampledFrom.getTime()) / 60_000)) : null;
     const queues = [...byQueue.values()].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0));
-    return { queues, minutes, sampledFrom, sampledFromIndex };
+    return { queues, minutes, sampledFrom, sampledFromIndex, backOffs, limiters };
   }
 
   tasks(filter: TaskListFilter): Promise<TaskListPage> {

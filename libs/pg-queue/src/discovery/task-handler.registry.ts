@@ -1,6 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { HandlerConfigurationError, InvalidScheduleError } from '../errors';
 import { isOptionsObject, rejectUnknownOptions } from '../option-keys';
+import { assertLimiterKnown } from '../limiter.options';
 import { HANDLER_OPTION_KEYS, type HandlerOptions, type ResolvedModuleOptions, queueOptionsPath, resolveHandlerOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
 import { validateSandbox, type ValidSandbox } from '../sandbox.options';
@@ -80,6 +81,7 @@ export class TaskHandlerRegistry {
     if (existing) throw new HandlerConfigurationError(path, `queue "${queue}" has two handlers: ${existing.name} and ${name}`, name);
     const { schedule, connection: _connection, sandbox, ...handlerOptions } = decoratorOptions;
     const options = resolveHandlerOptions(path, this.baseOptions(queue), handlerOptions, name);
+    assertLimiterKnown(path, options, this.options.limiters, name);
     const registered: RegisteredHandler = {
       queue,
       name,

@@ -6,6 +6,7 @@ import { DEFAULT_CONNECTION, findRegistration } from '../pg-queue.connections';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { METRICS_COUNT_CAP } from '../sql/inspect.sql';
 import { OperatorRepository } from '../sql/operator.repository';
+import { registerFlowGauges } from './flow.metrics';
 
 /** DI token of the registration QueueMetrics reports on (PgQueueMetricsModule.forRoot). */
 export const METRICS_CONNECTION = Symbol('PG_QUEUE_METRICS_CONNECTION');
@@ -24,6 +25,7 @@ const DURATION_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120];
  *   and `pgqueue_queue_handlers{queue}` (running instances handling a queue with live tasks: 0 with
  *   due tasks is a queue nothing will run, such as a typo in a @TaskHandler queue name),
  *   and `pgqueue_queue_paused{queue}` (1 while paused as a whole, see TaskQueue.pause),
+ *   and the back-off and named limiter gauges (flow.metrics.ts),
  *   read from the database at scrape time (one statement), so every instance reports the same
  *   queue-wide figures. The statement's cost does not grow with the archive or with delayed
  *   tasks (every scrape of every instance runs it): it counts neither, and stops counting due and
@@ -55,7 +57,7 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
   ) {
     const outcomes = new Counter({
       name: 'pgqueue_task_outcomes_total',
-      help: 'Finished attempts by outcome (completed, failed, dead, cancelled, released, lease-lost)',
+      help: 'Finished attempts by outcome (completed, failed, dead, cancelled, released, backed-off, lease-lost)',
       labelNames: ['queue', 'outcome'],
       registers: [this.registry],
     });
@@ -113,6 +115,7 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
       registers: [this.registry],
       collect,
     });
+    registerFlowGauges(this.registry, () => this.source.options);
     this.outcomes = outcomes;
     this.durations = durations;
   }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { HELD, idList, marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
+import { backOffEndsInMs, notBackedOff } from './backoff.sql';
 import { partitionNotPaused, queueNotPaused } from './pause.sql';
 
 /**
@@ -34,7 +35,8 @@ import { partitionNotPaused, queueNotPaused } from './pause.sql';
  *   database's time too, from which the worker estimates how far its clock is off (see
  *   DatabaseClock) to read the due times that notifications carry.
  * - A paused queue or partition is never claimed (pause.sql.ts): a probe of the tiny queue_pause
- *   table per claim, one-time filters that cost an unpaused queue two primary-key probes.
+ *   table per claim, one-time filters that cost an unpaused queue two primary-key probes. A
+ *   backed-off one neither (backoff.sql.ts): one more probe, of the tiny backoff table.
  *
  * Parameters: $1 queue, $2 batch size, $3 worker id, $4 lease ms, $5 the claiming handler's
  * maxAttempts (the limit in force unless the enqueuer set one), $6 the claim's id (see above).
@@ -94,10 +96,11 @@ WITH ${ctes ? `RECURSIVE ${ctes},
             t.group_key, t.dedup_key, t.trace_context${partitioned ? ', t.partition_key' : ''}
 )
 SELECT coalesce(json_agg(c), '[]')::text AS claimed,
-       CASE WHEN count(*) < $2 THEN (
+       -- With a back-off of the queue or a partition in force (backoff.sql.ts), its end counts as a due time.
+       CASE WHEN count(*) < $2 THEN least((
          SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM ${s}.task d
          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
-       ) END AS next_due_in_ms,
+       ), ${backOffEndsInMs(s)}) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
        -- A claim that took nothing says whether the queue is paused: an instance that missed the
        -- notice learns it here (see PauseWatcher).
@@ -121,6 +124,8 @@ export function claimStatements(schema: string) {
     -- the queue has a paused partition.
     AND ${queueNotPaused(s)}
     AND ${partitionNotPaused(s)}
+    -- Backed off (backoff.sql.ts): a one-time filter like the pause's, per row only while a back-off is in force.
+    AND ${notBackedOff(s)}
     AND ${groupFirst(s)}
   ORDER BY t.priority, t.run_at, t.id
   LIMIT $2

@@ -1,3 +1,4 @@
+import { backOffScopeCtes } from './backoff.sql';
 import { debtsCte } from './dependencies.sql';
 import { toldCte } from './watch.sql';
 import { quoteIdent } from './identifiers';
@@ -51,6 +52,23 @@ export function completeStatements(schema: string, retention: FinishedRetention,
    * from a map the lease_pos CTE builds once (array_position would scan $2 for every row).
    */
   const perLease = (n: number, type: string) => `($${n}::${type}[])[((SELECT pos FROM lease_pos) ->> t.lease_token::text)::int]`;
+  /** Gives leases back uncounted, due at `runAt` (null: as they were); `ctes` may read `released`. */
+  const releasing = (runAt: string | null, ctes = '') => `
+WITH released AS (
+  UPDATE ${s}.task t
+  SET state = CASE WHEN ${cancelRequested} THEN 'cancelled' ELSE 'pending' END,
+      attempt = greatest(t.attempt - 1, 0),${runAt === null ? '' : ` run_at = CASE WHEN ${cancelRequested} THEN t.run_at ELSE ${runAt} END,`}
+      locked_by = NULL, lease_token = NULL, locked_until = NULL
+  WHERE ${HELD}${bound}
+  RETURNING t.id, t.queue, t.partition_key, t.state, t.run_at, t.dependants, t.watched
+), ${ctes ? `${ctes}, ` : ''}uncancel AS (
+  DELETE FROM ${s}.task_cancel c USING released r WHERE c.task_id = r.id AND r.state = 'cancelled'
+), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM released WHERE state = 'cancelled'", '$3')},
+${toldCte(s, "SELECT id, state, queue, watched FROM released WHERE state = 'cancelled'", '$3')},
+${notifyCte("SELECT queue, run_at FROM released WHERE state = 'pending'", '$3')}
+SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
+       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts,
+       (SELECT count(*) FROM told)::int AS told`;
   return marked({
     /**
      * Success. A task re-enqueued with onConflict 'rerun' while it ran goes back to pending with
@@ -149,22 +167,15 @@ SELECT id::text AS id, state, (SELECT count(*) FROM notified)::int AS notified, 
      * Shutdown: give unfinished tasks back without counting the attempt (or cancel them if asked).
      * Parameters: $1 ids, $2 lease tokens (see HELD), $3 channel.
      */
-    release: `
-WITH released AS (
-  UPDATE ${s}.task t
-  SET state = CASE WHEN ${cancelRequested} THEN 'cancelled' ELSE 'pending' END,
-      attempt = greatest(t.attempt - 1, 0),
-      locked_by = NULL, lease_token = NULL, locked_until = NULL
-  WHERE ${HELD}${bound}
-  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants, t.watched
-), uncancel AS (
-  DELETE FROM ${s}.task_cancel c USING released r WHERE c.task_id = r.id AND r.state = 'cancelled'
-), ${debtsCte(s, "SELECT id, dependants, state AS outcome, NULL::jsonb AS result FROM released WHERE state = 'cancelled'", '$3')},
-${toldCte(s, "SELECT id, state, queue, watched FROM released WHERE state = 'cancelled'", '$3')},
-${notifyCte("SELECT queue, run_at FROM released WHERE state = 'pending'", '$3')}
-SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
-       (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts,
-       (SELECT count(*) FROM told)::int AS told`,
+    release: releasing(null),
+
+    /**
+     * A back-off (backoff.sql.ts): the lease goes back like a release (no attempt counted, no error
+     * recorded), due at $4 (epoch ms, the database's clock as the worker estimates it), and its
+     * scope is recorded from the rows given back, so a stale attempt sets nothing.
+     * Parameters: as release, $4 end (epoch ms), $5 scope, $6 limiter, $7 reason.
+     */
+    backOff: releasing('to_timestamp($4::float8 / 1000)', backOffScopeCtes(s)),
 
     /**
      * An attempt with follow-ups that have dependencies inside a caller's transaction

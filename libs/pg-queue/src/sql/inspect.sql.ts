@@ -1,3 +1,4 @@
+import { queueBackedOff } from './backoff.sql';
 import { marked } from './fragments.sql';
 import { liveQueues, oldestDueAndHandlers, pipelineWalk, unhandledMs } from './inspect.fragments';
 import { quoteIdent } from './identifiers';
@@ -63,6 +64,7 @@ SELECT queue, state, count(*)::int, NULL FROM ${s}.task_archive GROUP BY queue, 
      * running instances that handle it and how long it has had due tasks and none (see
      * unhandledMs), from the few rows of queue_handler. And whether it is paused, as a whole or in
      * some partitions (queue_pause, a few rows): a paused queue is listed even without live tasks.
+     * And whether it is backed off as a whole, or through its limiter (backoff.sql.ts, a few rows).
      */
     /**
      * What the server accepts, for the connection budget checked when workers start (see
@@ -88,7 +90,8 @@ SELECT q.queue,
        (extract(epoch FROM now() - o.run_at) * 1000)::float8 AS oldest_due_ms,
        h.live AS handlers, ${unhandledMs('h', 'o.run_at')} AS unhandled_ms,
        EXISTS (SELECT 1 FROM ${s}.queue_pause p WHERE p.queue = q.queue AND p.partition_key = '') AS paused,
-       (SELECT count(*) FROM ${s}.queue_pause p WHERE p.queue = q.queue AND p.partition_key <> '')::int AS paused_partitions
+       (SELECT count(*) FROM ${s}.queue_pause p WHERE p.queue = q.queue AND p.partition_key <> '')::int AS paused_partitions,
+       ${queueBackedOff(s, 'q.queue')} AS backed_off
 FROM (SELECT queue FROM queues UNION SELECT queue FROM ${s}.queue_pause) q
 ${oldestDueAndHandlers(s)}
 ORDER BY q.queue`,

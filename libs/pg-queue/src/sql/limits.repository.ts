@@ -2,6 +2,8 @@ import type { PrismaClientLike, RateLimit, SqlExecutor } from '../types';
 import { AGING_LEVELS, agingStatements } from './aging.sql';
 import { claimStatements, newClaimId } from './claim.sql';
 import { notifyChannel } from './identifiers';
+import type { ResolvedLimiter, ResolvedLimiters } from '../limiter.options';
+import { limiterStatements } from './limiter.sql';
 import { limitStatements } from './limits.sql';
 import type { Claim, ClaimedRow } from './statement-values';
 
@@ -12,7 +14,15 @@ export interface QueueLimits {
   rateLimit: RateLimit | null;
   /** Priority aging (aging.sql.ts); null or absent: none. Not with partitions. */
   priorityAgingMs?: number | null;
+  /** A named limiter (limiter.sql.ts), looked up in the module's `limiters`. */
+  limiter?: string | null;
 }
+
+/**
+ * How soon a claim that a limiter's concurrency cut short claims again: room a limiter frees may
+ * come from another queue's ending, which this queue's worker hears nothing of.
+ */
+export const LIMITER_RECHECK_MS = 250;
 
 /** The most partitions with room one round of a partitioned claim offers (see claimPartitioned). */
 const MAX_ROUND = 1000;
@@ -37,13 +47,18 @@ export class LimitsRepository {
 
   /** The module's partitionWeights as JSON (null: none), $13 of the partitioned claim. */
   private readonly weights: string | null;
+  private readonly limiterSql;
+  /** The module's named limiters (limiter.sql.ts). */
+  private readonly limiters: ResolvedLimiters;
 
   constructor(
     private readonly schema: string,
-    partitionWeights: Readonly<Record<string, number>> = {},
+    { partitionWeights = {}, limiters = new Map() }: { partitionWeights?: Readonly<Record<string, number>>; limiters?: ResolvedLimiters } = {},
   ) {
     this.weights = Object.keys(partitionWeights).length > 0 ? JSON.stringify(partitionWeights) : null;
+    this.limiters = limiters;
     this.sql = limitStatements(schema);
+    this.limiterSql = limiterStatements(schema);
     this.claimSql = claimStatements(schema);
     this.agingSql = agingStatements(schema);
     this.channel = notifyChannel(schema);
@@ -61,10 +76,16 @@ export class LimitsRepository {
       async (tx: SqlExecutor) => {
         await tx.$executeRawUnsafe(this.sql.lock, `${this.schema}.${queue}`, String(b.lockWaitMs), String(b.idleMs), String(b.statementMs));
         const windowMs = queueRate?.perMs ?? 0;
-        const [room] = await tx.$queryRawUnsafe<Room[]>(this.sql.room, queue, windowMs, partitionRate?.max ?? null, partitionRate?.perMs ?? 0);
+        const limiter = limits.limiter ? (this.limiters.get(limits.limiter) ?? null) : null;
+        const [room] = await tx.$queryRawUnsafe<Room[]>(this.sql.room, queue, windowMs, partitionRate?.max ?? null, partitionRate?.perMs ?? 0, limiter?.name ?? null);
         // Paused as a whole (pause.sql.ts): nothing to claim, nothing to record; a resume wakes the workers.
         if (room.paused) return { rows: [], nextDueInMs: null, dbNowMs: room.db_now_ms, paused: true };
+        // Backed off, the queue or its limiter (backoff.sql.ts): nothing to claim until it ends.
+        if (room.backed_off_ms !== null) return { rows: [], nextDueInMs: room.backed_off_ms, dbNowMs: room.db_now_ms };
+        // A limiter's budget (limiter.sql.ts), under its lock, taken after the queue's.
+        const shared = limiter === null ? null : await this.limiterRoom(tx, limiter);
         let take = want;
+        if (shared !== null) take = Math.min(take, shared.take);
         if (limits.globalConcurrency !== null) take = Math.min(take, limits.globalConcurrency - room.running);
         // When the rate is what stops the claim, the worker's timer waits for the window to move.
         const rateBound = queueRate !== null && queueRate.max - room.window_count < take;
@@ -73,7 +94,8 @@ export class LimitsRepository {
         if (take <= 0) {
           const wanted = roomWanted(limits, partitioned, room, want, take, 0, null);
           if (wanted !== null) await tx.$executeRawUnsafe(this.sql.record, queue, windowMs, room.cursor, 0, wanted, this.channel, room.turns);
-          return { rows: [], nextDueInMs: rateWait, dbNowMs: room.db_now_ms };
+          const waits = [rateWait, shared !== null && shared.take <= 0 ? shared.waitMs : null].filter((ms): ms is number => ms !== null);
+          return { rows: [], nextDueInMs: waits.length > 0 ? Math.min(...waits) : null, dbNowMs: room.db_now_ms };
         }
 
         const aging = limits.priorityAgingMs ?? null;
@@ -97,17 +119,58 @@ export class LimitsRepository {
         if (rows.length > 0 && partitionRate !== null) {
           await tx.$executeRawUnsafe(this.sql.recordPartitions, queue, partitionRate.perMs, JSON.stringify(startsByPartition(rows)));
         }
+        if (rows.length > 0 && limiter?.rateLimit) await tx.$executeRawUnsafe(this.limiterSql.record, limiter.name, limiter.rateLimit.perMs, rows.length);
         // A claim short of what it wanted may have met full partition windows: wake when one frees.
         const partitionWait = partitionRate !== null && rows.length < take ? room.partition_frees_in_ms : null;
         // A round cut short by MAX_WALK goes on at once from where it stopped.
         const walkOn = res.walk_cut && rows.length < take ? 0 : null;
-        const nextDue = [res.next_due_in_ms, rateWait, partitionWait, walkOn].filter((ms): ms is number => ms !== null);
+        // Only when the limiter is what cut the claim (it took all the limiter allowed): an idle queue must not poll.
+        const limiterWait = shared !== null && shared.take < want && rows.length >= shared.take ? shared.waitMs : null;
+        const nextDue = [res.next_due_in_ms, rateWait, partitionWait, walkOn, limiterWait].filter((ms): ms is number => ms !== null);
         return { rows, nextDueInMs: nextDue.length > 0 ? Math.min(...nextDue) : null, dbNowMs: res.db_now_ms };
       },
       // READ COMMITTED whatever the database's default: each statement must see the claims that
       // committed before the lock was granted (see limits.sql.ts).
       { maxWait: 5_000, timeout: b.transactionMs, isolationLevel: 'ReadCommitted' },
     );
+  }
+
+  /**
+   * Takes the limiter's lock and reads what its budget leaves: `take`, the most this claim may
+   * start, and `waitMs`, when to look again if that is short (its window frees, or
+   * LIMITER_RECHECK_MS for its concurrency).
+   */
+  private async limiterRoom(tx: SqlExecutor, limiter: ResolvedLimiter): Promise<{ take: number; waitMs: number | null }> {
+    await tx.$executeRawUnsafe(this.limiterSql.lock, `${this.schema}.${limiter.name}`);
+    const [r] = await tx.$queryRawUnsafe<{ running: number; window_count: number; window_frees_in_ms: number | null }[]>(
+      this.limiterSql.room, limiter.name, limiter.rateLimit?.perMs ?? 0,
+    );
+    const byConcurrency = limiter.concurrency === null ? Infinity : limiter.concurrency - r.running;
+    const byRate = limiter.rateLimit === null ? Infinity : limiter.rateLimit.max - r.window_count;
+    const waitMs = byRate <= byConcurrency ? r.window_frees_in_ms : LIMITER_RECHECK_MS;
+    return { take: Math.min(byConcurrency, byRate), waitMs };
+  }
+
+  /** At start: which queues handled here use which limiter (see `register` in limiter.sql.ts). */
+  async registerLimiters(db: SqlExecutor, handlers: { queue: string; limiter: string | null }[]): Promise<void> {
+    if (handlers.length === 0) return;
+    await db.$executeRawUnsafe(this.limiterSql.register, handlers.map((h) => h.queue), handlers.map((h) => h.limiter ?? ''));
+  }
+
+  /** Each configured limiter's budget in use (dashboard, metrics). */
+  async limiterBudgets(db: SqlExecutor): Promise<LimiterBudget[]> {
+    const all = [...this.limiters.values()];
+    if (all.length === 0) return [];
+    const rows = await db.$queryRawUnsafe<{ name: string; running: number; window_count: number; backed_off_until: Date | null }[]>(
+      this.limiterSql.budgets, all.map((l) => l.name), all.map((l) => l.rateLimit?.perMs ?? 0),
+    );
+    return rows.map((r) => {
+      const l = this.limiters.get(r.name)!;
+      return {
+        name: r.name, concurrency: l.concurrency, running: r.running, rateLimit: l.rateLimit, windowCount: r.window_count,
+        backedOffUntil: r.backed_off_until === null ? null : new Date(r.backed_off_until),
+      };
+    });
   }
 
   /** Wakes the queue's workers on every instance: room freed up that this instance will not take. */
@@ -149,6 +212,21 @@ interface Room {
   due: boolean;
   /** The queue is paused as a whole. */
   paused: boolean;
+  /** The queue or its limiter is backed off for this many more ms (null: it is not). */
+  backed_off_ms: number | null;
+}
+
+/** A named limiter's budget and how much of it is in use now (TaskQueue.limiterBudgets). */
+export interface LimiterBudget {
+  name: string;
+  concurrency: number | null;
+  /** Tasks of the limiter's queues running now, on every instance. */
+  running: number;
+  rateLimit: { max: number; perMs: number } | null;
+  /** Tasks started inside the current rate window. */
+  windowCount: number;
+  /** When the limiter's back-off ends (null: not backed off). */
+  backedOffUntil: Date | null;
 }
 
 /** How many tasks each partition just started ('' for tasks without a partition). */

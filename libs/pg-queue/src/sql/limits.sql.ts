@@ -1,6 +1,7 @@
 import { claimFrom, groupFirst } from './claim.sql';
 import { quoteIdent } from './identifiers';
 import { marked } from './fragments.sql';
+import { partitionBackedOff } from './backoff.sql';
 import { hasPausedPartition, queueNotPaused } from './pause.sql';
 import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
 import { nextTurns, resumedThenWalk, TAKEN_OFFERS, turnOf, weighed } from './weights.sql';
@@ -67,8 +68,10 @@ SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1)) FROM bounds`
      * probe of task_due_idx). And whether the queue is paused as a whole (pause.sql.ts): the claim
      * then stops here. Read in the claim's transaction, which holds queue_pause's ACCESS SHARE lock
      * until it ends: a pause waits for it, so what this says holds for the claim that follows.
+     * And how long the queue, or its named limiter ($5), stays backed off (backoff.sql.ts; NULL:
+     * not backed off): the claim then stops here too.
      * Parameters: $1 queue, $2 rate window in ms (0: no queue-wide rate limit), $3 per-partition
-     * rate limit (NULL: none), $4 its window in ms.
+     * rate limit (NULL: none), $4 its window in ms, $5 the queue's limiter (NULL: none).
      */
     room: `
 WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
@@ -82,7 +85,9 @@ SELECT (SELECT count(*) FROM ${s}.task WHERE queue = $1 AND state = 'running')::
        (extract(epoch FROM c.now) * 1000)::float8 AS db_now_ms,
        coalesce(q.room_wanted, false) AS room_wanted,
        coalesce((SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now(), false) AS due,
-       NOT ${queueNotPaused(s)} AS paused
+       NOT ${queueNotPaused(s)} AS paused,
+       (SELECT (extract(epoch FROM max(b.until) - c.now) * 1000)::float8 FROM ${s}.backoff b
+        WHERE ((b.name = $1 AND b.scope = 'queue') OR (b.name = $5::text AND b.scope = 'limiter')) AND b.until > c.now) AS backed_off_ms
 FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
 
     /**
@@ -250,8 +255,8 @@ const unpartitionedTask = `t.queue = $1 AND t.state = 'pending' AND t.partition_
 
 /**
  * A walked partition `w.p`: its highest pending priority (`x.top`), and its room (`r.room`, 0 when
- * nothing is due or it is paused: pause.sql.ts; the per-partition probe only while the queue has a
- * paused partition).
+ * nothing is due or it is paused: pause.sql.ts, the per-partition probe only while the queue has a
+ * paused partition; or backed off: backoff.sql.ts, a probe of the tiny backoff table).
  */
 function visit(s: string): string {
   // OFFSET 0 keeps each LATERAL a subquery of its own, evaluated once per partition: flattened,
@@ -262,6 +267,7 @@ function visit(s: string): string {
   CROSS JOIN LATERAL (
     SELECT CASE WHEN w.p <> '' AND ${hasPausedPartition(s)}
                      AND EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = w.p) THEN 0
+                WHEN ${partitionBackedOff(s, 'w.p')} THEN 0
                 WHEN (CASE WHEN w.p = '' THEN EXISTS (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now())
                            ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT w.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now()) END)
            THEN greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = w.p), 0),

@@ -67,6 +67,8 @@ export interface MetricsRow {
   paused: boolean;
   /** How many of its partitions are paused on their own. */
   paused_partitions: number;
+  /** Backed off as a whole or through its limiter (backoff.sql.ts). */
+  backed_off: boolean;
 }
 
 /** Runs the operator and inspection statements (never on the claim/complete hot path). */

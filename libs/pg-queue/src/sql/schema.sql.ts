@@ -1,5 +1,6 @@
 import { quoteIdent } from './identifiers';
 import { archiveMigrations } from './migrations/archive.migrations';
+import { backoffMigrations } from './migrations/backoff.migrations';
 import { fairnessMigrations } from './migrations/fairness.migrations';
 import { flowMigrations } from './migrations/flow.migrations';
 import { handlerMigrations } from './migrations/handlers.migrations';
@@ -78,7 +79,7 @@ export function migrationStepPlans(m: SchemaMigration): readonly { sql: string; 
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
   const s = quoteIdent(schema);
-  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s), ...instanceMigrations(s), ...reportMigrations(s), ...scheduleMigrations(s), ...watchMigrations(s), ...fairnessMigrations(s)];
+  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s), ...instanceMigrations(s), ...reportMigrations(s), ...scheduleMigrations(s), ...watchMigrations(s), ...backoffMigrations(s), ...fairnessMigrations(s)];
 }
 
 /** Everything needed to create the schema from nothing, including the version bookkeeping. */

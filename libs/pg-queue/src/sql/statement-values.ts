@@ -74,6 +74,18 @@ export function resultsJson(leases: RanLease[]): string {
 
 export type FailedState = 'pending' | 'dead' | 'cancelled';
 
+/** A back-off a handler asked for (backoff.sql.ts), its scope resolved: `limiter` names the limiter for scope 'limiter'. */
+export interface BackOff extends Lease {
+  /**
+   * When it ends, as the database's clock reads (epoch ms): the handler's end plus its
+   * retryAfterMs, so a statement that waited for a pool connection does not push it later.
+   */
+  untilMs: number;
+  scope: 'task' | 'queue' | 'partition' | 'limiter';
+  limiter: string | null;
+  reason: string;
+}
+
 export interface Failure extends Lease {
   error: string;
   delayMs: number;

@@ -16,6 +16,7 @@ import {
   leaseParams,
   oneLeasePerTask,
   parseIds,
+  type BackOff,
   type BatchBackend,
   type Claim,
   type ClaimedRow,
@@ -155,6 +156,18 @@ export class TaskRepository {
       for (const id of parseIds(res.released_ids)) released.add(id);
     });
     return released;
+  }
+
+  /**
+   * Gives a lease back as a back-off (backoff.sql.ts): due at its end, uncounted, and its scope
+   * recorded; true when the lease was still held (else nothing changed). Outside a transaction a
+   * row a business transaction holds is waited for at most ROW_LOCK_WAIT_MS (then it throws).
+   */
+  async backOff(db: SqlExecutor, b: BackOff): Promise<boolean> {
+    const [res] = await db.$queryRawUnsafe<{ released_ids: string }[]>(
+      this.statementsFor(db).backOff, ...leaseParams([b]), this.channel, b.untilMs, b.scope, b.limiter, b.reason,
+    );
+    return parseIds(res.released_ids).includes(b.id);
   }
 
   /**

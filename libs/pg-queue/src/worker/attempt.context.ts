@@ -1,5 +1,5 @@
 import { currentTraceContext } from '../observability/tracing';
-import { InvalidEnqueueOptionsError, PgQueueError } from '../errors';
+import { InvalidEnqueueOptionsError, PgQueueError, RateLimitedError, type BackOffScopeName } from '../errors';
 import { buildTaskRow, type RowLimits } from '../core/task-input';
 import type { FollowUpOptions, FollowUpRef, HandlerMode, SqlExecutor, TaskContextBase } from '../types';
 import type { Attempt } from './attempt';
@@ -85,6 +85,10 @@ export class AttemptContext implements TaskContextBase {
 
   get workerId(): string {
     return this.#scope.workerId;
+  }
+
+  backOff(retryAfterMs: number, options: { scope?: BackOffScopeName; reason?: string } = {}): never {
+    throw new RateLimitedError({ retryAfterMs, ...options });
   }
 
   get mode(): HandlerMode {

@@ -3,8 +3,9 @@ import { isConnectionLost } from '../sql/database-error';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Task, TaskHandlerFn } from '../types';
-import type { Failure } from '../sql/statement-values';
 import type { Attempt } from './attempt';
+import { backOffOf } from './back-off.request';
+import type { Failure } from '../sql/statement-values';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced, type InvokeOutcome } from './handler.invoker';
@@ -128,7 +129,15 @@ export class LeaseRunner {
         publish(this.deps, a, 'lease-lost');
         return;
       }
-      const error = result.kind === 'ok' ? notCompleted : result.kind === 'error' ? result.error : result.reason;
+      // A back-off the handler asked for (RateLimitedError): given back uncounted, due later, its scope recorded.
+      const backOff = result.kind === 'error' ? backOffOf(result.error, a, this.handler, this.deps) : null;
+      if (backOff !== null && !(backOff instanceof Error)) {
+        const held = await this.deps.repo.backOff(this.deps.prisma, backOff);
+        publishOutcome(this.deps, a, held ? 'backed-off' : 'lost');
+        if (held) this.wakeIn(this.deps.clock.msUntil(backOff.untilMs));
+        return;
+      }
+      const error = backOff ?? (result.kind === 'ok' ? notCompleted : result.kind === 'error' ? result.error : result.reason);
       failure = failureOf(a, error, this.handler, this.deps.maxErrorBytes);
       const state = await this.batcher.fail(failure);
       publishOutcome(this.deps, a, state ?? 'lost', failure.error);

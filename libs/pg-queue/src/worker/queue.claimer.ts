@@ -43,7 +43,8 @@ export class QueueClaimer {
     private readonly wakeIn: (ms: number) => void,
   ) {
     this.limited = hasFlowControl(handler.options);
-    this.roomLimited = handler.options.globalConcurrency !== null || handler.options.partitionConcurrency !== null;
+    const limiter = handler.options.limiter === null ? undefined : deps.limiters.get(handler.options.limiter);
+    this.roomLimited = handler.options.globalConcurrency !== null || handler.options.partitionConcurrency !== null || (limiter?.concurrency ?? null) !== null;
   }
 
   /**

@@ -1,34 +1,21 @@
 import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { BatchBackend, Failure } from '../sql/statement-values';
+import type { BackOff, BatchBackend, Failure } from '../sql/statement-values';
+import { backOffOf } from './back-off.request';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced } from './handler.invoker';
+import { RollbackAll } from './rollback-all';
 import { TransactionGate } from './transaction.gate';
 import { isConnectionLost } from '../sql/database-error';
 import { batchTransactionFull, IDLE_GRACE_MS, SETTLE_GRACE_MS, STATEMENT_GRACE_MS, TX_BUDGET_MS, TX_START_WAIT_MS } from './transaction.limits';
 import { failureOf, publish, publishOutcome, releaseAttempts, reportSink, type Outcome, type WorkerDeps } from './worker.deps';
 
-type Result = { ok: true } | { ok: false; failure: Failure };
+/** An attempt's outcome in the batch: done, failed, or backed off (RateLimitedError: its writes rolled back). */
+type Result = { ok: true } | { ok: false; failure: Failure; backOff?: undefined } | { ok: false; failure?: undefined; backOff: BackOff };
 const SUCCEEDED: Result = Object.freeze({ ok: true });
-
-/**
- * Thrown inside the transaction to roll all of it back: a handler stuck past its timeout, a
- * shutdown past its deadline, tasks cancelled while they ran, or tasks whose follow-ups could not
- * be inserted (their writes must not commit). `culprits` get a recorded outcome (`reasons`: the
- * error of each, when it is not implied by `why`); the other attempts run again.
- */
-class RollbackAll extends Error {
-  constructor(
-    readonly why: 'stuck-handler' | 'shutdown' | 'cancelled' | 'follow-ups',
-    readonly culprits: Attempt[],
-    readonly reasons = new Map<Attempt, Error>(),
-  ) {
-    super(why);
-  }
-}
 
 /**
  * Transactional mode: a claimed batch runs inside one Prisma interactive transaction.
@@ -171,7 +158,12 @@ export class TransactionalRunner {
     if (result.kind === 'error' && isConnectionLost(result.error)) throw result.error;
     if (result.kind === 'error') {
       await gate.rollback();
-      return this.failed(a, result.error);
+      const backOff = backOffOf(result.error, a, this.handler, this.deps);
+      if (backOff !== null && !(backOff instanceof Error)) {
+        a.followUps.length = 0;
+        return { ok: false, backOff };
+      }
+      return this.failed(a, backOff ?? result.error);
     }
     if (result.reason instanceof ShutdownAbortError) {
       await this.cancelStatement(backend);
@@ -197,8 +189,10 @@ export class TransactionalRunner {
     const outcomes = new Map<string, Outcome>();
     const done: Attempt[] = [];
     const failures: Failure[] = [];
+    const backOffs: BackOff[] = [];
     for (const [a, r] of results) {
       if (r.ok) done.push(a);
+      else if (r.backOff) backOffs.push(r.backOff);
       else failures.push(r.failure);
     }
     if (done.length > 0) {
@@ -220,14 +214,17 @@ export class TransactionalRunner {
       }
     }
     if (failures.length > 0) for (const [id, state] of await this.deps.repo.fail(tx, failures, this.handler.options.retryBlocksGroup)) outcomes.set(id, state);
+    // Back-offs commit with the batch; their handlers' writes were rolled back (a rare path: one statement each).
+    for (const b of backOffs) outcomes.set(b.id, (await this.deps.repo.backOff(tx, b)) ? 'backed-off' : 'lost');
     return outcomes;
   }
 
   private announce(results: Map<Attempt, Result>, outcomes: Map<string, Outcome>): void {
     for (const [a, r] of results) {
       const outcome = outcomes.get(a.task.id) ?? 'lost';
-      publishOutcome(this.deps, a, outcome, r.ok ? undefined : r.failure.error);
-      if (outcome === 'pending' && !r.ok) this.wakeIn(r.failure.delayMs);
+      publishOutcome(this.deps, a, outcome, r.ok ? undefined : r.failure?.error);
+      if (outcome === 'pending' && !r.ok && r.failure) this.wakeIn(r.failure.delayMs);
+      if (outcome === 'backed-off' && !r.ok && r.backOff) this.wakeIn(this.deps.clock.msUntil(r.backOff.untilMs));
     }
   }
 

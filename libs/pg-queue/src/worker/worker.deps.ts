@@ -4,6 +4,7 @@ import { NonRetryableError } from '../errors';
 import type { TaskEvents } from '../observability/task-events';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { FailedState, Failure } from '../sql/statement-values';
+import type { ResolvedLimiters } from '../limiter.options';
 import type { LimitsRepository } from '../sql/limits.repository';
 import type { TaskRepository } from '../sql/task.repository';
 import type { PrismaClientLike, TaskEvent } from '../types';
@@ -37,6 +38,8 @@ export interface WorkerDeps {
   workflows: WorkflowEngine | null;
   /** Releases and failures the database could not be told of yet (see OwedOutcomes). */
   owed?: OwedOutcomes;
+  /** The module's named limiters (a RateLimitedError's scope may name one). */
+  limiters: ResolvedLimiters;
 }
 
 /** The failure record of an attempt: fatal errors and last attempts go to dead (the SQL decides). */
@@ -86,7 +89,7 @@ export function publish(deps: WorkerDeps, attempt: Attempt, type: TaskEvent['typ
 }
 
 /** Where a finished attempt left its task. */
-export type Outcome = 'done' | 'rerun' | 'cancelled' | FailedState | 'lost';
+export type Outcome = 'done' | 'rerun' | 'cancelled' | FailedState | 'backed-off' | 'lost';
 
 const EVENT_OF: Record<Outcome, TaskEvent['type']> = {
   done: 'completed',
@@ -94,6 +97,7 @@ const EVENT_OF: Record<Outcome, TaskEvent['type']> = {
   cancelled: 'cancelled',
   pending: 'failed',
   dead: 'dead',
+  'backed-off': 'backed-off',
   lost: 'lease-lost',
 };
 

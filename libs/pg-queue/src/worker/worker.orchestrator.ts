@@ -94,7 +94,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     this.deps = {
       prisma: options.prisma,
       repo,
-      limits: new LimitsRepository(options.schema, options.partitionWeights),
+      limits: new LimitsRepository(options.schema, { partitionWeights: options.partitionWeights, limiters: options.limiters }),
       workerId: options.workerId,
       events,
       logger: this.logger,
@@ -103,6 +103,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       clock,
       workflows: this.workflows.runner,
       owed: new OwedOutcomes(this.logger),
+      limiters: options.limiters,
     };
     const livenessRepo = new LivenessRepository(options.schema);
     this.liveness =
@@ -155,6 +156,8 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       await checkConnectionBudget(this.operator, this.options, this.registry.all(), this.logger);
       await this.ensureListener();
       const ticker = await this.syncedTicker();
+      // Which queues use which named limiter, before any claim counts a limiter's running tasks.
+      await this.deps.limits.registerLimiters(this.options.prisma, this.registry.all().map((h) => ({ queue: h.queue, limiter: h.options.limiter })));
       // Which queues are paused, before any worker claims (see PauseWatcher).
       for (const handler of this.registry.all()) this.worker(handler.queue);
       this.pauses = new PauseWatcher(this.options.prisma, new PauseRepository(this.options.schema), () => this.workers.values(), () => this.pollIntervalMs(), this.logger);

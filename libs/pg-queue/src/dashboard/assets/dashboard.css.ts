@@ -40,6 +40,7 @@ a.dead, span.failed { color: var(--failed); font-weight: 600; }
 .badge.st-done { background: var(--done); } .badge.st-pending { background: var(--pending); } .badge.st-running { background: var(--running); }
 .badge.st-dead { background: var(--dead); } .badge.st-cancelled { background: var(--cancelled); }
 .badge.st-paused { background: #b7791f; }
+.badge.st-backoff { background: #c05621; }
 .queue-name { font-family: ui-monospace, monospace; font-size: 16px; color: #3a4254; background: #e8ebf2; padding: 2px 8px; border-radius: 6px; }
 .hint, .rel, .legend .hint { color: var(--muted); font-size: 12px; }
 .rel { margin-left: 6px; }

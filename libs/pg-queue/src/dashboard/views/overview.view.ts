@@ -4,6 +4,7 @@ import { capped, duration, timestamp } from './format';
 import { html, type Html } from './html';
 import { actionForm, page, type PageContext } from './layout.view';
 import { throughputChart } from './throughput.chart';
+import { backOffBadge, flowPanel } from './flow.view';
 
 /** Queues: counts by state, the last hour per minute, the oldest due task, run-time percentiles. */
 export function overviewPage(ctx: PageContext, o: Overview, notice: { key?: string; count?: number }): Html {
@@ -20,7 +21,7 @@ export function overviewPage(ctx: PageContext, o: Overview, notice: { key?: stri
     (q) => html`<tr${q.paused ? html` class="paused"` : ''}>
 <th scope="row"><a href="${l.tasks({ queue: q.queue })}">${q.queue}</a>${q.paused ? html` <span class="badge st-paused" title="nothing of this queue is claimed until it is resumed">paused</span>` : ''}${
       q.pausedPartitions.length > 0 ? html` <span class="hint" title="partitions paused on their own">partitions paused: ${q.pausedPartitions.join(', ')}</span>` : ''
-    }</th>
+    }${backOffBadge(o, q.queue, ctx.now)}</th>
 <td class="num">${capped(q.due, cap)}</td>
 <td class="num">${capped(q.later, cap)}</td>
 <td class="num">${capped(q.waiting, cap)}</td>
@@ -69,6 +70,7 @@ ${o.queues.length === 0
 <tbody>${rows}</tbody>
 </table>
 <p class="hint">Counts of pending, waiting and dead tasks stop at ${cap}. Run times are over the tasks that finished done in the last hour.</p>`}
-</section>`;
+</section>
+${flowPanel(o, ctx.now)}`;
   return page(ctx, 'Queues', 'queues', content, notice);
 }

@@ -1,0 +1,204 @@
+/**
+ * Back off when the downstream says so (issue 28, item 1): a handler that gets a 429 throws
+ * RateLimitedError (or calls ctx.backOff); its task goes back uncounted, nothing is recorded as a
+ * failure, and the scope (queue, partition, task) is claimed by no instance until the back-off
+ * ends. Three app instances share a fake provider that rejects for a while.
+ */
+import { Injectable } from '@nestjs/common';
+import { RateLimitedError, TaskHandler, type LeaseTaskContext, type Task, type TaskContext, type TaskEvent } from '@app/pg-queue';
+import { TerminusModule } from '@nestjs/terminus';
+import { PgQueueHealthIndicator, PgQueueHealthModule } from '@app/pg-queue/health';
+import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
+import type { Prisma } from '../../src/generated/prisma/client';
+import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
+import { queueStates } from '../support/task-ledger';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { waitFor } from '../support/wait-for';
+
+const now = () => performance.timeOrigin + performance.now();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A downstream that answers 429 (with how long to wait) to the keys it is down for, until `until`. */
+class FakeProvider {
+  private down = new Map<string, number>();
+  readonly rejected: { key: string; at: number }[] = [];
+  readonly served: { key: string; at: number; task: string }[] = [];
+
+  outage(key: string, ms: number): number {
+    const until = now() + ms;
+    this.down.set(key, until);
+    return until;
+  }
+
+  /** null when served, else the ms to wait (a Retry-After). */
+  call(key: string, task: string): number | null {
+    const at = now();
+    const until = this.down.get(key) ?? 0;
+    if (at < until) {
+      this.rejected.push({ key, at });
+      return Math.ceil(until - at);
+    }
+    this.served.push({ key, at, task });
+    return null;
+  }
+}
+
+const provider = new FakeProvider();
+/** Transactional runs: which attempt of which task ran when. */
+const txRuns: { task: string; at: number }[] = [];
+/** The fencing test's handler waits here. */
+let held = deferred();
+
+@Injectable()
+class BackOffHandlers {
+  @TaskHandler('bo.storm', { mode: 'lease', concurrency: 3, batchSize: 2 })
+  async storm(task: Task<{ i: number }>, _ctx: LeaseTaskContext) {
+    const wait = provider.call('storm', task.id);
+    if (wait !== null) throw new RateLimitedError({ retryAfterMs: wait, scope: 'queue' });
+    await sleep(5);
+  }
+
+  @TaskHandler('bo.part', { mode: 'lease', concurrency: 3, batchSize: 2 })
+  async part(task: Task<{ p: string }>, ctx: LeaseTaskContext) {
+    const wait = provider.call(`part:${task.payload.p}`, task.id);
+    if (wait !== null) ctx.backOff(wait, { scope: 'partition' });
+  }
+
+  @TaskHandler('bo.tx', { concurrency: 2 })
+  async tx(task: Task<{ n: number }>, ctx: TaskContext<Prisma.TransactionClient>) {
+    const first = !txRuns.some((r) => r.task === task.id);
+    txRuns.push({ task: task.id, at: now() });
+    await ctx.tx.$executeRawUnsafe('INSERT INTO bo_writes (task_id, first) VALUES ($1, $2)', task.id, first);
+    if (first) throw new RateLimitedError({ retryAfterMs: 800, scope: 'task' });
+  }
+
+  @TaskHandler('bo.stale', { mode: 'lease', leaseMs: 60_000 })
+  async stale(_task: Task, _ctx: LeaseTaskContext) {
+    await held.promise;
+    throw new RateLimitedError({ retryAfterMs: 60_000, scope: 'queue' });
+  }
+
+  @TaskHandler('bo.typo', { mode: 'lease', maxAttempts: 1 })
+  async typo(_task: Task, _ctx: LeaseTaskContext) {
+    throw new RateLimitedError({ retryAfterMs: 1000, scope: 'no-such-limiter' });
+  }
+}
+
+describe('back-off on a downstream 429, across three instances', () => {
+  let db: TestDatabase;
+  const instances: QueueApp[] = [];
+  const events: TaskEvent[] = [];
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await db.sql('CREATE TABLE bo_writes (task_id text NOT NULL, first boolean NOT NULL)');
+    for (const name of ['i1', 'i2', 'i3']) {
+      const qa = await bootQueueApp(db.prisma(6), [BackOffHandlers], { databaseUrl: db.url, workerId: name, pollIntervalMs: 1000 }, [
+        PgQueueMetricsModule,
+        TerminusModule,
+        PgQueueHealthModule,
+      ]);
+      qa.queue.events$.subscribe((e) => events.push(e));
+      instances.push(qa);
+    }
+  });
+  afterAll(async () => {
+    held.resolve();
+    for (const qa of instances) await qa.close();
+    await db.drop();
+  });
+
+  const finished = (queue: string, n: number, timeoutMs = 60_000) =>
+    waitFor(`${n} tasks of ${queue} done`, async () => (await queueStates(db.sql, queue)).done === n, { timeoutMs, everyMs: 50 });
+  const archived = (queue: string) =>
+    db.sql<{ attempt: number; last_error: string | null; log: unknown }>('SELECT attempt, last_error, log FROM pgqueue.task_archive WHERE queue = $1', [queue]);
+
+  it('a 2 s storm: claims of the queue stop on every instance, no attempt is burned, and work resumes on time', async () => {
+    const warm = Array.from({ length: 9 }, (_, i) => ({ queue: 'bo.storm', payload: { i } }));
+    await instances[0].queue.enqueueMany(warm);
+    await finished('bo.storm', 9);
+
+    const downUntil = provider.outage('storm', 2000);
+    await instances[1].queue.enqueueMany(Array.from({ length: 90 }, (_, i) => ({ queue: 'bo.storm', payload: { i } })));
+    // Visible while it lasts, with its end time, in stats() and backOffs().
+    const shown = await waitFor('the queue backed off in stats()', async () => (await instances[2].queue.stats()).find((s) => s.queue === 'bo.storm')?.backedOffUntil);
+    expect(Math.abs(shown.getTime() - downUntil)).toBeLessThan(1000);
+    // Its waiting tasks wait by design: the health check does not call the queue overdue.
+    const health = await instances[0].app.get(PgQueueHealthIndicator).isHealthy('queue', { maxOldestDueMs: 1 });
+    expect(health.queue.queues).toEqual(expect.arrayContaining([expect.objectContaining({ queue: 'bo.storm', backedOff: true })]));
+    expect(health.queue.problems ?? []).not.toEqual(expect.arrayContaining([expect.stringContaining('"bo.storm"')]));
+    const metrics = await instances[0].app.get(QueueMetrics).metrics();
+    expect(metrics).toMatch(/pgqueue_backoff_until_seconds\{scope="queue",name="bo\.storm",partition=""\} \d{10}/);
+    expect((await instances[0].queue.backOffs()).filter((b) => b.name === 'bo.storm')).toEqual([
+      expect.objectContaining({ scope: 'queue', partition: null, until: expect.any(Date), reason: expect.stringContaining('rate limited') }),
+    ]);
+    await finished('bo.storm', 99);
+
+    // Only the tasks already claimed when the first 429 came hit the provider: each instance's
+    // slots (3) and claimed-ahead buffer; without the back-off every task would be rejected,
+    // most of them more than once.
+    const rejected = provider.rejected.filter((r) => r.key === 'storm');
+    expect(rejected.length).toBeGreaterThan(0);
+    expect(rejected.length).toBeLessThanOrEqual(3 * (3 + 2 * 2));
+    // Resumed on time: the first served call after the outage comes soon after its end.
+    const firstServed = Math.min(...provider.served.filter((s) => s.key === 'storm' && s.at >= downUntil).map((s) => s.at));
+    expect(firstServed - downUntil).toBeLessThan(1500);
+    // No attempt burned, no failure recorded.
+    const rows = await archived('bo.storm');
+    expect(rows.filter((r) => r.attempt !== 1 || r.last_error !== null || r.log !== null)).toEqual([]);
+    expect(events.filter((e) => e.queue === 'bo.storm' && (e.type === 'failed' || e.type === 'dead'))).toEqual([]);
+    expect(events.filter((e) => e.queue === 'bo.storm' && e.type === 'backed-off')).toHaveLength(rejected.length);
+  });
+
+  it("scope 'partition' (ctx.backOff): the partition waits, the others run on", async () => {
+    const downUntil = provider.outage('part:a', 5000);
+    await instances[0].queue.enqueueMany(
+      ['a', 'b'].flatMap((p) => Array.from({ length: 60 }, () => ({ queue: 'bo.part', payload: { p }, options: { partition: p } }))),
+    );
+    await waitFor("partition b's 60 tasks served", () => provider.served.filter((s) => s.key === 'part:b').length === 60, { timeoutMs: 30_000, everyMs: 20 });
+    const stats = (await instances[1].queue.stats()).find((s) => s.queue === 'bo.part')!;
+    // b finished while a is still backed off (its back-off shows, with its end).
+    expect(stats.backedOffPartitions).toEqual([{ partition: 'a', until: expect.any(Date) }]);
+    expect(stats.backedOffUntil).toBeNull();
+    await finished('bo.part', 120);
+    expect(provider.served.filter((s) => s.key === 'part:a').every((s) => s.at >= downUntil)).toBe(true);
+    expect(provider.rejected.filter((r) => r.key === 'part:a').length).toBeLessThanOrEqual(3 * (3 + 2 * 2));
+    expect((await archived('bo.part')).every((r) => r.attempt === 1 && r.last_error === null)).toBe(true);
+  });
+
+  it("transactional mode: the handler's writes roll back, the task comes back uncounted after the delay", async () => {
+    const ids = await instances[0].queue.enqueueMany(Array.from({ length: 4 }, (_, n) => ({ queue: 'bo.tx', payload: { n } })));
+    await finished('bo.tx', 4);
+    const writes = await db.sql<{ task_id: string; first: boolean }>('SELECT task_id, first FROM bo_writes ORDER BY task_id');
+    // Only the second runs' writes committed.
+    expect(writes).toEqual(ids.map((id) => ({ task_id: id, first: false })).sort((x, y) => x.task_id.localeCompare(y.task_id)));
+    for (const id of ids) {
+      const [first, second] = txRuns.filter((r) => r.task === id);
+      expect(second.at - first.at).toBeGreaterThanOrEqual(800 - 50);
+    }
+    expect((await archived('bo.tx')).every((r) => r.attempt === 1 && r.last_error === null)).toBe(true);
+  });
+
+  it('a stale attempt (its lease taken over) sets no back-off', async () => {
+    held = deferred();
+    const [id] = await instances[0].queue.enqueueMany([{ queue: 'bo.stale', payload: {} }]);
+    await waitFor('the task running', async () => (await db.sql(`SELECT 1 FROM pgqueue.task WHERE id = $1 AND state = 'running'`, [id])).length === 1);
+    // Another worker took the lease over (as after an expiry and a new claim).
+    await db.sql(`UPDATE pgqueue.task SET lease_token = gen_random_uuid(), locked_by = 'someone-else' WHERE id = $1`, [id]);
+    held.resolve();
+    await waitFor('the stale attempt ended', () => events.some((e) => e.taskId === id && e.type === 'lease-lost'));
+    expect(await db.sql(`SELECT 1 FROM pgqueue.backoff WHERE name = 'bo.stale'`)).toEqual([]);
+    expect(await db.sql(`SELECT state, locked_by FROM pgqueue.task WHERE id = $1`, [id])).toEqual([{ state: 'running', locked_by: 'someone-else' }]);
+    await instances[0].queue.cancel(id);
+  });
+
+  it('a scope that names no limiter is a failure with a clear error, not a back-off', async () => {
+    const [id] = await instances[0].queue.enqueueMany([{ queue: 'bo.typo', payload: {} }]);
+    const task = await waitFor('the task dead', async () => {
+      const t = await instances[0].queue.get(id);
+      return t?.state === 'dead' ? t : null;
+    });
+    expect(task.lastError).toContain('"no-such-limiter"');
+    expect(await db.sql(`SELECT 1 FROM pgqueue.backoff WHERE name = 'bo.typo' OR name = 'no-such-limiter'`)).toEqual([]);
+  });
+});

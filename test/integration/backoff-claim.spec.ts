@@ -1,0 +1,120 @@
+/**
+ * Back-offs at the statement level (backoff.sql.ts): the fenced back-off statement, the plain
+ * claim's filter and what it costs a queue that never backs off (a one-time probe of the tiny
+ * backoff table, like the pause check), and the due time a short claim reports.
+ */
+import type { BackOff, NewTaskRow } from '../../libs/pg-queue/src/sql/statement-values';
+import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
+import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
+import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
+import { taskRow } from '../support/task-rows';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Actual Loops': number;
+  Plans?: PlanNode[];
+}
+const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
+
+describe('back-offs in the claim', () => {
+  let db: TestDatabase;
+  const repo = new TaskRepository('pgqueue', 'archive');
+  const row = (queue: string, over: Partial<NewTaskRow> = {}): NewTaskRow => taskRow(queue, over);
+  const dbNowMs = async () => Number((await db.sql<{ ms: number }>('SELECT (extract(epoch FROM now()) * 1000)::float8 AS ms'))[0].ms);
+  const backOff = async (lease: { id: string; token: string }, scope: BackOff['scope'], ms: number): Promise<boolean> =>
+    repo.backOff(db.prisma(), { ...lease, untilMs: (await dbNowMs()) + ms, scope, limiter: scope === 'limiter' ? 'lim' : null, reason: 'RateLimitedError: 429' });
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    await installSchema(db.prisma(), 'pgqueue');
+  });
+  afterAll(() => db.drop());
+  beforeEach(() => db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive, pgqueue.backoff'));
+
+  /** EXPLAIN ANALYZE of the plain claim as its prepared statement settles on it (generic), rolled back. */
+  async function claimPlan(queue: string): Promise<PlanNode> {
+    await db.sql('BEGIN');
+    try {
+      await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
+      await db.sql(`PREPARE measured AS ${claimStatements('pgqueue').claim}`);
+      const [r] = await db.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE measured('${queue}', 10, 'w', 60000, 5, '0123456789abcdef')`);
+      return r['QUERY PLAN'][0].Plan;
+    } finally {
+      await db.sql('ROLLBACK');
+      await db.sql('DEALLOCATE ALL');
+    }
+  }
+  const backoffProbes = (plan: PlanNode) => nodes(plan).filter((n) => n['Relation Name'] === 'backoff').map((n) => n['Actual Loops']);
+
+  it('a queue that never backs off pays one probe of the backoff table per claim, however many rows it claims', async () => {
+    await repo.insert(db.prisma(), Array.from({ length: 50 }, (_, i) => row('bc.plain', { partitionKey: `p${i % 5}` })));
+    // Another queue's back-offs are in the table: they do not make this queue's rows pay.
+    const [other] = await repo.insert(db.prisma(), [row('bc.other')]);
+    const [lease] = (await repo.claim(db.prisma(), 'bc.other', 1, 'w', 60_000, 5)).rows;
+    expect(await backOff({ id: other, token: lease.lease_token }, 'partition', 60_000)).toBe(true);
+    const plan = await claimPlan('bc.plain');
+    // A full claim (10 of 50 due): the gate runs once; the queue-wide and per-partition probes
+    // never run, nor does the result's (when the next back-off ends: only for a short claim).
+    const loops = backoffProbes(plan);
+    expect(loops.filter((n) => n > 0)).toEqual([1]);
+  });
+
+  it("a partition's back-off: its rows are passed over, per row only while the queue has one; a short claim reports when it ends", async () => {
+    await repo.insert(db.prisma(), [row('bc.part', { partitionKey: 'a' }), row('bc.part', { partitionKey: 'a' })]);
+    const [first] = (await repo.claim(db.prisma(), 'bc.part', 1, 'w', 60_000, 5)).rows;
+    expect(await backOff({ id: first.id, token: first.lease_token }, 'partition', 5_000)).toBe(true);
+    const others = await repo.insert(db.prisma(), [row('bc.part', { partitionKey: 'b' }), row('bc.part')]);
+    const claim = await repo.claim(db.prisma(), 'bc.part', 10, 'w', 60_000, 5);
+    // b and the task without a partition; none of a (its other task is due but backed off).
+    expect(claim.rows.map((r) => r.id).sort()).toEqual([...others].sort());
+    expect(claim.nextDueInMs).toBeGreaterThan(3_000);
+    expect(claim.nextDueInMs).toBeLessThanOrEqual(5_000);
+    // The backed-off task: pending again, its attempt not counted, no error recorded.
+    expect(await db.sql('SELECT state, attempt, last_error, log FROM pgqueue.task WHERE id = $1', [first.id])).toEqual([{ state: 'pending', attempt: 0, last_error: null, log: null }]);
+    expect(await db.sql("SELECT scope, name, partition_key, reason FROM pgqueue.backoff")).toEqual([{ scope: 'partition', name: 'bc.part', partition_key: 'a', reason: 'RateLimitedError: 429' }]);
+  });
+
+  it("scope 'queue' stops every claim of the queue; 'task' only delays the task; a lost lease sets nothing", async () => {
+    const ids = await repo.insert(db.prisma(), [row('bc.q'), row('bc.q'), row('bc.t'), row('bc.t')]);
+    const [q1] = (await repo.claim(db.prisma(), 'bc.q', 1, 'w', 60_000, 5)).rows;
+    expect(await backOff({ id: q1.id, token: q1.lease_token }, 'queue', 5_000)).toBe(true);
+    const blocked = await repo.claim(db.prisma(), 'bc.q', 10, 'w', 60_000, 5);
+    expect(blocked.rows).toEqual([]);
+    expect(blocked.nextDueInMs).toBeGreaterThan(3_000);
+
+    const [t1] = (await repo.claim(db.prisma(), 'bc.t', 1, 'w', 60_000, 5)).rows;
+    expect(await backOff({ id: t1.id, token: t1.lease_token }, 'task', 5_000)).toBe(true);
+    expect((await repo.claim(db.prisma(), 'bc.t', 10, 'w', 60_000, 5)).rows.map((r) => r.id)).toEqual([ids[3]]);
+    expect(await db.sql("SELECT 1 FROM pgqueue.backoff WHERE name = 'bc.t'")).toEqual([]);
+
+    // A stale lease (a second claim of the task took it over): nothing changes.
+    await db.sql("UPDATE pgqueue.task SET run_at = now() - interval '1 s' WHERE id = $1", [t1.id]);
+    const [again] = (await repo.claim(db.prisma(), 'bc.t', 1, 'w2', 60_000, 5)).rows;
+    expect(again.id).toBe(t1.id);
+    expect(await backOff({ id: t1.id, token: t1.lease_token }, 'limiter', 5_000)).toBe(false);
+    expect(await db.sql("SELECT 1 FROM pgqueue.backoff WHERE scope = 'limiter'")).toEqual([]);
+    expect(await db.sql('SELECT state, locked_by FROM pgqueue.task WHERE id = $1', [t1.id])).toEqual([{ state: 'running', locked_by: 'w2' }]);
+  });
+
+  it('limited claims: a partitioned claim gives a backed-off partition no room; a queue backed off claims nothing and says until when', async () => {
+    const limits = new LimitsRepository('pgqueue');
+    const rules = { globalConcurrency: null, partitionConcurrency: 5, rateLimit: null };
+    await repo.insert(db.prisma(), ['a', 'a', 'a', 'b', 'b'].map((p) => row('bc.fair', { partitionKey: p })));
+    const [first] = (await repo.claim(db.prisma(), 'bc.fair', 1, 'w', 60_000, 5)).rows;
+    expect(await backOff({ id: first.id, token: first.lease_token }, 'partition', 5_000)).toBe(true);
+    const claim = await limits.claim(db.prisma(), 'bc.fair', 10, 'w', 60_000, 5, rules);
+    expect(claim.rows.map((r) => r.partition_key)).toEqual(['b', 'b']);
+
+    const [q] = (await limits.claim(db.prisma(), 'bc.fair', 1, 'w', 60_000, 5, { ...rules, partitionConcurrency: null, globalConcurrency: 10 })).rows ?? [];
+    expect(q).toBeUndefined(); // only a's tasks are left, and a is backed off
+    await repo.insert(db.prisma(), [row('bc.lim'), row('bc.lim')]);
+    const [l1] = (await repo.claim(db.prisma(), 'bc.lim', 1, 'w', 60_000, 5)).rows;
+    expect(await backOff({ id: l1.id, token: l1.lease_token }, 'queue', 5_000)).toBe(true);
+    const held = await limits.claim(db.prisma(), 'bc.lim', 10, 'w', 60_000, 5, { ...rules, partitionConcurrency: 3 });
+    expect(held.rows).toEqual([]);
+    expect(held.nextDueInMs).toBeGreaterThan(3_000);
+  });
+});
