@@ -164,8 +164,11 @@ async function main() {
       }
     }
     for (const name of Object.values(templates)) await dropDatabase(name).catch(() => undefined);
-    const record = saved.scenarioRecord(sc, results, { run: runInfo(), settingsByLib, markdown: section(sc, plan, results, notes) });
-    log(`   saved ${saved.save(resultsDir, record)}`);
+    // A scenario none of whose runs succeeded leaves the figures saved before in place.
+    if (results.some((r) => r.scenario === sc.id && r.ok)) {
+      const record = saved.scenarioRecord(sc, results, { run: runInfo(), settingsByLib, markdown: section(sc, plan, results, notes) });
+      log(`   saved ${saved.save(resultsDir, record)}`);
+    } else log(`   not saved: every run of ${sc.id} failed`);
   }
 
   const elapsed = (Date.now() - startedAt) / 1000;
