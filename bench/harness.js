@@ -102,7 +102,7 @@ function machine(pgVersion, settings) {
     }
   };
   const benchEnv = Object.keys(env)
-    .filter((k) => k.startsWith('BENCH_'))
+    .filter((k) => k.startsWith('BENCH_') && k !== 'BENCH_NOTE') // the note is saved beside the command
     .sort()
     .map((k) => `${k}=${env[k]}`);
   return {

@@ -12,7 +12,12 @@
 //                           bullmq-defaults, dbos (scenario 11 only)
 //   BENCH_QUICK=1           small counts, for smoke tests
 //   BENCH_SIZES=drain=5000  override counts by name (enqueue, bulk, drain, latency, idleMs, history, …)
-//   BENCH_WRITE=1           also write the results into BENCHMARKS.md
+//   BENCH_WRITE=1           save each scenario's results in bench/results/<scenario>.json (without
+//                           it: a scratch directory, printed) and rebuild from all saved ones the
+//                           summary, bench/results/summary.svg and the results in BENCHMARKS.md and
+//                           the README (bench/publish.js; `npm run bench:render` does only that)
+//   BENCH_OUT_DIR=/tmp/x    write those under /tmp/x (its BENCHMARKS.md, README.md, bench/results/)
+//   BENCH_NOTE='…'          a note on this run, printed with it under Results (e.g. "disturbed: …")
 //   BENCH_ANALYZE=0         do not ANALYZE after inserting a drain's backlog (default: do, as
 //                           autovacuum would have by then)
 //   DATABASE_URL            use this server (needs CREATEDB; pg_stat_statements preloaded for the
@@ -21,10 +26,12 @@
 
 const os = require('node:os');
 const report = require('./report');
-const { QUICK, REPS, WRITE, SIZES, ONLY, ALL_LIBS } = require('./config');
+const { env, QUICK, REPS, WRITE, SIZES, ONLY, ALL_LIBS } = require('./config');
 const { SCENARIOS, templateKey } = require('./scenarios');
 const harness = require('./harness');
-const { render, writeBenchmarksMd } = require('./render');
+const saved = require('./results');
+const { render, runLines, section } = require('./render');
+const { publish } = require('./publish');
 
 const { log, sql, dbUrl, createDatabase, dropDatabase, dbName, runChild, cleanup } = harness;
 
@@ -57,6 +64,21 @@ async function main() {
   const results = [];
   const settingsByLib = {};
   const notes = {};
+  // Each scenario is saved as soon as it ends, so a run cut short keeps what it measured.
+  const resultsDir = WRITE ? saved.outPaths().results : saved.scratchResultsDir(startedAt);
+  if (WRITE && env.BENCH_LIBS) log(`BENCH_LIBS with BENCH_WRITE: ${ONLY.join(', ')} will be saved with these libraries' rows only (a scenario's file is replaced whole, so that its ratios come from one run)`);
+  const runInfo = () => ({
+    id: new Date(startedAt).toISOString(),
+    date: new Date(startedAt).toISOString().slice(0, 10),
+    command: m.command,
+    quick: QUICK,
+    reps: REPS,
+    minutes: (Date.now() - startedAt) / 60_000,
+    lines: runLines(m, statementStats),
+    ...(env.BENCH_NOTE ? { note: env.BENCH_NOTE } : {}),
+    savedAt: new Date().toISOString(),
+    machine: m,
+  });
 
   // Variant keys are unique across scenarios: `<scenario>:<library>@<concurrency>[/<group>]`.
   const plan = ONLY.map((id) => ({ id, ...SCENARIOS[id], all: SCENARIOS[id].variants().map((v) => ({ ...v, key: `${id}:${v.key}` })) }));
@@ -142,15 +164,16 @@ async function main() {
       }
     }
     for (const name of Object.values(templates)) await dropDatabase(name).catch(() => undefined);
+    // A scenario none of whose runs succeeded leaves the figures saved before in place.
+    if (results.some((r) => r.scenario === sc.id && r.ok)) {
+      const record = saved.scenarioRecord(sc, results, { run: runInfo(), settingsByLib, markdown: section(sc, plan, results, notes) });
+      log(`   saved ${saved.save(resultsDir, record)}`);
+    } else log(`   not saved: every run of ${sc.id} failed`);
   }
 
   const elapsed = (Date.now() - startedAt) / 1000;
-  const md = render(plan, results, settingsByLib, notes, m, statementStats, elapsed);
-  process.stdout.write(`\n${md}\n`);
-  if (WRITE) {
-    writeBenchmarksMd(md);
-    log('\nwrote BENCHMARKS.md');
-  }
+  process.stdout.write(`\n${render(plan, results, settingsByLib, notes, runInfo())}\n`);
+  if (WRITE) log(`\nrebuilt from ${resultsDir}: ${publish().files.join(', ')}`);
   const failed = results.filter((r) => !r.ok);
   log(`\n${results.length - failed.length}/${results.length} runs succeeded in ${(elapsed / 60).toFixed(1)} min`);
   return failed.length === 0 ? 0 : 1;
