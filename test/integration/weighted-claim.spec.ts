@@ -69,6 +69,18 @@ describe('weighted partitions in the partitioned claim', () => {
     expect(await claimCounts(repo, 'w.full', 10, 1, { ...LIMITS, partitionConcurrency: 2 })).toEqual({ a: 2, b: 2 });
   });
 
+  // The claim's state row is written when something changed (a claim, the cursor, the turns), not
+  // by every claim that finds nothing: idle instances polling a partitioned queue write nothing.
+  it('a partitioned claim that finds nothing and moves nothing writes no state', async () => {
+    await backlog('w.idle', { a: 1 });
+    const repo = new LimitsRepository('pgqueue', { partitionWeights: { a: 3 } });
+    await claimCounts(repo, 'w.idle', 2, 1); // takes the task; the second claim finds nothing
+    const version = () => setup.db.sql<{ v: string }>("SELECT xmin::text AS v FROM pgqueue.queue_state WHERE queue = 'w.idle'");
+    const before = await version();
+    expect(await claimCounts(repo, 'w.idle', 3, 1)).toEqual({});
+    expect(await version()).toEqual(before);
+  });
+
   // A business transaction that set a partition's weight (a new partition, or a new weight) holds
   // that row until it ends: other enqueues of the partition must not wait for it (DESIGN 18), in
   // their own transaction or in the caller's, nor deadlock with it.

@@ -47,11 +47,12 @@ export const TAKEN_OFFERS = 'offered o WHERE o.id IN (SELECT c.id::bigint FROM c
  * The turns the next cursor's partition keeps for the next claim: when this claim filled its batch,
  * what its last partition (by rank, then place) had in its last rank less what it gave there (its
  * nth task closes its turns + (rank - 1) * weight); else 0 (every partition with room gave all it
- * could: the next round starts after the walk).
+ * could: the next round starts after the walk). An int, like queue_state.partition_turns: as a
+ * bigint the driver hands it over as a BigInt, which never equals the number it is compared with.
  */
 export const nextTurns = `(SELECT CASE WHEN count(*) < $2 THEN 0
                ELSE greatest((array_agg(o.turns + (o.rank - 1) * o.weight - o.n ORDER BY o.rank DESC, o.pos DESC, o.n DESC))[1], 0) END
-        FROM ${TAKEN_OFFERS})`;
+        FROM ${TAKEN_OFFERS})::int`;
 
 /** First key of the advisory lock a weight's writer takes (see below); the second is hashtext(schema.queue/partition). */
 const WEIGHT_LOCK_NAMESPACE = 0x70_67_70; // "pgp"
