@@ -147,6 +147,13 @@ describe('resolveModuleOptions', () => {
     expect(err.message).toContain('invalid option prisma: ');
   });
 
+  it('refuses a partitionWeights key no partition can have (an unpaired surrogate, NUL, empty)', () => {
+    for (const key of ['\ud800', 'a\u0000b', '']) {
+      expect(thrown(() => resolve({ partitionWeights: { [key]: 2 } })).message).toContain('expected a partition key');
+    }
+    expect(resolve({ partitionWeights: { 'tenant-\u{1F600}': 2 } }).partitionWeights).toEqual({ 'tenant-\u{1F600}': 2 });
+  });
+
   it('keeps readPrisma, the replica the operator reads that count or list go to', () => {
     const readPrisma = fakePrisma();
     const o = resolve({ readPrisma });

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { InvalidOptionsError } from './errors';
 import { isOptionsObject, rejectUnknownOptions } from './option-keys';
 import { validateSchemaName } from './sql/identifiers';
-import { isWeight, WEIGHT_MAX } from './core/task-rules';
+import { isTextKey, isWeight, WEIGHT_MAX } from './core/task-rules';
 import type { ScheduleDefinition } from './schedules/schedule.definition';
 import type { FinishedRetention } from './sql/complete.sql';
 import type { PrismaClientLike } from './types';
@@ -210,7 +210,7 @@ function partitionWeightsOf(given: unknown): Record<string, number> {
   if (!isOptionsObject(given)) throw new InvalidOptionsError('partitionWeights', `expected an object of weights by partition, got ${JSON.stringify(given)}`);
   for (const [key, weight] of Object.entries(given)) {
     const option = `partitionWeights[${JSON.stringify(key)}]`;
-    if (key.length === 0 || key.length > 512 || key.includes('\u0000')) throw new InvalidOptionsError(option, 'expected a partition key: a non-empty string of at most 512 characters, without NUL');
+    if (!isTextKey(key)) throw new InvalidOptionsError(option, 'expected a partition key: a non-empty string of at most 512 characters, without NUL or unpaired UTF-16 surrogates');
     if (!isWeight(weight)) throw new InvalidOptionsError(option, `expected an integer from 1 to ${WEIGHT_MAX}, got ${JSON.stringify(weight)}`);
   }
   return { ...given } as Record<string, number>;

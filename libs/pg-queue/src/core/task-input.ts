@@ -6,14 +6,11 @@ import {
 } from '../errors';
 import { rejectUnknownOptions } from '../option-keys';
 import type { DependsOnRef, NewTaskDebounce, NewTaskRow } from './task-row';
-import { isPriority, isQueueName, isWeight, WEIGHT_MAX } from './task-rules';
+import { isPriority, isQueueName, isTextKey, isWeight, LONE_SURROGATE, WEIGHT_MAX } from './task-rules';
 import type { DebounceOptions, EnqueueItem, EnqueueOptions } from '../types';
 
 /** Delays beyond a century are mistakes, and far beyond it Postgres intervals overflow. */
 const MAX_DELAY_MS = 100 * 365 * 86_400_000;
-/** An unpaired UTF-16 surrogate: JSON.stringify escapes it, and jsonb refuses the escape. */
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
 export function validateQueueName(queue: unknown): string {
   if (!isQueueName(queue)) throw new InvalidQueueNameError(queue);
   return queue;
@@ -236,7 +233,7 @@ function weightOf(weight: unknown, partitionKey: string | null, parentId: string
 
 function optionalText(option: string, value: unknown): string | null {
   if (value === undefined || value === null) return null;
-  if (typeof value !== 'string' || value.length === 0 || value.length > 512 || value.includes('\u0000') || LONE_SURROGATE.test(value)) {
+  if (!isTextKey(value)) {
     throw new InvalidEnqueueOptionsError(option, 'expected a non-empty string of at most 512 characters, without NUL or unpaired UTF-16 surrogates');
   }
   return value;

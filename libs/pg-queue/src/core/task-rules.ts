@@ -31,3 +31,11 @@ export const WEIGHT_MAX = 1000;
 export function isWeight(value: unknown): value is number {
   return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= WEIGHT_MAX;
 }
+
+/** An unpaired UTF-16 surrogate: JSON.stringify escapes it, jsonb refuses the escape, and no UTF-8 text holds one. */
+export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** A key (dedup, group, partition, debounce): a non-empty string of at most 512 characters, without NUL or unpaired surrogates. */
+export function isTextKey(value: unknown): value is string {
+  return typeof value === 'string' && value.length > 0 && value.length <= 512 && !value.includes('\u0000') && !LONE_SURROGATE.test(value);
+}
