@@ -11,6 +11,8 @@ import type { SqlExecutor } from '../types';
  * claim's transaction bound (a plain claim never waits on a lock that long).
  */
 const LOST_CLAIM_WINDOW_MS = LIMITED_CLAIM_BOUNDS.transactionMs;
+/** The most failed claims kept to look for (see lostClaim). */
+const MAX_LOST_CLAIMS = 1000;
 
 /**
  * What this instance owes the database: attempts that ended here (given back uncounted, or failed)
@@ -45,6 +47,9 @@ export class OwedOutcomes {
   /** The claim `claimId` of `queue` failed: whatever it took is given back once the database answers. */
   lostClaim(queue: string, claimId: string): void {
     this.claims.set(claimId, { queue, at: Date.now(), lookedFor: false });
+    // A long outage fails a claim a second per queue, most of which never reached the server:
+    // the oldest go first (whatever they took still comes back when its lease runs out).
+    if (this.claims.size > MAX_LOST_CLAIMS) this.claims.delete(this.claims.keys().next().value!);
   }
 
   /**

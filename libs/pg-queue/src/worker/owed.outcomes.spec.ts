@@ -1,0 +1,52 @@
+import type { Logger } from '@nestjs/common';
+import type { Lease } from '../sql/statement-values';
+import type { TaskRepository } from '../sql/task.repository';
+import type { SqlExecutor } from '../types';
+import { OwedOutcomes } from './owed.outcomes';
+
+// The bookkeeping of failed claims (what the database does with them: lost-claim-answer.spec).
+describe('OwedOutcomes: failed claims', () => {
+  const logger = { warn: () => undefined } as unknown as Logger;
+  const db = {} as SqlExecutor;
+
+  function repoFinding(found: Lease[]) {
+    const asked: { queue: string; claimIds: string[] }[] = [];
+    const released: Lease[][] = [];
+    const repo = {
+      claimedWith: async (_db: SqlExecutor, queue: string, claimIds: string[]) => {
+        asked.push({ queue, claimIds });
+        return found.filter((l) => claimIds.some((c) => l.token.replace(/-/g, '').startsWith(c)));
+      },
+      release: async (_db: SqlExecutor, leases: Lease[]) => {
+        released.push(leases);
+        return new Set(leases.map((l) => l.id));
+      },
+    } as unknown as TaskRepository;
+    return { repo, asked, released };
+  }
+
+  it('looks for every failed claim once the database answers, by queue, and gives back what it finds', async () => {
+    const owed = new OwedOutcomes(logger);
+    owed.lostClaim('q1', '00000000000000aa');
+    owed.lostClaim('q1', '00000000000000bb');
+    owed.lostClaim('q2', '00000000000000cc');
+    expect(owed.due).toBe(true);
+    const token = '00000000-0000-00aa-0000-000000000007';
+    const { repo, asked, released } = repoFinding([{ id: '7', token }]);
+    expect(await owed.settle(db, repo)).toBe(1);
+    expect(asked).toEqual([{ queue: 'q1', claimIds: ['00000000000000aa', '00000000000000bb'] }, { queue: 'q2', claimIds: ['00000000000000cc'] }]);
+    expect(released).toEqual([[{ id: '7', token }]]);
+    // Looked for once: not due again until a rescuer pass or a reconnect asks (the window is open).
+    expect(owed.due).toBe(false);
+  });
+
+  it('keeps at most 1 000 failed claims, dropping the oldest (a long outage fails one a second)', async () => {
+    const owed = new OwedOutcomes(logger);
+    for (let i = 0; i < 1500; i++) owed.lostClaim('q', i.toString(16).padStart(16, '0'));
+    const { repo, asked } = repoFinding([]);
+    await owed.settle(db, repo);
+    expect(asked).toHaveLength(1);
+    expect(asked[0].claimIds).toHaveLength(1000);
+    expect(asked[0].claimIds[0]).toBe((500).toString(16).padStart(16, '0'));
+  });
+});
