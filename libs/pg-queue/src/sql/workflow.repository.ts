@@ -57,6 +57,15 @@ export class WorkflowRepository {
     return rows.length === 1;
   }
 
+  /** Records many calls in one statement (see recordMany); returns the entries written, as `${taskId}/${seq}`. */
+  async recordMany(db: SqlExecutor, entries: readonly JournalRecord[]): Promise<Set<string>> {
+    const rows = [...entries]
+      .sort((x, y) => (BigInt(x.lease.id) < BigInt(y.lease.id) ? -1 : BigInt(x.lease.id) > BigInt(y.lease.id) ? 1 : 0))
+      .map((e) => ({ id: e.lease.id, token: e.lease.token, seq: e.seq, kind: e.kind, name: e.name, outcome: e.outcome, result: e.resultJson, since_ms: e.sinceMs }));
+    const written = await db.$queryRawUnsafe<{ task_id: string; seq: number }[]>(this.sql.recordMany, JSON.stringify(rows));
+    return new Set(written.map((w) => `${w.task_id}/${w.seq}`));
+  }
+
   async resolve(db: SqlExecutor, lease: Lease, seq: number, outcome: 'ok' | 'error', resultJson: string): Promise<boolean> {
     const rows = await db.$queryRawUnsafe<unknown[]>(this.sql.resolve, lease.id, lease.token, seq, outcome, resultJson);
     return rows.length === 1;
@@ -128,3 +137,14 @@ export class WorkflowRepository {
 }
 
 export { TX_BOUNDS as WORKFLOW_TX_BOUNDS };
+
+/** A call to journal (WorkflowRepository.record's arguments): `resultJson` JSON text or null, `sinceMs` since the call started. */
+export interface JournalRecord {
+  lease: Lease;
+  seq: number;
+  kind: string;
+  name: string;
+  outcome: 'ok' | 'error' | 'waiting';
+  resultJson: string | null;
+  sinceMs: number;
+}

@@ -71,6 +71,21 @@ SELECT f.id, $3, $4, $5, $6, $7::jsonb, f.attempt, clock_timestamp() - $8 * inte
 ON CONFLICT (task_id, seq) DO NOTHING
 RETURNING seq`,
 
+    /**
+     * Records many calls of many attempts at once (JournalWriter: the calls that end in the same
+     * turn of the event loop), each fenced by its own lease as in `record`: one statement instead
+     * of one per call. $1: JSON rows { id, token, seq, kind, name, outcome, result (JSON text or
+     * null), since_ms }, in task id order (the row locks are taken in that order). Returns the
+     * entries written; an entry absent lost its lease, or its position was taken.
+     */
+    recordMany: `
+INSERT INTO ${s}.workflow_step (task_id, seq, kind, name, outcome, result, attempt, started_at, finished_at)
+SELECT f.id, e.seq, e.kind, e.name, e.outcome, e.result::jsonb, f.attempt, clock_timestamp() - e.since_ms * interval '1 millisecond', clock_timestamp()
+FROM json_to_recordset($1::json) AS e(id bigint, token uuid, seq int, kind text, name text, outcome text, result text, since_ms float8)
+CROSS JOIN LATERAL (SELECT t.id, t.attempt FROM ${s}.task t WHERE t.id = e.id AND t.lease_token = e.token FOR KEY SHARE) f
+ON CONFLICT (task_id, seq) DO NOTHING
+RETURNING task_id::text AS task_id, seq`,
+
     /** Resolves the 'waiting' entry $3 with outcome $4 and result $5, fenced. */
     resolve: `
 UPDATE ${s}.workflow_step w SET outcome = $4, result = $5::jsonb, finished_at = now()

@@ -8,6 +8,7 @@ import type { FollowUpOptions, PrismaClientLike, SqlExecutor } from '../types';
 import type { Attempt } from '../worker/attempt';
 import type { DatabaseClock } from '../worker/database.clock';
 import { ReplayCursor, type CallKind, type JournalEntry } from './journal';
+import type { JournalWriter } from './journal.writer';
 import { ChildWorkflowError, StepFailedError } from './workflow.errors';
 import { runStep } from './step.retries';
 import type { StepOptions, TransactionStepOptions, WorkflowContext } from './workflow.api';
@@ -19,6 +20,8 @@ export interface WorkflowRunDeps {
   insert(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]>;
   rowLimits: RowLimits;
   clock: DatabaseClock;
+  /** Journals calls outside a transaction, those that end together in one statement. */
+  journal: JournalWriter;
 }
 
 const NEVER = new Promise<never>(() => undefined);
@@ -143,7 +146,7 @@ export class WorkflowRun implements WorkflowContext {
     const { value, mark } = this.cursor.patched(id);
     if (mark !== null) {
       await this.op(async () => {
-        if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, mark, 'patch', id, 'ok', '{}', 0))) throw this.lost();
+        if (!(await this.deps.journal.record({ lease: this.a.lease, seq: mark, kind: 'patch', name: id, outcome: 'ok', resultJson: '{}', sinceMs: 0 }))) throw this.lost();
       });
     }
     return value;
@@ -180,7 +183,7 @@ export class WorkflowRun implements WorkflowContext {
       else {
         at = until();
         const json = JSON.stringify({ until: new Date(at).toISOString() });
-        if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, seq, 'sleep', 'sleep', 'ok', json, 0))) throw this.lost();
+        if (!(await this.deps.journal.record({ lease: this.a.lease, seq, kind: 'sleep', name: 'sleep', outcome: 'ok', resultJson: json, sinceMs: 0 }))) throw this.lost();
       }
       if (this.deps.clock.msUntil(at) <= 0) return;
       return this.parkOn({ waitingFor: 'sleep', wakeAt: at, signal: null, childSeq: null });
@@ -202,7 +205,7 @@ export class WorkflowRun implements WorkflowContext {
 
   private async recordValue<T>(seq: number, kind: CallKind, name: string, value: T, started: number): Promise<T> {
     const json = this.json(value, name);
-    if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, seq, kind, name, 'ok', json, performance.now() - started))) throw this.lost();
+    if (!(await this.deps.journal.record({ lease: this.a.lease, seq, kind, name, outcome: 'ok', resultJson: json, sinceMs: performance.now() - started }))) throw this.lost();
     const result = JSON.parse(json);
     this.cursor.recorded({ seq, kind, name, outcome: 'ok', result });
     return result.v as T; // as a replay will see it (JSON): Dates become strings on every run alike
@@ -211,7 +214,7 @@ export class WorkflowRun implements WorkflowContext {
   private async recordError(seq: number, kind: CallKind, name: string, err: unknown, started: number): Promise<void> {
     const e = err as { name?: unknown; message?: unknown } | null;
     const json = JSON.stringify({ error: { name: typeof e?.name === 'string' ? e.name : 'Error', message: String(e?.message ?? err).slice(0, 4000) } });
-    if (!(await this.deps.repo.record(this.deps.prisma, this.a.lease, seq, kind, name, 'error', json, performance.now() - started))) throw this.lost();
+    if (!(await this.deps.journal.record({ lease: this.a.lease, seq, kind, name, outcome: 'error', resultJson: json, sinceMs: performance.now() - started }))) throw this.lost();
     this.failedAt(seq, err);
   }
 

@@ -5,6 +5,7 @@ import type { DatabaseClock } from '../worker/database.clock';
 import type { RowLimits } from '../core/task-input';
 import { WorkflowRunner } from './workflow.runner';
 import { WorkflowWaker, wakeDue } from './workflow.waker';
+import { JournalWriter } from './journal.writer';
 
 /** The waker's safety-net look for due parked workflows; wake-ups come on time from timers and notifications. */
 const WAKE_POLL_MS = 30_000;
@@ -25,7 +26,8 @@ export class WorkflowSupport {
     /** Parked workflows of those queues were woken: their workers look now. */
     private readonly onWoke: () => void = () => undefined,
   ) {
-    const deps = { prisma, repo: repo.workflows, insert: repo.insert.bind(repo), rowLimits, clock };
+    const journal = new JournalWriter((entries) => repo.workflows.recordMany(prisma, entries));
+    const deps = { prisma, repo: repo.workflows, insert: repo.insert.bind(repo), rowLimits, clock, journal };
     this.runner = new WorkflowRunner(deps, logger, (at) => this.waker?.wakeAt(at));
   }
 
