@@ -170,6 +170,22 @@ describe('runtime schedules', () => {
     }
   });
 
+  // Without databaseUrl no NOTIFY reaches the ticker: it must look again within the poll interval,
+  // not sleep the 30 s it sleeps while LISTEN works.
+  it('without LISTEN, a schedule made while the ticker sleeps fires within the poll interval', async () => {
+    const a = await bootQueueApp(db.prisma(2), [], { autoStart: true, pollIntervalMs: 500 });
+    try {
+      await pause(1500); // the ticker's first pass found nothing: it sleeps
+      const madeAt = Date.now();
+      await a.queue.upsertSchedule('poll.made', { queue: 'rt.poll', everyMs: 1000, payload: { v: 1 } });
+      await waitFor('a tick', async () => (await ticksOf(db, 'rt.poll')).length >= 1, { timeoutMs: 10_000 });
+      expect((await ticksOf(db, 'rt.poll'))[0].at).toBeLessThanOrEqual(madeAt + 2000);
+      expect(await a.queue.removeSchedule('poll.made')).toBe(true);
+    } finally {
+      await a.close();
+    }
+  });
+
   it('an older instance (the previous release: it knows only the schedule table) neither deletes nor changes a runtime schedule, which keeps firing', async () => {
     const a = await bootQueueApp(db.prisma(2), [], { autoStart: true });
     try {

@@ -15,8 +15,9 @@ const MAX_SLEEP_MS = 30_000;
  * (`schedule_runtime`) alike: the pass locks the due rows of each table so. Instances of a release
  * before runtime schedules lock and fire `schedule` alone: they never fire a runtime schedule, the
  * newer instances do, still once per tick. It sleeps until the earliest next tick of either table
- * (at most 30 s, to see schedules other instances declared); a runtime schedule's write is
- * announced by NOTIFY and wakes it at once (`wake`).
+ * (at most 30 s, to see schedules other instances declared; at most the poll interval while no
+ * LISTEN connection works, `maxSleepMs`); a runtime schedule's write is announced by NOTIFY and
+ * wakes it at once (`wake`).
  */
 export class ScheduleTicker {
   private timer: NodeJS.Timeout | null = null;
@@ -30,6 +31,8 @@ export class ScheduleTicker {
     private readonly schedules: ScheduleRepository,
     private readonly tasks: TaskRepository,
     private readonly logger: Logger,
+    /** The longest sleep now: without LISTEN no NOTIFY says a schedule was made, so it polls. */
+    private readonly maxSleepMs: () => number = () => MAX_SLEEP_MS,
   ) {}
 
   /**
@@ -117,7 +120,8 @@ export class ScheduleTicker {
     try {
       await this.tickOnce();
       const ms = await this.schedules.msUntilNextSchedule(this.prisma);
-      wait = ms === null ? MAX_SLEEP_MS : Math.min(MAX_SLEEP_MS, Math.max(10, ms));
+      const longest = Math.min(MAX_SLEEP_MS, this.maxSleepMs());
+      wait = ms === null ? longest : Math.min(longest, Math.max(10, ms));
     } catch (err) {
       this.logger.error(`schedule pass failed: ${(err as Error).message}`);
     }

@@ -244,7 +244,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   /** The ticker, created on first use after declaring this process's schedules in the database. */
   private async syncedTicker(): Promise<ScheduleTicker> {
     if (!this.ticker) {
-      const ticker = new ScheduleTicker(this.options.prisma, this.scheduleRepo, this.repo, this.logger);
+      const ticker = new ScheduleTicker(this.options.prisma, this.scheduleRepo, this.repo, this.logger, () => this.pollIntervalMs());
       await ticker.sync(this.registry.schedules(), this.registry.all().map((h) => h.queue));
       this.ticker = ticker;
     }
