@@ -435,13 +435,14 @@ describe.each(VARIANTS)('a fresh app: $name', (variant) => {
     );
     expect({ live, archived }).toEqual({ live: 0, archived: 1 });
       // The README names the tables the queue owns (partitions of task_archive aside), and counts them right.
-    const owned = /^The queue owns (\w+) tables in its schema \(([^)]*)\)/m.exec(fs.readFileSync(README, 'utf8'));
+    const owned = /^The queue owns ([\w-]+) tables in its schema \(([^)]*)\)/m.exec(fs.readFileSync(README, 'utf8'));
     const named = [...new Set([...(owned?.[2] ?? '').matchAll(/`(\w+)`/g)].map((m) => m[1]))].sort();
     const tables = await admin(
       async (c) => (await c.query("SELECT relname FROM pg_class WHERE relnamespace = 'pgqueue'::regnamespace AND relkind IN ('r', 'p') AND NOT relispartition ORDER BY relname")).rows.map((r) => r.relname as string),
       db.name,
     );
-    const words = ['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten', 'eleven', 'twelve', 'thirteen', 'fourteen', 'fifteen', 'sixteen', 'seventeen', 'eighteen', 'nineteen', 'twenty'];
+    const ones = ['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten', 'eleven', 'twelve', 'thirteen', 'fourteen', 'fifteen', 'sixteen', 'seventeen', 'eighteen', 'nineteen'];
+    const words = [...ones, 'twenty', ...ones.slice(1, 10).map((w) => `twenty-${w}`)];
     expect({ count: owned?.[1], named }).toEqual({ count: words[tables.length], named: tables });
   });
 
