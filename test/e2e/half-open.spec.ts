@@ -37,14 +37,17 @@ type Sql = TestDatabase['sql'];
 function watch(workers: LedgerWorker[]) {
   const completedBy = new Map<string, string[]>();
   const stalledSaid = new Map<string, string[]>();
+  const said = new Map<string, string[]>();
   for (const w of workers) {
     w.queue.events$.subscribe((e: TaskEvent) => {
+      said.set(e.taskId, [...(said.get(e.taskId) ?? []), `${w.name}:${e.type}`]);
       if (e.type === 'completed') completedBy.set(e.taskId, [...(completedBy.get(e.taskId) ?? []), w.name]);
       if (w.name === 'stalled') stalledSaid.set(e.taskId, [...(stalledSaid.get(e.taskId) ?? []), e.type]);
     });
   }
   return {
     completedBy,
+    said,
     completions: (name: string) => [...completedBy.values()].filter((by) => by.includes(name)).length,
     /** The stalled worker's outcome events for `ids` (all it said but 'claimed'), once it said one for each. */
     async stalledOutcomes(ids: string[]): Promise<Record<string, string>> {
@@ -157,6 +160,10 @@ describe('half-open connection: a worker whose network stalls', () => {
     // Every task completed exactly once, by one worker or the other; effects exactly once.
     const total = TASKS + 20;
     expect([...seen.completedBy].filter(([, by]) => by.length > 1)).toEqual([]);
+    // Which task no worker reported as completed, with what each said of it (a failure's diagnosis).
+    const archived = await db.sql<{ id: string; queue: string; state: string; attempt: number; finished_at: Date }>('SELECT id::text, queue, state, attempt, finished_at FROM pgqueue.task_archive');
+    const unreported = archived.filter((r) => !seen.completedBy.has(r.id));
+    expect(unreported.map((row) => ({ ...row, said: seen.said.get(row.id) }))).toEqual([]);
     expect(seen.completedBy.size).toBe(2 * total);
     for (const queue of [LEDGER_TX, LEDGER_LEASE]) {
       expect({ queue, ...(await queueStates(db.sql, queue)) }).toEqual({ queue, pending: 0, running: 0, done: total, dead: 0, cancelled: 0 });
