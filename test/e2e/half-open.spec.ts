@@ -34,18 +34,20 @@ const WORK_MS = 50;
 type Sql = TestDatabase['sql'];
 
 /** Who completed which task, and everything the stalled worker said about each task. */
-function watch(workers: LedgerWorker[]) {
+function watch() {
   const completedBy = new Map<string, string[]>();
   const stalledSaid = new Map<string, string[]>();
   const said = new Map<string, string[]>();
-  for (const w of workers) {
-    w.queue.events$.subscribe((e: TaskEvent) => {
-      said.set(e.taskId, [...(said.get(e.taskId) ?? []), `${w.name}:${e.type}`]);
-      if (e.type === 'completed') completedBy.set(e.taskId, [...(completedBy.get(e.taskId) ?? []), w.name]);
-      if (w.name === 'stalled') stalledSaid.set(e.taskId, [...(stalledSaid.get(e.taskId) ?? []), e.type]);
+  /** Subscribes to worker `name`'s events; before it starts, so that none is missed. */
+  const attach = (name: string) => (qa: QueueApp) => {
+    qa.queue.events$.subscribe((e: TaskEvent) => {
+      said.set(e.taskId, [...(said.get(e.taskId) ?? []), `${name}:${e.type}`]);
+      if (e.type === 'completed') completedBy.set(e.taskId, [...(completedBy.get(e.taskId) ?? []), name]);
+      if (name === 'stalled') stalledSaid.set(e.taskId, [...(stalledSaid.get(e.taskId) ?? []), e.type]);
     });
-  }
+  };
   return {
+    attach,
     completedBy,
     said,
     completions: (name: string) => [...completedBy.values()].filter((by) => by.includes(name)).length,
@@ -82,13 +84,13 @@ describe('half-open connection: a worker whose network stalls', () => {
   const workers: LedgerWorker[] = [];
 
   /** Worker "stalled" through the proxy (pool of `poolSize`), worker "direct" on its own connections. */
-  async function startPair(poolSize: number): Promise<{ stalled: LedgerWorker; direct: LedgerWorker }> {
+  async function startPair(poolSize: number, seen: ReturnType<typeof watch>): Promise<{ stalled: LedgerWorker; direct: LedgerWorker }> {
     const viaProxy = proxy.url(db.url);
     const stalledPrisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: viaProxy, max: poolSize }) });
     prismas.push(stalledPrisma);
-    const stalled = await startLedgerWorker('stalled', stalledPrisma, db.url, { ...OPTIONS, databaseUrl: viaProxy }, WORK_MS);
+    const stalled = await startLedgerWorker('stalled', stalledPrisma, db.url, { ...OPTIONS, databaseUrl: viaProxy }, WORK_MS, seen.attach('stalled'));
     workers.push(stalled);
-    const direct = await startLedgerWorker('direct', db.prisma(20), db.url, { ...OPTIONS, databaseUrl: db.url }, WORK_MS);
+    const direct = await startLedgerWorker('direct', db.prisma(20), db.url, { ...OPTIONS, databaseUrl: db.url }, WORK_MS, seen.attach('direct'));
     workers.push(direct);
     return { stalled, direct };
   }
@@ -119,8 +121,8 @@ describe('half-open connection: a worker whose network stalls', () => {
     for (const queue of [LEDGER_TX, LEDGER_LEASE]) {
       await api.queue.enqueueMany(Array.from({ length: TASKS }, (_, n) => ({ queue, payload: { n } })));
     }
-    const { stalled, direct } = await startPair(20);
-    const seen = watch([stalled, direct]);
+    const seen = watch();
+    const { direct } = await startPair(20, seen);
 
     // Mid-drain, while the stalled worker holds tasks: cut it off.
     await waitFor('the stalled worker to be under way', () => seen.completions('stalled') >= 20, { timeoutMs: 60_000, everyMs: 20 });

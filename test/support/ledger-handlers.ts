@@ -51,8 +51,11 @@ export async function startLedgerWorker(
   ledgerUrl: string,
   options: Partial<PgQueueModuleOptions>,
   workMs = 5,
+  /** Runs before the worker starts claiming (e.g. to subscribe to its events without missing the first). */
+  beforeStart?: (qa: QueueApp) => void,
 ): Promise<LedgerWorker> {
   const qa = await bootQueueApp(prisma, [LedgerHandlers], { ...options, autoStart: false, workerId: name });
+  beforeStart?.(qa);
   const handlers = qa.app.get(LedgerHandlers);
   const runs = new Pool({ connectionString: ledgerUrl, max: 4, application_name: 'ledger' });
   runs.on('error', () => undefined); // an idle connection dropped (restart): the pool replaces it
