@@ -2,12 +2,12 @@ import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import { within } from '../core/within';
 import { ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { Attempt } from './attempt';
+import { AttemptSlots } from './attempt.slots';
 import { ClaimSizer } from './claim.sizer';
 import { LeaseRunner } from './lease.runner';
 import { QueueClaimer } from './queue.claimer';
 import { TransactionalRunner } from './transactional.runner';
 import { WakeTimers } from './wake.timers';
-import { WorkInFlight } from './work.in-flight';
 import { releaseAttempts, type WorkerDeps } from './worker.deps';
 
 /**
@@ -54,15 +54,7 @@ export class QueueWorker {
   private filling: Promise<void> | null = null;
   private wakeSeq = 0;
   private claimedSeq = -1;
-  private busy = 0;
-  /**
-   * Attempts that ran to their end here so far, however they were claimed (the worker loop or a
-   * drain): a drain counts those that ended while it ran, including ones started before it.
-   */
-  private finishedCount = 0;
-  /** Lease mode: claimed attempts waiting for a free slot. */
-  private readonly buffer: Attempt[] = [];
-  private readonly work = new WorkInFlight();
+  private readonly slots: AttemptSlots;
   private readonly timers: WakeTimers;
   private readonly lease: LeaseRunner | null;
   private readonly transactional: TransactionalRunner | null;
@@ -92,6 +84,10 @@ export class QueueWorker {
       o.mode === 'transactional'
         ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms, leftOver) => this.sizer.ranTransaction(tasks, ms, leftOver))
         : null;
+    this.slots = new AttemptSlots(handler.queue, o.concurrency, deps, { lease: this.lease, transactional: this.transactional }, this.sizer, () => this.state === 'stopping', {
+      slotFreed: () => this.fill(),
+      ended: (ranGroupTask) => this.afterWork(ranGroupTask),
+    });
   }
 
   get queue(): string {
@@ -156,7 +152,7 @@ export class QueueWorker {
       queue: this.queue,
       state: this.state,
       alive: this.state === 'running' && error === null,
-      running: this.work.size,
+      running: this.slots.inFlight,
       lastClaimAt: this.claimer.lastClaimAt === null ? null : new Date(this.claimer.lastClaimAt),
       lastClaimError: error,
       paused: this.paused,
@@ -174,13 +170,13 @@ export class QueueWorker {
     if (this.filling && (await within(this.filling, deadline - Date.now(), TIMED_OUT)) === TIMED_OUT) {
       this.deps.logger.warn(`shutdown: a claim of "${this.queue}" got no answer before the deadline; stopping without it`);
     }
-    await this.releaseBuffered();
-    const finished = await this.work.settleWithin(Math.max(0, deadline - Date.now()));
+    await this.slots.releaseBuffered();
+    const finished = await this.slots.settleWithin(Math.max(0, deadline - Date.now()));
     if (!finished) {
       // Transactional attempts see the abort and roll their transaction back; lease attempts are released.
       for (const a of this.running()) a.abort(new ShutdownAbortError());
       this.lease?.giveUpHeld();
-      await this.work.settleWithin(Number.MAX_SAFE_INTEGER);
+      await this.slots.settleWithin(Number.MAX_SAFE_INTEGER);
     }
     await this.lease?.flush();
     await this.lease?.close();
@@ -188,14 +184,17 @@ export class QueueWorker {
     this.state = 'stopped';
   }
 
-  /** Attempts that ran to their end in this worker so far (see QueueDrainer). */
+  /**
+   * Attempts that ran to their end here so far, however they were claimed (the worker loop or a
+   * drain): a drain counts those that ended while it ran, including ones started before it.
+   */
   get finished(): number {
-    return this.finishedCount;
+    return this.slots.finished;
   }
 
   /** No claim in flight and no attempt running or waiting for a slot here. */
   get idle(): boolean {
-    return this.filling === null && this.work.size === 0 && this.buffer.length === 0;
+    return this.filling === null && this.slots.inFlight === 0 && this.slots.waiting === 0;
   }
 
   /**
@@ -208,31 +207,32 @@ export class QueueWorker {
     for (;;) {
       if (!(await this.quiesce(deadline))) return false;
       const rows = await this.claimer.claim(this.claimCeiling);
-      if (rows.length > 0) this.dispatch(rows);
+      if (rows.length > 0) this.slots.dispatch(rows);
       else if (this.idle) return true;
     }
   }
 
   /** Waits until no claim is in flight and no attempt runs or waits here; false past `deadline`. */
   private async quiesce(deadline: number): Promise<boolean> {
-    while (this.filling || this.work.size > 0) {
+    while (this.filling || this.slots.inFlight > 0) {
       await this.filling;
-      if (!(await this.work.settleWithin(Math.max(0, deadline - Date.now())))) return false;
+      if (!(await this.slots.settleWithin(Math.max(0, deadline - Date.now())))) return false;
     }
     return true;
   }
 
   /** Attempts this worker holds: running, or (lease mode) waiting in the buffer. */
   private running(): Attempt[] {
-    return [...(this.lease?.held() ?? []), ...(this.transactional?.active() ?? [])];
+    return this.slots.held();
   }
 
   private capacity(): number {
     // A limited queue claims no look-ahead: a claimed task holds one of the queue's global slots
     // (or its partition's, or a start of its rate window) while it waits here.
-    if (this.lease && this.claimer.limited) return Math.min(this.claimCeiling, Math.max(0, this.handler.options.concurrency - this.busy - this.buffer.length));
-    if (this.lease) return this.sizer.leaseClaim(this.busy, this.buffer.length);
-    return this.busy < this.handler.options.concurrency ? this.sizer.transactionClaim() : 0;
+    const { taken, waiting } = this.slots;
+    if (this.lease && this.claimer.limited) return Math.min(this.claimCeiling, Math.max(0, this.handler.options.concurrency - taken - waiting));
+    if (this.lease) return this.sizer.leaseClaim(taken, waiting);
+    return taken < this.handler.options.concurrency ? this.sizer.transactionClaim() : 0;
   }
 
   private fill(): void {
@@ -265,7 +265,7 @@ export class QueueWorker {
         // A short batch means the queue is empty for now, unless a wake came in meanwhile. The
         // claim then also said when the next task is due: the timer takes over from there.
         if (rows.length < want) this.claimedSeq = seq;
-        if (rows.length > 0) this.dispatch(rows);
+        if (rows.length > 0) this.slots.dispatch(rows);
       }
       return true;
     } catch (err) {
@@ -276,75 +276,13 @@ export class QueueWorker {
     }
   }
 
-  private dispatch(attempts: Attempt[]): void {
-    if (this.lease) {
-      for (const a of attempts) this.lease.hold(a);
-      this.buffer.push(...attempts);
-      this.pump();
-    } else {
-      this.track(attempts, () => this.transactional!.run(attempts));
-    }
-  }
-
-  /** Lease mode: start buffered attempts while slots are free. */
-  private pump(): void {
-    const { concurrency } = this.handler.options;
-    while (this.lease && this.busy < concurrency && this.buffer.length > 0 && this.state !== 'stopping') {
-      this.startLease(this.buffer.shift()!);
-    }
-  }
-
-  /** A lease-mode slot is free again once the handler returns; writing the outcome runs on beside it. */
-  private startLease(a: Attempt): void {
-    this.busy += 1;
-    let slotFreed = false;
-    const freeSlot = () => {
-      if (slotFreed) return;
-      slotFreed = true;
-      this.busy -= 1;
-      this.sizer.finished();
-      this.pump();
-      this.fill();
-    };
-    const settle = (failed: boolean, err?: unknown) => {
-      freeSlot();
-      this.finishedCount += 1;
-      this.afterWork(p, a.groupKey !== null);
-      if (failed) this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error | null)?.message ?? String(err)}`);
-    };
-    const p: Promise<void> = this.lease!.run(a, freeSlot).then(
-      () => settle(false),
-      (err: unknown) => settle(true, err),
-    );
-    this.work.add(p);
-  }
-
-  private track(attempts: Attempt[], run: () => Promise<void>): void {
-    this.busy += 1;
-    const p = run()
-      .catch((err: unknown) => this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`))
-      .finally(() => {
-        this.busy -= 1;
-        this.finishedCount += attempts.length;
-        this.afterWork(p, attempts.some((a) => a.groupKey !== null));
-      });
-    this.work.add(p);
-  }
-
-  private afterWork(p: Promise<void>, ranGroupTask: boolean): void {
-    this.work.delete(p);
-    this.pump();
+  /** Work ended (see AttemptSlots). */
+  private afterWork(ranGroupTask: boolean): void {
     // A finished group task lets the next of its group run, an ending under a concurrency rule frees
     // room: no NOTIFY says either. The room is this worker's to take; if it does not claim, it hands it on.
     if (ranGroupTask || this.claimer.roomLimited) this.wakeSeq++;
     if (this.claimer.roomLimited && this.state !== 'running') this.claimer.announceFreedRoom();
     // Room freed up: claim more if the queue may still have work.
     this.fill();
-  }
-
-  private async releaseBuffered(): Promise<void> {
-    const waiting = this.buffer.splice(0);
-    await releaseAttempts(this.deps, waiting, `waiting tasks of "${this.queue}"`);
-    for (const a of waiting) this.lease?.unhold(a);
   }
 }

@@ -7,6 +7,29 @@ import { WAKE_NOTICE } from '../sql/workflow.sql';
 import type { Logger } from '@nestjs/common';
 import createPostgresSubscriber, { type Subscriber } from 'pg-listen';
 
+/** What this process does with each notice (see WakeupListener; routed in notice.routes.ts). */
+export interface NoticeHandlers {
+  /** Tasks of `queue` are due now (null) or at `dueAt`, epoch ms by the database's clock. */
+  wake: (queue: string, dueAt: number | null) => void;
+  cancel: (taskId: string) => void;
+  /** A parent task ended: its dependants are to be told (see DependencySettler). */
+  settle: () => void;
+  /** Another instance left room in `queue` that a worker here may take (see QueueClaimer.roomNotice). */
+  room: (queue: string) => void;
+  /** A workflow parked until `at`, epoch ms by the database's clock (see WorkflowWaker). */
+  wakeWorkflows: (at: number) => void;
+  /** `queue` was paused or resumed as a whole (see PauseWatcher). */
+  paused: (queue: string, paused: boolean) => void;
+  /** A runtime schedule was created or changed (see ScheduleTicker.wake). */
+  schedules: () => void;
+  /** Task `id` of `queue` ended, or an attempt of it failed (`state` pending), and someone waits or watches (see watch.sql.ts). */
+  ended: (id: string, state: string, queue: string, progress: unknown) => void;
+  /** The connection is up (first time, or back): notifications sent while it was down were lost. */
+  reconnected: () => void;
+  /** The connection was lost. */
+  lost?: () => void;
+}
+
 /**
  * Holds the one LISTEN connection of this process (Prisma cannot LISTEN) and turns notifications
  * into worker wake-ups. pg-listen reconnects after a dropped connection; since notifications sent
@@ -28,27 +51,7 @@ export class WakeupListener {
     private readonly databaseUrl: string,
     private readonly channel: string,
     private readonly logger: Logger,
-    private readonly on: {
-      /** Tasks of `queue` are due now (null) or at `dueAt`, epoch ms by the database's clock. */
-      wake: (queue: string, dueAt: number | null) => void;
-      cancel: (taskId: string) => void;
-      /** A parent task ended: its dependants are to be told (see DependencySettler). */
-      settle: () => void;
-      /** Another instance left room in `queue` that a worker here may take (see QueueClaimer.roomNotice). */
-      room: (queue: string) => void;
-      /** A workflow parked until `at`, epoch ms by the database's clock (see WorkflowWaker). */
-      wakeWorkflows: (at: number) => void;
-      /** `queue` was paused or resumed as a whole (see PauseWatcher). */
-      paused: (queue: string, paused: boolean) => void;
-      /** A runtime schedule was created or changed (see ScheduleTicker.wake). */
-      schedules: () => void;
-      /** Task `id` of `queue` ended, or an attempt of it failed (`state` pending), and someone waits or watches (see watch.sql.ts). */
-      ended: (id: string, state: string, queue: string, progress: unknown) => void;
-      /** The connection is up (first time, or back): notifications sent while it was down were lost. */
-      reconnected: () => void;
-      /** The connection was lost. */
-      lost?: () => void;
-    },
+    private readonly on: NoticeHandlers,
     /**
      * The session's application_name: names the instance (see instance.liveness.ts), so it must
      * reach the server even when databaseUrl sets one of its own.

@@ -5,7 +5,8 @@ import type { TaskEvents } from '../observability/task-events';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { FailedState, Failure } from '../sql/statement-values';
 import type { ResolvedLimiters } from '../limiter.options';
-import type { LimitsRepository } from '../sql/limits.repository';
+import type { ResolvedModuleOptions } from '../pg-queue.options';
+import { LimitsRepository } from '../sql/limits.repository';
 import type { TaskRepository } from '../sql/task.repository';
 import type { PrismaClientLike, TaskEvent } from '../types';
 import type { Attempt } from './attempt';
@@ -14,7 +15,7 @@ import { backoffDelayMs } from './backoff';
 import type { DatabaseClock } from './database.clock';
 import { errorText } from './error-text';
 import type { InvokeOutcome } from './handler.invoker';
-import type { OwedOutcomes } from './owed.outcomes';
+import { OwedOutcomes } from './owed.outcomes';
 
 /** Runs the attempts of @Workflow handlers (workflow/workflow.runner.ts); null when the app has none. */
 export interface WorkflowEngine {
@@ -40,6 +41,22 @@ export interface WorkerDeps {
   owed?: OwedOutcomes;
   /** The module's named limiters (a RateLimitedError's scope may name one). */
   limiters: ResolvedLimiters;
+}
+
+/** What every worker of this process shares, from the module's options. */
+export function workerDeps(
+  options: ResolvedModuleOptions,
+  shared: Pick<WorkerDeps, 'repo' | 'events' | 'logger' | 'clock' | 'rowLimits' | 'workflows'>,
+): WorkerDeps {
+  return {
+    ...shared,
+    prisma: options.prisma,
+    limits: new LimitsRepository(options.schema, { partitionWeights: options.partitionWeights, limiters: options.limiters }),
+    workerId: options.workerId,
+    maxErrorBytes: options.maxErrorBytes,
+    owed: new OwedOutcomes(shared.logger),
+    limiters: options.limiters,
+  };
 }
 
 /** The failure record of an attempt: fatal errors and last attempts go to dead (the SQL decides). */

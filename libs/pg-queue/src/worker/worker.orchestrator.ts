@@ -9,7 +9,6 @@ import { ScheduleTicker } from '../schedules/schedule.ticker';
 import { DrainRepository } from '../sql/drain.repository';
 import { HandlerRepository } from '../sql/handlers.repository';
 import { within } from '../core/within';
-import { LimitsRepository } from '../sql/limits.repository';
 import { OperatorRepository } from '../sql/operator.repository';
 import { PauseRepository } from '../sql/pause.repository';
 import { installSchema, schemaUpgradeState, type UnfinishedUpgrade } from '../sql/schema.installer';
@@ -23,14 +22,14 @@ import { HandlerPresence } from './handler.presence';
 import { PauseWatcher } from './pause.watcher';
 import { LeaseRescuer, type GoneInstances } from './lease.rescuer';
 import { InstanceLiveness, listenerName } from './instance.liveness';
-import { OwedOutcomes } from './owed.outcomes';
 import { LivenessRepository } from '../sql/liveness.repository';
 import { DependencySettler } from './dependency.settler';
 import { RetentionPruner, type PruneResult } from './retention.pruner';
 import { QueueDrainer, type DrainOptions, type DrainReport } from './queue.drainer';
-import { QueueWorker } from './queue.worker';
 import { WakeupListener } from './wakeup.listener';
-import type { WorkerDeps } from './worker.deps';
+import { routeNotices } from './notice.routes';
+import { WorkerSet } from './worker.set';
+import { workerDeps, type WorkerDeps } from './worker.deps';
 import { readQueueHealth, type QueueHealth } from './queue.health';
 import { WorkflowSupport } from '../workflow/workflow.support';
 
@@ -55,7 +54,7 @@ const SHUTDOWN_GRACE_MS = 2000;
 @Injectable()
 export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap, OnModuleDestroy {
   private readonly logger = new Logger('PgQueue');
-  private readonly workers = new Map<string, QueueWorker>();
+  private readonly workers: WorkerSet;
   private listener: WakeupListener | null = null;
   private rescuer: LeaseRescuer | null = null;
   private ticker: ScheduleTicker | null = null;
@@ -82,29 +81,17 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     events: TaskEvents,
   ) {
     this.settler = new DependencySettler(options.prisma, repo.dependencies, this.logger);
-    this.drainer = new QueueDrainer(options.prisma, new DrainRepository(options.schema), this.settler, (q) => this.worker(q), () =>
+    this.drainer = new QueueDrainer(options.prisma, new DrainRepository(options.schema), this.settler, (q) => this.workers.get(q), () =>
       this.registry.all().map((h) => h.queue),
       (queues, all) => this.workflows.wakeNow(queues, all),
     );
     const clock = new DatabaseClock();
     const rowLimits = { maxPayloadBytes: options.maxPayloadBytes };
     const workflowQueues = () => this.registry.all().flatMap((h) => (h.workflow ? [h.queue] : []));
-    const wakeWorkflowQueues = () => workflowQueues().forEach((q) => this.workers.get(q)?.wake());
+    const wakeWorkflowQueues = () => workflowQueues().forEach((q) => this.workers.find(q)?.wake());
     this.workflows = new WorkflowSupport(options.prisma, repo, clock, rowLimits, this.logger, workflowQueues, wakeWorkflowQueues);
-    this.deps = {
-      prisma: options.prisma,
-      repo,
-      limits: new LimitsRepository(options.schema, { partitionWeights: options.partitionWeights, limiters: options.limiters }),
-      workerId: options.workerId,
-      events,
-      logger: this.logger,
-      maxErrorBytes: options.maxErrorBytes,
-      rowLimits,
-      clock,
-      workflows: this.workflows.runner,
-      owed: new OwedOutcomes(this.logger),
-      limiters: options.limiters,
-    };
+    this.deps = workerDeps(options, { repo, events, logger: this.logger, clock, rowLimits, workflows: this.workflows.runner });
+    this.workers = new WorkerSet(registry, this.deps, () => this.pollIntervalMs());
     const livenessRepo = new LivenessRepository(options.schema);
     this.liveness =
       options.databaseUrl && options.deadInstanceAfterMs !== false
@@ -159,10 +146,10 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       // Which queues use which named limiter, before any claim counts a limiter's running tasks.
       await this.deps.limits.registerLimiters(this.options.prisma, this.registry.all().map((h) => ({ queue: h.queue, limiter: h.options.limiter })));
       // Which queues are paused, before any worker claims (see PauseWatcher).
-      for (const handler of this.registry.all()) this.worker(handler.queue);
-      this.pauses = new PauseWatcher(this.options.prisma, new PauseRepository(this.options.schema), () => this.workers.values(), () => this.pollIntervalMs(), this.logger);
+      for (const handler of this.registry.all()) this.workers.get(handler.queue);
+      this.pauses = new PauseWatcher(this.options.prisma, new PauseRepository(this.options.schema), () => this.workers.all(), () => this.pollIntervalMs(), this.logger);
       await this.pauses.start();
-      for (const handler of this.registry.all()) this.worker(handler.queue).start();
+      for (const handler of this.registry.all()) this.workers.get(handler.queue).start();
       this.rescuer = new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger, this.settler, this.gone);
       this.rescuer.start();
       this.pruner = new RetentionPruner(this.options.prisma, this.repo, this.options.retention, this.logger);
@@ -191,7 +178,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       const stopping = (async () => {
         const maintenance = Promise.all([this.rescuer?.stop(), this.pruner?.stop(), this.presence?.stop(), this.workflows.stop(), this.pauses?.stop()]);
         await this.ticker?.stop();
-        await Promise.all([...this.workers.values()].map((w) => w.stop(deadline)));
+        await this.workers.stop(deadline);
         await this.listener?.stop();
         await maintenance;
         // After the workers released what they could and the listener closed: what is left waits for its lease.
@@ -258,7 +245,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
    * due task's age.
    */
   async health(databaseTimeoutMs = 5000): Promise<QueueHealth> {
-    const workers = this.started ? [...this.workers.values()].map((w) => w.status()) : [];
+    const workers = this.started ? this.workers.statuses() : [];
     const listen = !this.options.databaseUrl
       ? 'poll-only'
       : !this.listener || this.shutdownPromise
@@ -279,7 +266,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
 
   /** A running task was cancelled somewhere: abort its handler if it runs in this process. */
   cancelRunning(taskId: string): boolean {
-    return [...this.workers.values()].some((w) => w.cancel(taskId));
+    return this.workers.cancel(taskId);
   }
 
   get listening(): boolean {
@@ -288,42 +275,19 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
 
   private async ensureListener(): Promise<void> {
     if (this.listener || !this.options.databaseUrl) return;
-    this.listener = new WakeupListener(this.options.databaseUrl, this.repo.channel, this.logger, {
-      wake: (queue, dueAt) => this.workers.get(queue)?.wakeIn(dueAt === null ? 0 : this.deps.clock.msUntil(dueAt)),
-      cancel: (taskId) => this.cancelRunning(taskId),
-      settle: () => void this.settler.request(),
-      room: (queue) => this.workers.get(queue)?.roomFreed(),
-      wakeWorkflows: (at) => this.workflows.wakeAt(at),
-      paused: (queue, paused) => this.pauses?.notice(queue, paused),
-      schedules: () => this.ticker?.wake(),
-      ended: (id, state, queue, progress) => this.deps.events.notices.ended({ id, state, queue, progress }),
-      reconnected: () => {
-        this.deps.events.notices.reconnected();
-        this.pauses?.refresh();
-        this.ticker?.wake();
-        this.wakeAll();
-        void this.liveness?.connected();
-        // Back after a failover or a cut: what ended here meanwhile goes back at once.
-        void this.deps.owed?.settle(this.options.prisma, this.repo);
-      },
-      lost: () => this.liveness?.lost(),
-    }, this.liveness?.listener);
+    const routes = routeNotices({
+      workers: this.workers,
+      clock: this.deps.clock,
+      settler: this.settler,
+      workflows: this.workflows,
+      events: this.deps.events,
+      liveness: this.liveness,
+      settleOwed: () => void this.deps.owed?.settle(this.options.prisma, this.repo),
+      pauses: () => this.pauses,
+      ticker: () => this.ticker,
+    });
+    this.listener = new WakeupListener(this.options.databaseUrl, this.repo.channel, this.logger, routes, this.liveness?.listener);
     await this.listener.start();
-  }
-
-  private wakeAll(): void {
-    for (const w of this.workers.values()) w.wake();
-  }
-
-  private worker(queue: string): QueueWorker {
-    let w = this.workers.get(queue);
-    if (!w) {
-      const handler = this.registry.get(queue);
-      if (!handler) throw new PgQueueError(`pg-queue: no handler for queue "${queue}" in this process`);
-      w = new QueueWorker(handler, this.deps, () => this.pollIntervalMs());
-      this.workers.set(queue, w);
-    }
-    return w;
   }
 
   /** With LISTEN healthy, NOTIFY and due-time timers start tasks; polling is only a safety net. */
