@@ -148,7 +148,7 @@ describe('flow control in production conditions', () => {
                 new Proxy(tx, {
                   get(t, p) {
                     const v = Reflect.get(t, p, t);
-                    if (p !== '$executeRawUnsafe') return typeof v === 'function' ? v.bind(t) : v;
+                    if (p !== '$executeRawUnsafe' && p !== '$queryRawUnsafe') return typeof v === 'function' ? v.bind(t) : v;
                     return async (sql: string, ...args: unknown[]) => {
                       const out = await v.call(t, sql, ...args);
                       if (armed && sql.includes('pg_advisory_xact_lock') && args.includes('pgqueue.fcf.stall')) {

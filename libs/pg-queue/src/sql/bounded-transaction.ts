@@ -2,6 +2,7 @@ import { PgQueueError } from '../errors';
 import type { PrismaClientLike, SqlExecutor } from '../types';
 import { databaseError } from './database-error';
 import { marked } from './fragments.sql';
+import { assertReadCommitted, inReadCommitted, ISOLATION } from './read-committed';
 
 /**
  * Bounds of a transaction the library opens on its own for work that may wait for other
@@ -29,28 +30,29 @@ export interface TransactionBounds {
  */
 export const ONE_ROW_BOUNDS: TransactionBounds = { maxWaitMs: 5000, lockWaitMs: 10_000, idleMs: 5000, statementMs: 15_000, transactionMs: 20_000, perRowMs: 0 };
 
-/** The transaction's first statement: the server-side bounds, for this transaction only. Parameters: the bounds in ms, as text. */
+/**
+ * The transaction's first statement: the server-side bounds, for this transaction only, and the
+ * isolation level it runs under (read-committed.ts). Parameters: the bounds in ms, as text.
+ */
 const BOUND = marked({
   statement: `
 SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true),
-       set_config('statement_timeout', $3, true)`,
+       set_config('statement_timeout', $3, true), ${ISOLATION}`,
 }).statement;
 
 /**
  * Runs `work` in a transaction of its own under `b` (`rows`: how many rows it writes), READ
  * COMMITTED whatever the database's default (each statement takes a fresh snapshot, which the lock
- * decisions rely on). A lock wait or statement that passes its bound fails as a PgQueueError
+ * decisions rely on; see read-committed.ts). A lock wait or statement that passes its bound fails as a PgQueueError
  * naming `what` and the bound; the transaction is rolled back.
  */
 export async function inBoundedTransaction<T>(root: PrismaClientLike, what: string, b: TransactionBounds, rows: number, work: (tx: SqlExecutor) => Promise<T>): Promise<T> {
   try {
-    return await root.$transaction(
-      async (tx: SqlExecutor) => {
-        await tx.$queryRawUnsafe(BOUND, String(b.lockWaitMs), String(b.idleMs), String(b.statementMs));
-        return work(tx);
-      },
-      { maxWait: b.maxWaitMs, timeout: b.transactionMs + b.perRowMs * rows, isolationLevel: 'ReadCommitted' },
-    );
+    return await inReadCommitted(root, { maxWait: b.maxWaitMs, timeout: b.transactionMs + b.perRowMs * rows }, async (tx: SqlExecutor) => {
+      const [level] = await tx.$queryRawUnsafe<{ isolation: string }[]>(BOUND, String(b.lockWaitMs), String(b.idleMs), String(b.statementMs));
+      assertReadCommitted(level);
+      return work(tx);
+    });
   } catch (err) {
     throw boundPassed(err, what, b) ?? err;
   }

@@ -5,6 +5,7 @@ import { notifyChannel } from './identifiers';
 import type { ResolvedLimiter, ResolvedLimiters } from '../limiter.options';
 import { limiterStatements } from './limiter.sql';
 import { limitStatements } from './limits.sql';
+import { assertReadCommitted, inReadCommitted } from './read-committed';
 import type { Claim, ClaimedRow } from './statement-values';
 
 /** The flow-control rules of one queue (see HandlerOptions). */
@@ -72,9 +73,14 @@ export class LimitsRepository {
     const partitionRate = rate?.perPartition ? rate : null;
     const partitioned = limits.partitionConcurrency !== null || partitionRate !== null;
     const b = LIMITED_CLAIM_BOUNDS;
-    return prisma.$transaction(
+    // READ COMMITTED whatever the database's default: each statement must see the claims that
+    // committed before the lock was granted (see limits.sql.ts, read-committed.ts).
+    return inReadCommitted(
+      prisma,
+      { maxWait: 5_000, timeout: b.transactionMs },
       async (tx: SqlExecutor) => {
-        await tx.$executeRawUnsafe(this.sql.lock, `${this.schema}.${queue}`, String(b.lockWaitMs), String(b.idleMs), String(b.statementMs));
+        const [locked] = await tx.$queryRawUnsafe<{ isolation: string }[]>(this.sql.lock, `${this.schema}.${queue}`, String(b.lockWaitMs), String(b.idleMs), String(b.statementMs));
+        assertReadCommitted(locked);
         const windowMs = queueRate?.perMs ?? 0;
         const limiter = limits.limiter ? (this.limiters.get(limits.limiter) ?? null) : null;
         const [room] = await tx.$queryRawUnsafe<Room[]>(this.sql.room, queue, windowMs, partitionRate?.max ?? null, partitionRate?.perMs ?? 0, limiter?.name ?? null);
@@ -129,9 +135,6 @@ export class LimitsRepository {
         const nextDue = [res.next_due_in_ms, rateWait, partitionWait, walkOn, limiterWait].filter((ms): ms is number => ms !== null);
         return { rows, nextDueInMs: nextDue.length > 0 ? Math.min(...nextDue) : null, dbNowMs: res.db_now_ms };
       },
-      // READ COMMITTED whatever the database's default: each statement must see the claims that
-      // committed before the lock was granted (see limits.sql.ts).
-      { maxWait: 5_000, timeout: b.transactionMs, isolationLevel: 'ReadCommitted' },
     );
   }
 

@@ -1,6 +1,7 @@
 import { claimFrom, groupFirst } from './claim.sql';
 import { quoteIdent } from './identifiers';
 import { marked } from './fragments.sql';
+import { ISOLATION } from './read-committed';
 import { partitionBackedOff } from './backoff.sql';
 import { hasPausedPartition, queueNotPaused } from './pause.sql';
 import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
@@ -48,6 +49,7 @@ export function limitStatements(schema: string) {
      * - statement_timeout ($4 ms): each later statement of the claim.
      * - jit off: planned from row estimates, the partitioned claim's cost passes jit_above_cost on
      *   a backlog of some thousands, and compiling it took ~80 ms of a ~4 ms claim (see JIT_OFF).
+     * It also returns the isolation level the transaction runs under (read-committed.ts).
      * Parameters: $1 the lock's name: `${schema}.${queue}`; $2, $3, $4 the bounds in ms, as text.
      */
     lock: `
@@ -55,7 +57,7 @@ WITH bounds AS MATERIALIZED (
   SELECT set_config('lock_timeout', $2, true), set_config('idle_in_transaction_session_timeout', $3, true),
          set_config('statement_timeout', $4, true), set_config('jit', 'off', true)
 )
-SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1)) FROM bounds`,
+SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1))::text AS locked, ${ISOLATION} FROM bounds`,
 
     /**
      * What the queue-wide rules leave room for: its running tasks, and the claims inside the rate
