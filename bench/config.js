@@ -69,4 +69,4 @@ const LIB_SET = ALL_LIBS.filter((l) => l !== 'dbos');
 // only the handler's start is timed (wake-up).
 const ROW_LIBS = LIB_SET.filter((l) => l !== 'bullmq-defaults' || !LIB_SET.includes('bullmq-production'));
 
-module.exports = { env, QUICK, REPS, WRITE, SIZES, ONLY, ALL_LIBS, LIB_SET, ROW_LIBS, positiveInt };
+module.exports = { selected, env, QUICK, REPS, WRITE, SIZES, ONLY, ALL_LIBS, LIB_SET, ROW_LIBS, positiveInt };

@@ -10,6 +10,7 @@
 //   BENCH_LIBS=pg-queue,pg-boss   pg-queue (both modes), pg-queue-transactional, pg-queue-lease,
 //                           pg-boss, graphile-worker, bullmq (both rows), bullmq-production,
 //                           bullmq-defaults, dbos (scenario 11 only)
+//   BENCH_FLOW=plain,global20  scenario 9's rows by name (default: all; names in bench/scenarios.js)
 //   BENCH_QUICK=1           small counts, for smoke tests
 //   BENCH_SIZES=drain=5000  override counts by name (enqueue, bulk, drain, latency, idleMs, history, …)
 //   BENCH_WRITE=1           save each scenario's results in bench/results/<scenario>.json (without

@@ -4,7 +4,7 @@
 
 const os = require('node:os');
 const report = require('./report');
-const { env, QUICK, SIZES, LIB_SET, ALL_LIBS, ROW_LIBS, positiveInt } = require('./config');
+const { env, QUICK, SIZES, LIB_SET, ALL_LIBS, ROW_LIBS, positiveInt, selected } = require('./config');
 const { processesScenario } = require('./scenario-processes');
 const { workflowsScenario } = require('./scenario-workflows');
 
@@ -71,9 +71,11 @@ const FLOW_VARIANTS = [
   ['aging', 'drain, priorities 0 to 4, priorityAgingMs 1 000'],
   ['backoff', 'drain after a 1 s downstream outage (429, RateLimitedError scope queue)'],
 ];
+// BENCH_FLOW=plain,global20: only these rows (to compare one rule with the plain drain).
+const FLOW_ROWS = selected('scenario 9 row', 'BENCH_FLOW', FLOW_VARIANTS.map(([group]) => group), {});
 function flowVariants() {
   if (!LIB_SET.includes('pg-queue-lease')) return [];
-  return FLOW_VARIANTS.map(([group, what]) => ({ ...variant('pg-queue-lease', 50, group), label: `pg-queue (lease): ${what}` }));
+  return FLOW_VARIANTS.filter(([group]) => FLOW_ROWS.includes(group)).map(([group, what]) => ({ ...variant('pg-queue-lease', 50, group), label: `pg-queue (lease): ${what}` }));
 }
 
 /** Scenario 4's bare-pg rows: pg-queue's wake-up path for each selected mode, without the library. */
