@@ -52,6 +52,8 @@ export class QueueWorker {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   /** The claim loop while it runs (drain() waits for it: its claims may already be committed). */
   private filling: Promise<void> | null = null;
+  /** A fill is queued for after the current burst of freed slots (fillSoon). */
+  private fillQueued = false;
   private wakeSeq = 0;
   private claimedSeq = -1;
   private readonly slots: AttemptSlots;
@@ -85,7 +87,7 @@ export class QueueWorker {
         ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms, leftOver) => this.sizer.ranTransaction(tasks, ms, leftOver))
         : null;
     this.slots = new AttemptSlots(handler.queue, o.concurrency, deps, { lease: this.lease, transactional: this.transactional }, this.sizer, () => this.state === 'stopping', {
-      slotFreed: () => this.fill(),
+      slotFreed: () => (this.claimer.limited ? this.fillSoon() : this.fill()),
       ended: (ranGroupTask) => this.afterWork(ranGroupTask),
     });
   }
@@ -233,6 +235,20 @@ export class QueueWorker {
     if (this.lease && this.claimer.limited) return Math.min(this.claimCeiling, Math.max(0, this.handler.options.concurrency - taken - waiting));
     if (this.lease) return this.sizer.leaseClaim(taken, waiting);
     return taken < this.handler.options.concurrency ? this.sizer.transactionClaim() : 0;
+  }
+
+  /**
+   * A limited queue claims only for free slots, and its handlers' slots often free in one burst
+   * (a claim's tasks end together): claimed at once, the first freed slot would get a claim of its
+   * own and the rest wait for it. One claim after the burst instead (a macrotask later).
+   */
+  private fillSoon(): void {
+    if (this.fillQueued) return;
+    this.fillQueued = true;
+    setImmediate(() => {
+      this.fillQueued = false;
+      this.fill();
+    });
   }
 
   private fill(): void {
