@@ -298,7 +298,10 @@ export class QueueWorker {
     // room: no NOTIFY says either. The room is this worker's to take; if it does not claim, it hands it on.
     if (ranGroupTask || this.claimer.roomLimited) this.wakeSeq++;
     if (this.claimer.roomLimited && this.state !== 'running') this.claimer.announceFreedRoom();
-    // Room freed up: claim more if the queue may still have work.
-    this.fill();
+    // Room freed up: claim more if the queue may still have work. Once the burst of endings is in
+    // (fillSoon), or a claim started by its first ending would count only that one, and one more
+    // claim would follow for the rest.
+    if (this.claimer.limited) this.fillSoon();
+    else this.fill();
   }
 }
