@@ -145,6 +145,17 @@ describe('pg-queue CLI', () => {
     await db.sql('DELETE FROM pgqueue.task WHERE id = $1', [id]); // leaves the later tests' counts as they were
   });
 
+  it('its bounded actions run under READ COMMITTED on a database whose default is REPEATABLE READ', async () => {
+    const id = await qa.queue.enqueue('cli.change', { v: 1 }, { delayMs: 3_600_000 });
+    await db.sql(`ALTER DATABASE ${db.name} SET default_transaction_isolation = 'repeatable read'`);
+    try {
+      expect(cli(['promote', id])).toMatchObject({ code: 0, out: `task ${id} is due now\n` });
+    } finally {
+      await db.sql(`ALTER DATABASE ${db.name} RESET default_transaction_isolation`);
+      await db.sql('DELETE FROM pgqueue.task WHERE id = $1', [id]);
+    }
+  });
+
   it('purge deletes finished history older than the given age, never live tasks', async () => {
     expect(cli(['purge']).code).toBe(2); // --older-than is required
     expect(cli(['purge', '--older-than', 'soon']).code).toBe(2);

@@ -1,5 +1,5 @@
 import { Client } from 'pg';
-import type { PrismaClientLike, SqlExecutor } from '../types';
+import type { PrismaClientLike, SqlExecutor, TransactionOptionsLike } from '../types';
 
 /**
  * The CLI's stand-in for an app's PrismaClient: the queue's statements on one `pg` connection.
@@ -33,9 +33,10 @@ export class PgExecutor implements PrismaClientLike {
     return (await (await this.connection()).query(query, values)).rowCount ?? 0;
   }
 
-  async $transaction<R>(fn: (tx: SqlExecutor) => Promise<R>): Promise<R> {
+  /** Honours the one isolation level the library asks for (see read-committed.ts); the time bounds are Prisma's pool's, not needed on one connection. */
+  async $transaction<R>(fn: (tx: SqlExecutor) => Promise<R>, options?: TransactionOptionsLike): Promise<R> {
     const client = await this.connection();
-    await client.query('BEGIN');
+    await client.query(options?.isolationLevel === 'ReadCommitted' ? 'BEGIN ISOLATION LEVEL READ COMMITTED' : 'BEGIN');
     try {
       const result = await fn(this);
       await client.query('COMMIT');
