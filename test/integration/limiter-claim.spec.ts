@@ -3,6 +3,7 @@
  * of every queue registered as its own, and a claim it cut short looks again soon, while a claim
  * that simply found little work does not poll.
  */
+import { Client } from 'pg';
 import { LIMITER_RECHECK_MS, LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
@@ -50,5 +51,29 @@ describe('named limiters in the limited claim', () => {
       { limiter: 'api', queue: 'lc.mine' },
       { limiter: 'other', queue: 'lc.moved' },
     ]);
+  });
+
+  it('two instances registering the same queues in different orders do not deadlock (rows are taken in key order)', async () => {
+    const queues = ['lc.b', 'lc.a'];
+    await limits.registerLimiters(db.prisma(), queues.map((queue) => ({ queue, limiter: 'api' })));
+    // Instance one is part-way through its registration: it has updated lc.a's row (the first in
+    // key order) and is about to update lc.b's, in an open transaction.
+    const one = new Client({ connectionString: db.url });
+    await one.connect();
+    try {
+      await one.query('BEGIN');
+      await one.query("UPDATE pgqueue.limiter_queue SET seen_at = now() WHERE limiter = 'api' AND queue = 'lc.a'");
+      // Instance two registers the same queues, listed the other way round.
+      const two = limits.registerLimiters(db.prisma(), queues.map((queue) => ({ queue, limiter: 'api' })));
+      await new Promise((resolve) => setTimeout(resolve, 300)); // two is waiting for lc.a (or, before, holds lc.b)
+      const next = await one.query("UPDATE pgqueue.limiter_queue SET seen_at = now() WHERE limiter = 'api' AND queue = 'lc.b'").then(
+        () => 'updated',
+        (err: Error) => err.message,
+      );
+      await one.query(next === 'updated' ? 'COMMIT' : 'ROLLBACK');
+      expect({ one: next, two: await two.then(() => 'registered', (err: Error) => err.message) }).toEqual({ one: 'updated', two: 'registered' });
+    } finally {
+      await one.end();
+    }
   });
 });

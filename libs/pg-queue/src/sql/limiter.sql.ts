@@ -49,7 +49,9 @@ SET (rate_at, rate_n) = ${windowAdd('l.rate_at', 'l.rate_n', '$2', '$3::int', 'c
     /**
      * At an instance's start: the queues it handles ($1) use the limiters $2 ('' for none, in $1's
      * order). A queue's rows for any other limiter go (its settings changed); waits only for
-     * another instance's same statement (autocommit, milliseconds), bounded by lock_timeout.
+     * another instance's same statement (autocommit, milliseconds), bounded by lock_timeout. Rows
+     * are written in key order whatever order $1 lists them in: two instances registering the same
+     * queues then take their locks in the same order and never deadlock.
      */
     register: `
 WITH bound AS MATERIALIZED (SELECT set_config('lock_timeout', '2s', true)),
@@ -58,7 +60,7 @@ gone AS (
   DELETE FROM ${s}.limiter_queue lq USING given g WHERE lq.queue = g.q AND lq.limiter <> g.l
 )
 INSERT INTO ${s}.limiter_queue (limiter, queue)
-SELECT l, q FROM given WHERE l <> ''
+SELECT l, q FROM given WHERE l <> '' ORDER BY l, q
 ON CONFLICT (limiter, queue) DO UPDATE SET seen_at = now()`,
 
     /**
