@@ -9,7 +9,7 @@
  * stopped: a claim that ends part-way through the turns of its last partition leaves the rest to
  * the next claim (`queue_state.partition_turns`), which visits that partition first. Weights change
  * no bound of the round: a partition still offers at most its room, and the round visits at most
- * $8 partitions with room (one more for the resumed one).
+ * $8 partitions with room, the resumed one among them.
  *
  * A partition's weight: the enqueue option `weight` as the latest enqueue that gave one set it
  * (`partition_weight`, read by primary key per visited partition), else the module's

@@ -54,7 +54,8 @@ export class OwedOutcomes {
 
   /**
    * Something is owed that was not tried since: worth a settle as soon as a statement succeeds
-   * (a claim that failed after a commit is looked for again only on the rescuer's passes).
+   * (a claim that failed after a commit is looked for again only on the rescuer's passes and
+   * when LISTEN reconnects).
    */
   get due(): boolean {
     return this.size > 0 || [...this.claims.values()].some((c) => !c.lookedFor);
