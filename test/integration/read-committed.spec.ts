@@ -43,7 +43,7 @@ describe('transactions that need READ COMMITTED', () => {
       await enqueue('rc.default', 5);
       const before = await levelsSet();
       const claim = await new LimitsRepository('pgqueue').claim(prisma, 'rc.default', 5, 'w', 60_000, 5, GLOBAL_3);
-      const level = await inBoundedTransaction(prisma, 'a test', ONE_ROW_BOUNDS, 0, (tx) => tx.$queryRawUnsafe<{ l: string }[]>("SELECT current_setting('transaction_isolation') AS l"));
+      const level = await inBoundedTransaction(prisma, 'a test', ONE_ROW_BOUNDS, 0, async (tx) => tx.$queryRawUnsafe<{ l: string }[]>("SELECT current_setting('transaction_isolation') AS l"));
       expect({ claimed: claim.rows.length, level: level[0].l, levelsSet: (await levelsSet()) - before }).toEqual({ claimed: 3, level: 'read committed', levelsSet: 0 });
     } finally {
       await prisma.$disconnect();
@@ -60,7 +60,7 @@ describe('transactions that need READ COMMITTED', () => {
       const repo = new LimitsRepository('pgqueue');
       const first = await repo.claim(prisma, 'rc.rr', 5, 'w', 60_000, 5, GLOBAL_3);
       const second = await repo.claim(prisma, 'rc.rr', 5, 'w', 60_000, 5, GLOBAL_3);
-      const level = await inBoundedTransaction(prisma, 'a test', ONE_ROW_BOUNDS, 0, (tx) => tx.$queryRawUnsafe<{ l: string }[]>("SELECT current_setting('transaction_isolation') AS l"));
+      const level = await inBoundedTransaction(prisma, 'a test', ONE_ROW_BOUNDS, 0, async (tx) => tx.$queryRawUnsafe<{ l: string }[]>("SELECT current_setting('transaction_isolation') AS l"));
       expect({ first: first.rows.length, second: second.rows.length, level: level[0].l }).toEqual({ first: 3, second: 0, level: 'read committed' });
     } finally {
       await prisma.$disconnect();
