@@ -1,5 +1,5 @@
 import { notBackedOff } from './backoff.sql';
-import { claimFrom, groupFirst } from './claim.sql';
+import { claimable, claimFrom } from './claim.sql';
 import { marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
 import { partitionNotPaused, queueNotPaused } from './pause.sql';
@@ -58,7 +58,7 @@ export function agingStatements(schema: string) {
     SELECT t.id, t.priority * $6::numeric + extract(epoch FROM t.run_at) * 1000 AS key
     FROM ${s}.task t
     WHERE t.queue = $1 AND t.state = 'pending' AND t.priority = l.p AND t.run_at <= now()
-      AND ${queueNotPaused(s)} AND ${partitionNotPaused(s)} AND ${notBackedOff(s)} AND ${groupFirst(s)}
+      AND ${claimable(s)}
     ORDER BY t.run_at, t.id
     LIMIT $2
   ) c
@@ -68,7 +68,7 @@ export function agingStatements(schema: string) {
   (SELECT t.id, t.priority * $6::numeric + extract(epoch FROM t.run_at) * 1000 AS key
    FROM ${s}.task t
    WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
-     AND ${queueNotPaused(s)} AND ${partitionNotPaused(s)} AND ${notBackedOff(s)} AND ${groupFirst(s)}
+     AND ${claimable(s)}
    ORDER BY t.priority, t.run_at, t.id
    LIMIT $2)
 )`,

@@ -66,6 +66,14 @@ export const groupFirst = (s: string) => `(t.group_key IS NULL OR (
                       WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))`;
 
 /**
+ * A pending task `t` that a claim may take whatever its order: its queue and partition are not
+ * paused (pause.sql.ts: the whole queue a one-time filter, a partition per row only while the queue
+ * has a paused partition), no back-off holds it (backoff.sql.ts: likewise one-time unless one is in
+ * force), and it is its group's next (groupFirst).
+ */
+export const claimable = (s: string) => `${queueNotPaused(s)} AND ${partitionNotPaused(s)} AND ${notBackedOff(s)} AND ${groupFirst(s)}`;
+
+/**
  * A claim: take the rows `next` chooses (ids, at most $2, locked FOR UPDATE SKIP LOCKED), as
  * leases. `next` differs between the plain claim (the scan below) and the partitioned one
  * (limits.sql.ts, which runs it under the queue's lock); the lease taking and the result are the
@@ -120,13 +128,7 @@ export function claimStatements(schema: string) {
     -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
     -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
     AND (SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
-    -- Paused (pause.sql.ts): the whole queue, a one-time filter; a partition, per row only while
-    -- the queue has a paused partition.
-    AND ${queueNotPaused(s)}
-    AND ${partitionNotPaused(s)}
-    -- Backed off (backoff.sql.ts): a one-time filter like the pause's, per row only while a back-off is in force.
-    AND ${notBackedOff(s)}
-    AND ${groupFirst(s)}
+    AND ${claimable(s)}
   ORDER BY t.priority, t.run_at, t.id
   LIMIT $2
   FOR UPDATE OF t SKIP LOCKED`,
