@@ -1,8 +1,6 @@
-import { notBackedOff } from './backoff.sql';
 import { claimable, claimFrom } from './claim.sql';
 import { marked } from './fragments.sql';
 import { quoteIdent } from './identifiers';
-import { partitionNotPaused, queueNotPaused } from './pause.sql';
 
 /** The most priority levels an aging claim reads (the queue's most urgent ones with pending tasks). */
 export const AGING_LEVELS = 32;
