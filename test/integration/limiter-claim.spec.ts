@@ -5,6 +5,7 @@
  */
 import { Client } from 'pg';
 import { LIMITER_RECHECK_MS, LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
+import { LimiterRepository } from '../../libs/pg-queue/src/sql/limiter.repository';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { taskRow } from '../support/task-rows';
@@ -14,13 +15,14 @@ describe('named limiters in the limited claim', () => {
   let db: TestDatabase;
   const repo = new TaskRepository('pgqueue', 'archive');
   const limits = new LimitsRepository('pgqueue', { limiters: new Map([['api', { name: 'api', concurrency: 3, rateLimit: null }]]) });
+  const limiterRepo = new LimiterRepository('pgqueue', new Map([['api', { name: 'api', concurrency: 3, rateLimit: null }]]));
   const rules = { globalConcurrency: null, partitionConcurrency: null, rateLimit: null, limiter: 'api' };
 
   beforeAll(async () => {
     db = await createTestDatabase();
     await installSchema(db.prisma(), 'pgqueue');
     // lc.other is handled by another service: registered there, it counts here too.
-    await limits.registerLimiters(db.prisma(), [{ queue: 'lc.mine', limiter: 'api' }, { queue: 'lc.other', limiter: 'api' }]);
+    await limiterRepo.register(db.prisma(), [{ queue: 'lc.mine', limiter: 'api' }, { queue: 'lc.other', limiter: 'api' }]);
   });
   afterAll(() => db.drop());
 
@@ -45,8 +47,8 @@ describe('named limiters in the limited claim', () => {
   });
 
   it('registration follows a queue that changed limiter or dropped it', async () => {
-    await limits.registerLimiters(db.prisma(), [{ queue: 'lc.other', limiter: null }, { queue: 'lc.moved', limiter: 'api' }]);
-    await limits.registerLimiters(db.prisma(), [{ queue: 'lc.moved', limiter: 'other' }]);
+    await limiterRepo.register(db.prisma(), [{ queue: 'lc.other', limiter: null }, { queue: 'lc.moved', limiter: 'api' }]);
+    await limiterRepo.register(db.prisma(), [{ queue: 'lc.moved', limiter: 'other' }]);
     expect(await db.sql('SELECT limiter, queue FROM pgqueue.limiter_queue ORDER BY queue')).toEqual([
       { limiter: 'api', queue: 'lc.mine' },
       { limiter: 'other', queue: 'lc.moved' },
@@ -55,7 +57,7 @@ describe('named limiters in the limited claim', () => {
 
   it('two instances registering the same queues in different orders do not deadlock (rows are taken in key order)', async () => {
     const queues = ['lc.b', 'lc.a'];
-    await limits.registerLimiters(db.prisma(), queues.map((queue) => ({ queue, limiter: 'api' })));
+    await limiterRepo.register(db.prisma(), queues.map((queue) => ({ queue, limiter: 'api' })));
     // Instance one is part-way through its registration: it has updated lc.a's row (the first in
     // key order) and is about to update lc.b's, in an open transaction.
     const one = new Client({ connectionString: db.url });
@@ -64,7 +66,7 @@ describe('named limiters in the limited claim', () => {
       await one.query('BEGIN');
       await one.query("UPDATE pgqueue.limiter_queue SET seen_at = now() WHERE limiter = 'api' AND queue = 'lc.a'");
       // Instance two registers the same queues, listed the other way round.
-      const two = limits.registerLimiters(db.prisma(), queues.map((queue) => ({ queue, limiter: 'api' })));
+      const two = limiterRepo.register(db.prisma(), queues.map((queue) => ({ queue, limiter: 'api' })));
       await new Promise((resolve) => setTimeout(resolve, 300)); // two is waiting for lc.a (or, before, holds lc.b)
       const next = await one.query("UPDATE pgqueue.limiter_queue SET seen_at = now() WHERE limiter = 'api' AND queue = 'lc.b'").then(
         () => 'updated',

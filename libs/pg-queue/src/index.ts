@@ -22,7 +22,7 @@ export type { CancelResult, PauseScope } from './client/task-queue.service';
 export type { RuntimeScheduleOptions, ScheduleInfo } from './client/schedules.client';
 export type { QueuePause } from './sql/pause.repository';
 export type { BackOffInForce } from './sql/backoff.repository';
-export type { LimiterBudget } from './sql/limits.repository';
+export type { LimiterBudget } from './sql/limiter.repository';
 export type { LimiterOptions } from './limiter.options';
 export type { WaitForOptions, WatchFilter, WatchedTaskEvent } from './client/task-waiter';
 export type { RescheduleTo, TaskChangeResult } from './client/task-changes';

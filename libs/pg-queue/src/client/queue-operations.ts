@@ -3,7 +3,7 @@ import { DependenciesNotDoneError, InvalidArgumentError } from '../errors';
 import { OperatorRepository } from '../sql/operator.repository';
 import { PauseRepository, type QueuePause } from '../sql/pause.repository';
 import { BackOffRepository, type BackOffInForce } from '../sql/backoff.repository';
-import { LimitsRepository, type LimiterBudget } from '../sql/limits.repository';
+import { LimiterRepository, type LimiterBudget } from '../sql/limiter.repository';
 import type { PayloadOf } from '../types';
 import { validateQueueName } from '../core/task-input';
 import { isPriority } from '../core/task-rules';
@@ -30,7 +30,7 @@ export type CancelResult = 'cancelled' | 'requested' | 'not-cancellable';
 export abstract class QueueOperations {
   protected readonly pauses: PauseRepository;
   protected readonly backOffRepo: BackOffRepository;
-  private readonly limits: LimitsRepository;
+  private readonly limiters: LimiterRepository;
   private readonly schedules: ScheduleClient;
   private readonly changes: TaskChanges;
 
@@ -40,7 +40,7 @@ export abstract class QueueOperations {
   ) {
     this.pauses = new PauseRepository(options.schema);
     this.backOffRepo = new BackOffRepository(options.schema);
-    this.limits = new LimitsRepository(options.schema, { partitionWeights: options.partitionWeights, limiters: options.limiters });
+    this.limiters = new LimiterRepository(options.schema, options.limiters);
     this.schedules = new ScheduleClient(options.prisma, options.schema, options.readPrisma);
     this.changes = new TaskChanges(options.prisma, operator, options.maxPayloadBytes);
   }
@@ -181,7 +181,7 @@ export abstract class QueueOperations {
    * every instance: running tasks of its queues, starts in its rate window, its back-off's end.
    */
   async limiterBudgets(): Promise<LimiterBudget[]> {
-    return this.limits.limiterBudgets(this.options.prisma);
+    return this.limiters.budgets(this.options.prisma);
   }
 
   /**

@@ -2,7 +2,7 @@ import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import type { BackOffInForce } from '../sql/backoff.repository';
-import type { LimiterBudget } from '../sql/limits.repository';
+import type { LimiterBudget } from '../sql/limiter.repository';
 import type { TaskQueue } from '../client/task-queue.service';
 import { findRegistration, getTaskQueueToken } from '../pg-queue.connections';
 import type { ResolvedDashboardOptions } from './dashboard.options';

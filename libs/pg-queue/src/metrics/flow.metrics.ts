@@ -1,7 +1,7 @@
 import { Gauge, type Registry } from 'prom-client';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { BackOffRepository } from '../sql/backoff.repository';
-import { LimitsRepository } from '../sql/limits.repository';
+import { LimiterRepository } from '../sql/limiter.repository';
 
 /**
  * The back-off and limiter gauges of QueueMetrics, read at scrape time (two small statements: the
@@ -12,7 +12,7 @@ import { LimitsRepository } from '../sql/limits.repository';
  *   limiter's running tasks and starts inside its rate window, over all of its queues.
  */
 export function registerFlowGauges(registry: Registry, source: () => ResolvedModuleOptions): void {
-  let repos: { backOffs: BackOffRepository; limits: LimitsRepository } | null = null;
+  let repos: { backOffs: BackOffRepository; limiters: LimiterRepository } | null = null;
   let reading: Promise<void> | null = null;
   const collect = (): Promise<void> =>
     (reading ??= read().finally(() => {
@@ -30,8 +30,8 @@ export function registerFlowGauges(registry: Registry, source: () => ResolvedMod
 
   async function read(): Promise<void> {
     const options = source();
-    repos ??= { backOffs: new BackOffRepository(options.schema), limits: new LimitsRepository(options.schema, { partitionWeights: options.partitionWeights, limiters: options.limiters }) };
-    const [backOffs, budgets] = await Promise.all([repos.backOffs.list(options.prisma), repos.limits.limiterBudgets(options.prisma)]);
+    repos ??= { backOffs: new BackOffRepository(options.schema), limiters: new LimiterRepository(options.schema, options.limiters) };
+    const [backOffs, budgets] = await Promise.all([repos.backOffs.list(options.prisma), repos.limiters.budgets(options.prisma)]);
     until.reset();
     for (const b of backOffs) until.set({ scope: b.scope, name: b.name, partition: b.partition ?? '' }, b.until.getTime() / 1000);
     running.reset();

@@ -154,28 +154,6 @@ export class LimitsRepository {
     return { take: Math.min(byConcurrency, byRate), waitMs };
   }
 
-  /** At start: which queues handled here use which limiter (see `register` in limiter.sql.ts). */
-  async registerLimiters(db: SqlExecutor, handlers: { queue: string; limiter: string | null }[]): Promise<void> {
-    if (handlers.length === 0) return;
-    await db.$executeRawUnsafe(this.limiterSql.register, handlers.map((h) => h.queue), handlers.map((h) => h.limiter ?? ''));
-  }
-
-  /** Each configured limiter's budget in use (dashboard, metrics). */
-  async limiterBudgets(db: SqlExecutor): Promise<LimiterBudget[]> {
-    const all = [...this.limiters.values()];
-    if (all.length === 0) return [];
-    const rows = await db.$queryRawUnsafe<{ name: string; running: number; window_count: number; backed_off_until: Date | null }[]>(
-      this.limiterSql.budgets, all.map((l) => l.name), all.map((l) => l.rateLimit?.perMs ?? 0),
-    );
-    return rows.map((r) => {
-      const l = this.limiters.get(r.name)!;
-      return {
-        name: r.name, concurrency: l.concurrency, running: r.running, rateLimit: l.rateLimit, windowCount: r.window_count,
-        backedOffUntil: r.backed_off_until === null ? null : new Date(r.backed_off_until),
-      };
-    });
-  }
-
   /** Wakes the queue's workers on every instance: room freed up that this instance will not take. */
   async announce(db: SqlExecutor, queue: string): Promise<void> {
     await db.$executeRawUnsafe(this.sql.announce, this.channel, queue);
@@ -217,19 +195,6 @@ interface Room {
   paused: boolean;
   /** The queue or its limiter is backed off for this many more ms (null: it is not). */
   backed_off_ms: number | null;
-}
-
-/** A named limiter's budget and how much of it is in use now (TaskQueue.limiterBudgets). */
-export interface LimiterBudget {
-  name: string;
-  concurrency: number | null;
-  /** Tasks of the limiter's queues running now, on every instance. */
-  running: number;
-  rateLimit: { max: number; perMs: number } | null;
-  /** Tasks started inside the current rate window. */
-  windowCount: number;
-  /** When the limiter's back-off ends (null: not backed off). */
-  backedOffUntil: Date | null;
 }
 
 /** How many tasks each partition just started ('' for tasks without a partition). */

@@ -22,6 +22,7 @@ import { HandlerPresence } from './handler.presence';
 import { PauseWatcher } from './pause.watcher';
 import { LeaseRescuer, type GoneInstances } from './lease.rescuer';
 import { InstanceLiveness, listenerName } from './instance.liveness';
+import { LimiterRepository } from '../sql/limiter.repository';
 import { LivenessRepository } from '../sql/liveness.repository';
 import { DependencySettler } from './dependency.settler';
 import { RetentionPruner, type PruneResult } from './retention.pruner';
@@ -144,7 +145,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       await this.ensureListener();
       const ticker = await this.syncedTicker();
       // Which queues use which named limiter, before any claim counts a limiter's running tasks.
-      await this.deps.limits.registerLimiters(this.options.prisma, this.registry.all().map((h) => ({ queue: h.queue, limiter: h.options.limiter })));
+      await new LimiterRepository(this.options.schema, this.options.limiters).register(this.options.prisma, this.registry.all().map((h) => ({ queue: h.queue, limiter: h.options.limiter })));
       // Which queues are paused, before any worker claims (see PauseWatcher).
       for (const handler of this.registry.all()) this.workers.get(handler.queue);
       this.pauses = new PauseWatcher(this.options.prisma, new PauseRepository(this.options.schema), () => this.workers.all(), () => this.pollIntervalMs(), this.logger);
