@@ -28,8 +28,12 @@ describe('JournalWriter', () => {
     expect(statements[0]).toEqual(['1', '2', '3', '4', '5']);
   });
 
-  it('a lost connection fails the whole statement without writing it again', async () => {
-    const { journal, statements } = writer(dbError('08006'));
+  it.each([
+    ['a lost connection', dbError('08006')],
+    ['a statement timeout', dbError('57014')],
+    ['no database error at all (a pool timeout)', new Error('Timed out fetching a new connection from the connection pool')],
+  ])('%s fails the whole statement without writing it again', async (_what, err) => {
+    const { journal, statements } = writer(err);
     const outcomes = await Promise.allSettled([1, 2, 3].map((id) => journal.record(entry(id))));
     expect(outcomes.every((o) => o.status === 'rejected')).toBe(true);
     expect(statements).toHaveLength(1);

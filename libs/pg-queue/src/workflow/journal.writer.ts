@@ -1,4 +1,4 @@
-import { databaseError, isConnectionLost } from '../sql/database-error';
+import { databaseError } from '../sql/database-error';
 import type { JournalRecord } from '../sql/workflow.repository';
 
 interface Waiter {
@@ -17,8 +17,8 @@ export const JOURNAL_BATCH_MAX_BYTES = 1024 * 1024;
  * step records 500 entries in 5 round trips instead of 500 (the JournalLoader's counterpart for
  * writes). Each call still returns only once its own entry committed, fenced by its own lease.
  * One entry must not fail the others that share its statement: a statement of several entries
- * that the server rejects (a database error, not a lost connection) is written again in halves,
- * down to the entry that fails alone, which is the only call that rejects. Each statement is atomic, so a
+ * that the server rejects for a value (see entryMayCause) is written again in halves, down to the
+ * entry that fails alone, which is the only call that rejects. Each statement is atomic, so a
  * failed one wrote nothing. Entries written inside a transaction step (`wf.transaction`,
  * `wf.enqueue`) are not batched: they commit with that transaction.
  */
@@ -57,9 +57,14 @@ export class JournalWriter {
   }
 }
 
-/** The server rejected the statement (an entry's value may be why); not a lost or missing connection. */
+/**
+ * The server rejected a value of the statement: a data exception (SQLSTATE class 22: text jsonb
+ * refuses, a number out of range) or a constraint (class 23). Any other failure (a lost connection,
+ * a timeout, a pool with no connection) is not one entry's: writing again in halves would only
+ * multiply the load, so the whole statement fails.
+ */
 function entryMayCause(err: unknown): boolean {
-  return databaseError(err) !== null && !isConnectionLost(err);
+  return /^2[23]/.test(databaseError(err)?.code ?? '');
 }
 
 /** `waiting` cut into statements of at most JOURNAL_BATCH_MAX_ENTRIES entries and _BYTES of results. */
