@@ -123,8 +123,17 @@ export type BackOffScopeName = 'task' | 'partition' | 'queue' | (string & {});
 export const MAX_BACK_OFF_MS = 31_622_400_000;
 
 /**
+ * The least a back-off lasts: a shorter one (a `Retry-After: 0`) is raised to it. A back-off gives
+ * its attempt back uncounted, so a downstream that answers "not now, retry at once" for ever would
+ * otherwise make claim, back-off, claim a busy loop that never ends dead. One second is the
+ * resolution of `Retry-After` (its "0" means "within the second"), and caps that loop at one claim
+ * a second per task (per queue, partition or limiter for the wider scopes).
+ */
+export const MIN_BACK_OFF_MS = 1000;
+
+/**
  * Thrown by a handler whose downstream said "not now" (an HTTP 429 with `Retry-After`, a quota):
- * the task goes back to `pending`, due in `retryAfterMs`, with no attempt counted and nothing
+ * the task goes back to `pending`, due in `retryAfterMs` (at least MIN_BACK_OFF_MS), with no attempt counted and nothing
  * recorded as a failure; and the scope is not claimed by any instance until then (see the README's
  * flow control). `scope` defaults to the handler's limiter when it has one, else 'queue'. In
  * transactional mode the handler's writes are rolled back. `ctx.backOff(ms, { scope })` throws it.
@@ -144,8 +153,9 @@ export class RateLimitedError extends PgQueueError {
     if (scope !== undefined && (typeof scope !== 'string' || scope.length === 0 || scope.length > 200)) {
       throw new InvalidArgumentError('scope', `expected 'task', 'partition', 'queue' or a limiter's name, got ${JSON.stringify(scope)}`);
     }
-    super(options.reason ?? `pg-queue: rate limited, back off ${Math.round(ms)} ms${scope ? ` (${scope})` : ''}`);
-    this.retryAfterMs = Math.round(ms);
+    const lasting = Math.max(MIN_BACK_OFF_MS, Math.round(ms));
+    super(options.reason ?? `pg-queue: rate limited, back off ${lasting} ms${scope ? ` (${scope})` : ''}`);
+    this.retryAfterMs = lasting;
     this.scope = scope;
   }
 

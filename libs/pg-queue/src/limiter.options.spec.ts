@@ -1,4 +1,4 @@
-import { InvalidArgumentError, InvalidOptionsError, RateLimitedError } from './errors';
+import { InvalidArgumentError, InvalidOptionsError, MIN_BACK_OFF_MS, RateLimitedError } from './errors';
 import { resolveModuleOptions } from './pg-queue.options';
 
 const prisma = { $queryRawUnsafe: () => undefined, $transaction: () => undefined } as never;
@@ -31,6 +31,8 @@ describe('limiters (module option) and RateLimitedError', () => {
 
   it('RateLimitedError checks its delay and scope, and reads Retry-After (seconds or an HTTP date)', () => {
     expect(new RateLimitedError({ retryAfterMs: 1500.4, scope: 'stripe' })).toMatchObject({ retryAfterMs: 1500, scope: 'stripe', name: 'RateLimitedError' });
+    // A shorter back-off (Retry-After: 0) lasts the floor: no uncounted claim loop.
+    expect(new RateLimitedError({ retryAfterMs: 0 })).toMatchObject({ retryAfterMs: MIN_BACK_OFF_MS, message: `pg-queue: rate limited, back off ${MIN_BACK_OFF_MS} ms` });
     expect(() => new RateLimitedError({ retryAfterMs: -1 })).toThrow(InvalidArgumentError);
     expect(() => new RateLimitedError({ retryAfterMs: Number.NaN })).toThrow(/retryAfterMs/);
     expect(() => new RateLimitedError({ retryAfterMs: 1, scope: '' })).toThrow(/scope/);

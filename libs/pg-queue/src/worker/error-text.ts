@@ -1,3 +1,15 @@
+import { LONE_SURROGATE } from '../core/task-rules';
+
+const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, 'g');
+
+/**
+ * `text` as Postgres stores it in text and jsonb alike: U+0000 (neither accepts it) dropped, and
+ * every unpaired UTF-16 surrogate (jsonb rejects its JSON escape) replaced by U+FFFD.
+ */
+export function storableText(text: string): string {
+  return text.replace(/\u0000/g, '').replace(LONE_SURROGATES, '\uFFFD');
+}
+
 /**
  * Error text as stored in `last_error`: message plus a short stack, cut to a byte budget at a
  * character boundary, so a row stays under Postgres' TOAST threshold however long the error.
@@ -15,7 +27,7 @@ export function errorText(err: unknown, maxBytes: number): string {
       text = safeString(err);
     }
   }
-  return truncateUtf8(text.replace(/\u0000/g, ''), maxBytes);
+  return truncateUtf8(storableText(text), maxBytes);
 }
 
 /**

@@ -1,5 +1,5 @@
 import { ReplayCursor, type JournalEntry } from './journal';
-import { WorkflowReplayError } from './workflow.errors';
+import { WorkflowDefinitionError, WorkflowReplayError } from './workflow.errors';
 
 const entry = (seq: number, kind: JournalEntry['kind'], name: string): JournalEntry => ({ seq, kind, name, outcome: 'ok', result: { v: seq } });
 
@@ -29,6 +29,12 @@ describe('ReplayCursor', () => {
     c.call('signal', 'go');
     c.call('enqueue', 'mail');
     expect(() => c.call('enqueue', 'mail')).not.toThrow();
+  });
+
+  it('refuses a name the journal cannot store (U+0000, a lone surrogate, empty, over 512 characters)', () => {
+    const c = new ReplayCursor('7', []);
+    for (const name of ['a\u0000b', 'a\uD800', '', 'x'.repeat(513)]) expect(() => c.call('step', name)).toThrow(WorkflowDefinitionError);
+    expect(() => c.call('step', 'x'.repeat(512))).not.toThrow();
   });
 
   it('fails a run that returns before the journal ends (a call was removed)', () => {

@@ -1,3 +1,4 @@
+import { isTextKey } from '../core/task-rules';
 import { WorkflowDefinitionError, WorkflowReplayError } from './workflow.errors';
 
 export type CallKind = 'step' | 'transaction' | 'sleep' | 'signal' | 'enqueue' | 'child' | 'patch';
@@ -40,6 +41,12 @@ export class ReplayCursor {
    * call runs for the first time). Throws WorkflowReplayError when the journal holds another call.
    */
   call(kind: CallKind, name: string): { seq: number; entry: JournalEntry | null } {
+    if (!isTextKey(name)) {
+      // Journaled as text: U+0000 or a lone surrogate would fail the write, after the call ran.
+      const given: unknown = name; // the guard leaves `never` here; JavaScript callers pass anything
+      const shown = typeof given === 'string' ? JSON.stringify(given.slice(0, 100)) : typeof given;
+      throw new WorkflowDefinitionError(`pg-queue: workflow ${this.taskId} called a ${kind} named ${shown}: a call's name is a non-empty string of at most 512 characters, without U+0000 or unpaired surrogates`);
+    }
     if (UNIQUE_NAMES.has(kind)) {
       if (this.names.has(name)) {
         throw new WorkflowDefinitionError(`pg-queue: workflow ${this.taskId} called a ${kind} named "${name}" twice: step names must be unique within a workflow (in a loop, add the index: \`${name}-\${i}\`)`);

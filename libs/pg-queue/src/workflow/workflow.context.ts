@@ -7,6 +7,7 @@ import type { NewTaskRow } from '../sql/statement-values';
 import type { FollowUpOptions, PrismaClientLike, SqlExecutor } from '../types';
 import type { Attempt } from '../worker/attempt';
 import type { DatabaseClock } from '../worker/database.clock';
+import { storableText, truncateUtf8 } from '../worker/error-text';
 import { ReplayCursor, type CallKind, type JournalEntry } from './journal';
 import type { JournalWriter } from './journal.writer';
 import { ChildWorkflowError, StepFailedError } from './workflow.errors';
@@ -212,8 +213,7 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   private async recordError(seq: number, kind: CallKind, name: string, err: unknown, started: number): Promise<void> {
-    const e = err as { name?: unknown; message?: unknown } | null;
-    const json = JSON.stringify({ error: { name: typeof e?.name === 'string' ? e.name : 'Error', message: String(e?.message ?? err).slice(0, 4000) } });
+    const json = JSON.stringify({ error: journaledError(err) });
     if (!(await this.deps.journal.record({ lease: this.a.lease, seq, kind, name, outcome: 'error', resultJson: json, sinceMs: performance.now() - started }))) throw this.lost();
     this.failedAt(seq, err);
   }
@@ -277,4 +277,15 @@ export class WorkflowRun implements WorkflowContext {
     this.a.abort(err);
     return err;
   }
+}
+
+/**
+ * A step's error as journaled: its name and message, cleaned as the database stores text (no
+ * U+0000, no lone surrogate: jsonb rejects either) and cut at a character boundary, so the entry
+ * is always storable and a replay throws the same text.
+ */
+function journaledError(err: unknown): { name: string; message: string } {
+  const e = err as { name?: unknown; message?: unknown } | null;
+  const name = typeof e?.name === 'string' ? storableText(e.name) : 'Error';
+  return { name: truncateUtf8(name, 200), message: truncateUtf8(storableText(String(e?.message ?? err)), 4000) };
 }
