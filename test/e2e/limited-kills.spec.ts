@@ -65,7 +65,7 @@ const OPTIONS: Partial<HandlerOptions> = {
   timeoutMs: LEASE_MS,
 };
 
-describe('dead instances under repeated kills: a limited queue keeps its throughput', () => {
+describe('dead instances under repeated kills: a limited queue gets its slots back after each kill', () => {
   let db: TestDatabase;
   let api: QueueApp;
   let enqueued = 0;
@@ -104,6 +104,7 @@ describe('dead instances under repeated kills: a limited queue keeps its through
     })();
     return () => ((on = false), loop);
   };
+
   it(`globalConcurrency ${GLOBAL}, partitionConcurrency ${PER_PARTITION}: a kill every second: each victim's slots back within seconds, nothing lost, each write once`, async () => {
     await enqueue(3 * TOP_UP_BELOW);
     const watch = watchSlots(db.sql, QUEUE);
@@ -137,10 +138,10 @@ describe('dead instances under repeated kills: a limited queue keeps its through
       const killsSlots = await watch.phase(() => Date.now() - killingSince >= KILLS_MS && (fleet.kills >= MIN_KILLS || Date.now() - killingSince >= 2 * KILLS_MS));
       await fleet.stopKilling();
       const killsTo = await dbNow(db.sql);
-      const lastKillAt = Date.now();
+      const killsStoppedAt = Date.now();
       // The last victim's slots come back too.
       await waitFor('the killed workers\' slots back', async () => (await watch.deadNow()) === 0, { timeoutMs: SLOTS_BACK_MS, everyMs: 100 });
-      slotsBackMs = Date.now() - lastKillAt;
+      slotsBackMs = Date.now() - killsStoppedAt;
       await stopBacklog();
       await waitFor(`${QUEUE} to settle`, () => settled(db.sql, QUEUE), { timeoutMs: 60_000, everyMs: 250 });
       quiet = { ...(await phaseFigures(db.sql, QUEUE, quietFrom, killsFrom)), slots: quietSlots };
@@ -178,7 +179,9 @@ describe('dead instances under repeated kills: a limited queue keeps its through
     expect(audit).toEqual({ effects: enqueued, missing: [], duplicated: [], wrong_attempt: [], orphans: 0 });
     // Every task taken over was taken by the liveness rescue (leases outlast the test).
     expect(retried.filter((r) => r.why !== 'instance gone')).toEqual([]);
-    // Every victim's slots came back within its grace and a few rescue passes, all along the kills.
+    // Every victim's slots came back within its grace and a few rescue passes, all along the kills
+    // (most kills land on a worker holding slots: 9 or 10 of 10 or 11 in the runs measured).
+    expect(victims.length).toBeGreaterThanOrEqual(MIN_KILLS / 2);
     expect(victims.filter((v) => v.freedMs === null || v.freedMs > SLOTS_BACK_MS)).toEqual([]);
   }, 100_000);
 });
