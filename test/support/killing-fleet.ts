@@ -8,6 +8,10 @@ export interface KillingFleet {
   readonly started: number;
   /** Members that died without being killed by the fleet (crash, failed startup), with their output. */
   readonly unexpectedExits: string[];
+  /** Names of the members running now (started, not exited). */
+  liveMembers(): string[];
+  /** With `holdFire`: starts the killing (a no-op otherwise). */
+  startKilling(): void;
   /** Stops killing (and replacing); the members keep running. */
   stopKilling(): Promise<void>;
   /** Stops killing, then kills every member and waits for them to exit. */
@@ -18,9 +22,17 @@ export interface KillingFleet {
  * Keeps `size` worker processes running and, about every `everyMs` (uniformly within ±33 %), SIGKILLs
  * one of them at random and starts a replacement in its place. Only members that printed
  * `readyMarker` are killed, so every kill lands on a process that runs the library, not on one still
- * loading its modules. Members that die on their own are replaced too, and reported.
+ * loading its modules. Members that die on their own are replaced too, and reported. With
+ * `holdFire`, the members start but the first kill waits for `startKilling()` (a phase without
+ * kills before one with them, on the same processes).
  */
-export function startKillingFleet(opts: { size: number; everyMs: number; spawn: (name: string) => FixtureProcess; readyMarker?: string }): KillingFleet {
+export function startKillingFleet(opts: {
+  size: number;
+  everyMs: number;
+  spawn: (name: string) => FixtureProcess;
+  readyMarker?: string;
+  holdFire?: boolean;
+}): KillingFleet {
   const ready = opts.readyMarker ?? 'READY';
   const members: FixtureProcess[] = [];
   const killedByUs = new Set<FixtureProcess>();
@@ -29,11 +41,15 @@ export function startKillingFleet(opts: { size: number; everyMs: number; spawn: 
   let kills = 0;
   let stopping = false;
   let killing = true;
+  let fire = () => undefined as void;
+  const fired = opts.holdFire ? new Promise<void>((resolve) => (fire = resolve)) : Promise.resolve();
+  const names = new Map<FixtureProcess, string>();
 
   const spawnAt = (slot: number) => {
     const name = `w${slot}-${started++}`;
     const member = opts.spawn(name);
     members[slot] = member;
+    names.set(member, name);
     void member.exited.then(({ code, signal }) => {
       if (killedByUs.has(member)) return;
       unexpectedExits.push(`${name} exited on its own (code ${code}, signal ${signal})\n${member.output()}`);
@@ -43,6 +59,7 @@ export function startKillingFleet(opts: { size: number; everyMs: number; spawn: 
   for (let slot = 0; slot < opts.size; slot++) spawnAt(slot);
 
   const loop = (async () => {
+    await fired;
     while (killing) {
       await pause(opts.everyMs * (0.67 + Math.random() * 0.66));
       if (!killing) break;
@@ -64,13 +81,17 @@ export function startKillingFleet(opts: { size: number; everyMs: number; spawn: 
       return started;
     },
     unexpectedExits,
+    liveMembers: () => members.filter((m) => !m.hasExited).map((m) => names.get(m)!),
+    startKilling: () => fire(),
     async stopKilling() {
       killing = false;
+      fire();
       await loop;
     },
     async stop() {
       killing = false;
       stopping = true;
+      fire();
       await loop;
       for (const m of members) killedByUs.add(m);
       await Promise.all(members.map((m) => m.kill()));
