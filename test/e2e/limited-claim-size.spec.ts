@@ -23,6 +23,11 @@ class NoOp {
 
   @TaskHandler('lcs.global', { mode: 'lease', concurrency: CONCURRENCY, globalConcurrency: 5 })
   async runGlobal(): Promise<void> {}
+
+  @TaskHandler('lcs.tx', { mode: 'transactional', concurrency: 4, globalConcurrency: 4 })
+  async runTx(): Promise<void> {
+    await new Promise((resolve) => setTimeout(resolve, 150)); // longer than a transaction's budget: one task each
+  }
 }
 
 describe('a limited lease queue', () => {
@@ -76,5 +81,16 @@ describe('a limited lease queue', () => {
     const empty = claims.slice(0, last).filter((c) => c.took === 0).length;
     console.log(`lcs.global: ${empty} of ${claims.length} claims found the limit full`);
     expect(empty).toBeLessThanOrEqual(claims.length / 6);
+  }, 60_000);
+
+  it('transactional: claims for every free transaction at once, each batch in a transaction of its own', async () => {
+    // Tasks too long to share a transaction (150 ms: the sizer gives each transaction one): before,
+    // each claim took one transaction's batch, one task, whatever the free transactions, so the
+    // queue ran at most one task per claim under its lock (issue 26's limited queue under kills).
+    const claims = await drain('lcs.tx', 40);
+    const took = claims.filter((c) => c.took > 0);
+    console.log(`lcs.tx: ${took.length} claims took tasks, at most ${Math.max(...took.map((c) => c.took))} each`);
+    // The first claim finds the 4 transactions free: it takes 4 tasks, one per transaction.
+    expect(Math.max(...took.map((c) => c.took))).toBe(4);
   }, 60_000);
 });

@@ -59,14 +59,18 @@ export class AttemptSlots {
     return [...(this.runners.lease?.held() ?? []), ...(this.runners.transactional?.active() ?? [])];
   }
 
-  dispatch(attempts: Attempt[]): void {
+  /** Runs a claim's attempts; transactional mode, in transactions of at most `perTransaction` each. */
+  dispatch(attempts: Attempt[], perTransaction = Infinity): void {
     const { lease, transactional } = this.runners;
     if (lease) {
       for (const a of attempts) lease.hold(a);
       this.buffer.push(...attempts);
       this.pump();
-    } else {
-      this.track(attempts, () => transactional!.run(attempts));
+      return;
+    }
+    for (let i = 0; i < attempts.length; i += perTransaction) {
+      const batch = attempts.slice(i, i + perTransaction);
+      this.track(batch, () => transactional!.run(batch));
     }
   }
 

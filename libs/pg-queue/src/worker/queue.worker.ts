@@ -228,13 +228,21 @@ export class QueueWorker {
     return this.slots.held();
   }
 
+  /** Transactional mode: the most tasks one transaction of a claim's rows runs (see capacity). */
+  private perTransaction(): number {
+    return this.transactional && this.claimer.limited ? this.sizer.transactionClaim() : Infinity;
+  }
+
   private capacity(): number {
     // A limited queue claims no look-ahead: a claimed task holds one of the queue's global slots
     // (or its partition's, or a start of its rate window) while it waits here.
     const { taken, waiting } = this.slots;
     if (this.lease && this.claimer.limited) return Math.min(this.claimCeiling, Math.max(0, this.handler.options.concurrency - taken - waiting));
     if (this.lease) return this.sizer.leaseClaim(taken, waiting);
-    return taken < this.handler.options.concurrency ? this.sizer.transactionClaim() : 0;
+    // Transactional: one transaction's batch; a limited queue claims for every free transaction at
+    // once (claims under its lock are what bounds it), each batch then runs in a transaction of its own.
+    const free = Math.max(0, this.handler.options.concurrency - taken);
+    return this.claimer.limited ? Math.min(this.claimCeiling, free * this.sizer.transactionClaim()) : free > 0 ? this.sizer.transactionClaim() : 0;
   }
 
   /**
@@ -266,6 +274,8 @@ export class QueueWorker {
     try {
       while (this.state === 'running' && !this.paused && this.claimedSeq !== this.wakeSeq) {
         const want = this.capacity();
+        // Fixed with `want`: its batches must not outnumber the free transactions.
+        const perTransaction = this.perTransaction();
         if (want === 0) break;
         const seq = this.wakeSeq;
         const pauseSeq = this.pauseSeq;
@@ -281,7 +291,7 @@ export class QueueWorker {
         // A short batch means the queue is empty for now, unless a wake came in meanwhile. The
         // claim then also said when the next task is due: the timer takes over from there.
         if (rows.length < want) this.claimedSeq = seq;
-        if (rows.length > 0) this.slots.dispatch(rows);
+        if (rows.length > 0) this.slots.dispatch(rows, perTransaction);
       }
       return true;
     } catch (err) {
