@@ -2,7 +2,8 @@
  * A back-off of 0 ms (a downstream answering `429, Retry-After: 0` for ever, or a handler calling
  * ctx.backOff(0)) gives the task back uncounted and due at once: without a floor on the delay the
  * worker claims it again at once, hundreds of times a second. With the floor (MIN_BACK_OFF_MS) the
- * runs are spaced by it. Counts, not timings: the bound allows 3 times what the floor permits.
+ * runs are spaced by it. Counts, not timings: the bound allows 2 times what the floor permits (without
+ * it: 18-95 runs a second measured on a loaded and a quiet 2-core machine).
  */
 import { Injectable } from '@nestjs/common';
 import { MIN_BACK_OFF_MS, RateLimitedError, TaskHandler, type LeaseTaskContext, type Task } from '@app/pg-queue';
@@ -48,10 +49,10 @@ describe('a back-off of 0 ms', () => {
     await waitFor(`${queue} ran`, () => (runs.get(queue) ?? []).length > 0);
     const before = runs.get(queue)!.length;
     const started = performance.now();
-    await pause(1000);
+    await pause(2000); // about 8 runs with the floor
     const perSecond = ((runs.get(queue)!.length - before) * 1000) / (performance.now() - started);
     console.log(`${queue}: ${perSecond.toFixed(1)} runs/s`);
-    expect(perSecond).toBeLessThan((1000 / MIN_BACK_OFF_MS) * 3);
+    expect(perSecond).toBeLessThan((1000 / MIN_BACK_OFF_MS) * 2);
     const row = await app.queue.get(id);
     expect(row).toMatchObject({ attempt: expect.any(Number), lastError: null });
     expect(row!.attempt).toBeLessThanOrEqual(1);

@@ -44,7 +44,7 @@ export interface TaskContextBase {
   /**
    * The downstream said "not now": throws a RateLimitedError (write `throw ctx.backOff(...)` or
    * let it propagate). The task goes back to pending, due in `retryAfterMs` (at least
-   * MIN_BACK_OFF_MS, 1 s), no attempt counted, no
+   * MIN_BACK_OFF_MS, 250 ms), no attempt counted, no
    * failure recorded; `scope` ('task', 'partition', 'queue' or a limiter's name; default: the
    * handler's limiter, else the queue) is not claimed by any instance until then.
    */
