@@ -85,4 +85,35 @@ export class ClaimSizer {
     const byTime = this.msPerTask <= 0 ? this.batchSize : Math.floor(TX_TARGET_MS / this.msPerTask);
     return Math.max(1, Math.min(this.batchSize, byTime, this.fitsInTransaction ?? Infinity));
   }
+
+  /**
+   * What the next claim takes: `want` tasks at most, run (transactional mode) in transactions of at
+   * most `perTransaction` each. `taken`: slots in use (lease attempts, or transactions); `waiting`:
+   * lease attempts claimed ahead. A flow-controlled (`limited`) queue claims no look-ahead: a claimed
+   * task holds a slot of its rule (or a start of its rate window) while it waits. Its transactional
+   * worker claims for every free transaction at once, each batch in a transaction of its own: claims
+   * under the queue's lock are what bounds it. Otherwise one transaction's batch at a time.
+   */
+  nextClaim(mode: 'lease' | 'transactional', limited: boolean, taken: number, waiting: number): { want: number; perTransaction: number } {
+    if (mode === 'lease') {
+      const want = limited ? Math.min(this.batchSize, Math.max(0, this.concurrency - taken - waiting)) : this.leaseClaim(taken, waiting);
+      return { want, perTransaction: Infinity };
+    }
+    const free = Math.max(0, this.concurrency - taken);
+    const perTransaction = this.transactionClaim();
+    if (limited) return { want: Math.min(this.batchSize, free * perTransaction), perTransaction };
+    return { want: free > 0 ? perTransaction : 0, perTransaction: Infinity };
+  }
+}
+
+/**
+ * The most payload bytes one claim may bring back. A claim returns its rows as one JSON text, which
+ * must stay far below V8's string limit (about 512 MB) and Postgres's (1 GB) even when every
+ * payload is as large as `maxPayloadBytes` allows (jsonb prints up to about twice its input).
+ */
+const CLAIM_PAYLOAD_BUDGET = 128 * 1024 * 1024;
+
+/** The most rows one claim takes: batchSize, or fewer when large payloads would pass CLAIM_PAYLOAD_BUDGET. */
+export function claimCeiling(batchSize: number, maxPayloadBytes: number): number {
+  return Math.min(batchSize, Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / maxPayloadBytes)));
 }

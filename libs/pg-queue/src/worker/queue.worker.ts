@@ -3,19 +3,12 @@ import { within } from '../core/within';
 import { ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { Attempt } from './attempt';
 import { AttemptSlots } from './attempt.slots';
-import { ClaimSizer } from './claim.sizer';
+import { claimCeiling, ClaimSizer } from './claim.sizer';
 import { LeaseRunner } from './lease.runner';
 import { QueueClaimer } from './queue.claimer';
 import { TransactionalRunner } from './transactional.runner';
 import { WakeTimers } from './wake.timers';
 import { releaseAttempts, type WorkerDeps } from './worker.deps';
-
-/**
- * The most payload bytes one claim may bring back. A claim returns its rows as one JSON text, which
- * must stay far below V8's string limit (about 512 MB) and Postgres's (1 GB) even when every
- * payload is as large as `maxPayloadBytes` allows (jsonb prints up to about twice its input).
- */
-const CLAIM_PAYLOAD_BUDGET = 128 * 1024 * 1024;
 
 const TIMED_OUT = Symbol('timed out');
 
@@ -61,7 +54,7 @@ export class QueueWorker {
   private readonly lease: LeaseRunner | null;
   private readonly transactional: TransactionalRunner | null;
   private readonly sizer: ClaimSizer;
-  /** The most rows one claim takes: batchSize, or fewer when large payloads would pass CLAIM_PAYLOAD_BUDGET. */
+  /** The most rows one claim takes (see claimCeiling). */
   private readonly claimCeiling: number;
   private readonly claimer: QueueClaimer;
   /** The queue is paused as a whole, as far as this process knows (see PauseWatcher): no claims. */
@@ -79,7 +72,7 @@ export class QueueWorker {
     this.timers = new WakeTimers(() => this.wake(), pollIntervalMs);
     const wakeIn = (ms: number) => this.wakeIn(ms);
     this.claimer = new QueueClaimer(handler, deps, wakeIn);
-    this.claimCeiling = Math.min(o.batchSize, Math.max(1, Math.floor(CLAIM_PAYLOAD_BUDGET / deps.rowLimits.maxPayloadBytes)));
+    this.claimCeiling = claimCeiling(o.batchSize, deps.rowLimits.maxPayloadBytes);
     this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
     this.transactional =
@@ -228,21 +221,9 @@ export class QueueWorker {
     return this.slots.held();
   }
 
-  /** Transactional mode: the most tasks one transaction of a claim's rows runs (see capacity). */
-  private perTransaction(): number {
-    return this.transactional && this.claimer.limited ? this.sizer.transactionClaim() : Infinity;
-  }
-
-  private capacity(): number {
-    // A limited queue claims no look-ahead: a claimed task holds one of the queue's global slots
-    // (or its partition's, or a start of its rate window) while it waits here.
-    const { taken, waiting } = this.slots;
-    if (this.lease && this.claimer.limited) return Math.min(this.claimCeiling, Math.max(0, this.handler.options.concurrency - taken - waiting));
-    if (this.lease) return this.sizer.leaseClaim(taken, waiting);
-    // Transactional: one transaction's batch; a limited queue claims for every free transaction at
-    // once (claims under its lock are what bounds it), each batch then runs in a transaction of its own.
-    const free = Math.max(0, this.handler.options.concurrency - taken);
-    return this.claimer.limited ? Math.min(this.claimCeiling, free * this.sizer.transactionClaim()) : free > 0 ? this.sizer.transactionClaim() : 0;
+  /** What the next claim takes, and how its rows are split into transactions (ClaimSizer.nextClaim). */
+  private nextClaim(): { want: number; perTransaction: number } {
+    return this.sizer.nextClaim(this.handler.options.mode, this.claimer.limited, this.slots.taken, this.slots.waiting);
   }
 
   /**
@@ -261,7 +242,7 @@ export class QueueWorker {
 
   private fill(): void {
     // Checked here too, not only in the loop: fill() runs after every task, mostly with nothing to do.
-    if (this.filling || this.state !== 'running' || this.paused || this.claimedSeq === this.wakeSeq || this.capacity() === 0) return;
+    if (this.filling || this.state !== 'running' || this.paused || this.claimedSeq === this.wakeSeq || this.nextClaim().want === 0) return;
     this.filling = this.claimWhileRoom().then((ended) => {
       this.filling = null;
       // A slot freed or a wake that came while the loop was finishing found it still running.
@@ -273,9 +254,8 @@ export class QueueWorker {
   private async claimWhileRoom(): Promise<boolean> {
     try {
       while (this.state === 'running' && !this.paused && this.claimedSeq !== this.wakeSeq) {
-        const want = this.capacity();
-        // Fixed with `want`: its batches must not outnumber the free transactions.
-        const perTransaction = this.perTransaction();
+        // `perTransaction` fixed with `want`: the batches must not outnumber the free transactions.
+        const { want, perTransaction } = this.nextClaim();
         if (want === 0) break;
         const seq = this.wakeSeq;
         const pauseSeq = this.pauseSeq;
