@@ -80,7 +80,7 @@ export class QueueWorker {
         ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms, leftOver) => this.sizer.ranTransaction(tasks, ms, leftOver))
         : null;
     this.slots = new AttemptSlots(handler.queue, o.concurrency, deps, { lease: this.lease, transactional: this.transactional }, this.sizer, () => this.state === 'stopping', {
-      slotFreed: () => (this.claimer.limited ? this.fillSoon() : this.fill()),
+      slotFreed: () => this.refill(),
       ended: (ranGroupTask) => this.afterWork(ranGroupTask),
     });
   }
@@ -288,9 +288,11 @@ export class QueueWorker {
     // room: no NOTIFY says either. The room is this worker's to take; if it does not claim, it hands it on.
     if (ranGroupTask || this.claimer.roomLimited) this.wakeSeq++;
     if (this.claimer.roomLimited && this.state !== 'running') this.claimer.announceFreedRoom();
-    // Room freed up: claim more if the queue may still have work. Once the burst of endings is in
-    // (fillSoon), or a claim started by its first ending would count only that one, and one more
-    // claim would follow for the rest.
+    this.refill();
+  }
+
+  /** Room may have freed: a limited queue claims once the burst of endings is in (see fillSoon), others at once. */
+  private refill(): void {
     if (this.claimer.limited) this.fillSoon();
     else this.fill();
   }
