@@ -2,7 +2,7 @@
  * Flow control in the conditions production brings (issue 22, items 1-4): partitions whose work
  * sits behind many partitions with nothing due, tasks without a partition among busy tenants, a
  * business transaction holding a pending task's row, and an instance whose network dies while it
- * holds the queue's claim lock. Each would starve or freeze the queue before the round walked only
+ * claims (or holds the queue's claim lock). Each would starve or freeze the queue before the round walked only
  * partitions with claimable work, claims skipped locked rows, and the claim lock was bounded.
  */
 import { Injectable } from '@nestjs/common';
@@ -56,8 +56,8 @@ const startsOf = (queue: string) => started.filter((s) => s.queue === queue);
 describe('flow control in production conditions', () => {
   let db: TestDatabase;
   const apps: QueueApp[] = [];
-  const boot = async (options: object = {}, prisma?: PrismaClient) => {
-    const qa = await bootQueueApp(prisma ?? db.prisma(6), [Handlers], { databaseUrl: db.url, queues: QUEUES, pollIntervalMs: 1000, ...options });
+  const boot = async (options: object = {}, prisma?: PrismaClient, on: TestDatabase = db) => {
+    const qa = await bootQueueApp(prisma ?? on.prisma(6), [Handlers], { databaseUrl: on.url, queues: QUEUES, pollIntervalMs: 1000, ...options });
     apps.push(qa);
     return qa;
   };
@@ -127,54 +127,68 @@ describe('flow control in production conditions', () => {
     expect(row).toEqual({ state: 'pending', later: true });
   });
 
-  it('an instance whose network dies holding the claim lock stops no other instance; its health says so; it shuts down on time', async () => {
-    const proxy = new StallProxy(Number(new URL(db.url).port));
+  /**
+   * Instance A's statements go through a proxy that stalls (a black-holed network) at the claim of
+   * fcf.stall. Under READ COMMITTED, the database's usual default, a limited claim is one
+   * statement (claim_limited): the lock never outlives the server's run of it, so the stall catches
+   * the claim in flight. Under another default the claim runs in a transaction of its own, and the
+   * stall comes right after the statement that took the lock: A holds it, its transaction open,
+   * until the server ends A's idle session.
+   */
+  it.each([
+    ['read committed', 'its claim in flight'],
+    ['repeatable read', 'the claim lock held, its transaction open'],
+  ])('default level %s: an instance whose network dies with %s stops no other instance; its health says so; it shuts down on time', async (level) => {
+    const target = level === 'read committed' ? db : await createTestDatabase();
+    if (target !== db) await target.sql(`ALTER DATABASE ${target.name} SET default_transaction_isolation = '${level}'`);
+    const proxy = new StallProxy(Number(new URL(target.url).port));
     await proxy.start();
-    // Instance A's statements go through the proxy, which stalls right after A takes the queue's
-    // claim lock (the statement that locks it, named by the queue).
-    const real = new PrismaClient({ adapter: new PrismaPg({ connectionString: proxy.url(db.url), max: 6 }) });
-    ownerOf.set(real, db.url);
+    const real = new PrismaClient({ adapter: new PrismaPg({ connectionString: proxy.url(target.url), max: 6 }) });
+    ownerOf.set(real, target.url);
     let armed = false;
     const stalled = deferred();
-    const stallingClient = new Proxy(real, {
-      get(target, prop) {
-        const value = Reflect.get(target, prop, target);
-        if (prop !== '$transaction') return typeof value === 'function' ? value.bind(target) : value;
-        return (fn: (tx: unknown) => Promise<unknown>, options: unknown) =>
-          value.call(
-            target,
-            (tx: PrismaClient) =>
-              fn(
-                new Proxy(tx, {
-                  get(t, p) {
-                    const v = Reflect.get(t, p, t);
-                    if (p !== '$executeRawUnsafe' && p !== '$queryRawUnsafe') return typeof v === 'function' ? v.bind(t) : v;
-                    return async (sql: string, ...args: unknown[]) => {
-                      const out = await v.call(t, sql, ...args);
-                      if (armed && sql.includes('pg_advisory_xact_lock') && args.includes('pgqueue.fcf.stall')) {
-                        armed = false;
-                        proxy.stall();
-                        stalled.resolve();
-                      }
-                      return out;
-                    };
-                  },
-                }),
-              ),
-            options,
-          );
-      },
-    });
+    const isStallClaim = (sql: string, args: unknown[]) => armed && sql.includes('claim_limited') && args[0] === 'fcf.stall';
+    const stallNow = () => {
+      armed = false;
+      proxy.stall();
+      stalled.resolve();
+    };
+    /** `client` with its raw statements watched: `before` the claim is sent, or once it has returned. */
+    const watched = <C extends object>(client: C, when: 'before' | 'after'): C =>
+      new Proxy(client, {
+        get(t, p) {
+          const v = Reflect.get(t, p, t) as unknown;
+          if (p !== '$queryRawUnsafe') return typeof v === 'function' ? v.bind(t) : v;
+          const query = v as (sql: string, ...args: unknown[]) => Promise<unknown>;
+          return async (sql: string, ...args: unknown[]) => {
+            const stallHere = isStallClaim(sql, args);
+            if (stallHere && when === 'before') stallNow();
+            const out = await query.call(t, sql, ...args);
+            if (stallHere && when === 'after') stallNow();
+            return out;
+          };
+        },
+      });
+    const stallingClient =
+      level === 'read committed'
+        ? watched(real, 'before')
+        : new Proxy(real, {
+            get(t, p) {
+              const v = Reflect.get(t, p, t);
+              if (p !== '$transaction') return typeof v === 'function' ? v.bind(t) : v;
+              return (fn: (tx: unknown) => Promise<unknown>, options: unknown) => v.call(t, (tx: PrismaClient) => fn(watched(tx, 'after')), options);
+            },
+          });
     try {
-      const a = await boot({ workerId: 'stall-a', shutdownTimeoutMs: 2000, autoStart: false }, stallingClient as PrismaClient);
-      const b = await boot({ workerId: 'stall-b', autoStart: false });
+      const a = await boot({ workerId: 'stall-a', shutdownTimeoutMs: 2000, autoStart: false }, stallingClient as PrismaClient, target);
+      const b = await boot({ workerId: 'stall-b', autoStart: false }, undefined, target);
       armed = true;
       await a.app.get(WorkerOrchestrator).start();
       await b.queue.enqueueMany(Array.from({ length: 10 }, () => ({ queue: 'fcf.stall', payload: { p: null } })));
       await within(stalled.promise, 10_000, undefined);
-      expect(armed).toBe(false); // A holds the lock behind a dead network
+      expect(armed).toBe(false); // A's claim is behind a dead network
       await b.app.get(WorkerOrchestrator).start();
-      await waitFor('instance B to run every task', async () => (await queueStates(db.sql, 'fcf.stall')).done === 10, { timeoutMs: 30_000 });
+      await waitFor('instance B to run every task', async () => (await queueStates(target.sql, 'fcf.stall')).done === 10, { timeoutMs: 30_000 });
 
       // A's claim is still in flight behind the stall: once past its bounds, its health says so.
       const stuck = await waitFor(
@@ -199,6 +213,10 @@ describe('flow control in production conditions', () => {
       proxy.resume();
       await proxy.close();
       await real.$disconnect().catch(() => undefined);
+      if (target !== db) {
+        for (const qa of apps.splice(0)) await qa.close();
+        await target.drop();
+      }
     }
   }, 90_000);
 });

@@ -24,10 +24,62 @@ describe('limited claims', () => {
     await db.drop();
   });
 
+  it('are one statement each, one round trip, whatever the rules (claim_limited), and still keep to them', async () => {
+    const prisma = db.prisma(2);
+    const calls: string[] = [];
+    const counted = new Proxy(prisma, {
+      get(t, p) {
+        const v = Reflect.get(t, p, t) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) => {
+          if (typeof p === 'string' && p.startsWith('$') && p !== '$disconnect') calls.push(p);
+          return (v as (...a: unknown[]) => unknown).apply(t, args);
+        };
+      },
+    });
+    try {
+      const repo = new LimitsRepository('pgqueue', { limiters: new Map([['rc.shared', { name: 'rc.shared', concurrency: 3, rateLimit: { max: 100, perMs: 1000 } }]]) });
+      const rules = {
+        global: { globalConcurrency: 2, partitionConcurrency: null, rateLimit: null },
+        rate: { globalConcurrency: null, partitionConcurrency: null, rateLimit: { max: 3, perMs: 60_000 } },
+        partitions: { globalConcurrency: null, partitionConcurrency: 1, rateLimit: null },
+        aging: { globalConcurrency: 4, partitionConcurrency: null, rateLimit: null, priorityAgingMs: 1000 },
+        limiter: { globalConcurrency: null, partitionConcurrency: null, rateLimit: null, limiter: 'rc.shared' },
+      };
+      const taken: Record<string, number> = {};
+      const statements: Record<string, string[]> = {};
+      for (const [name, limits] of Object.entries(rules)) {
+        await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT $1, '{}', 'p' || (g % 2) FROM generate_series(1, 10) g`, [`rc.${name}`]);
+        calls.length = 0;
+        const claim = await repo.claim(counted, `rc.${name}`, 10, 'w', 60_000, 5, limits);
+        statements[name] = [...calls];
+        taken[name] = claim.rows.length;
+      }
+      expect(taken).toEqual({ global: 2, rate: 3, partitions: 2, aging: 4, limiter: 3 });
+      expect(statements).toEqual(Object.fromEntries(Object.keys(rules).map((name) => [name, ['$queryRawUnsafe']])));
+    } finally {
+      await prisma.$disconnect();
+    }
+  });
+
+  it('say what to run when the database has no claim_limited (a schema installed by hand from an older release)', async () => {
+    const prisma = db.prisma(1);
+    try {
+      await installSchema(prisma, 'lc_old');
+      await db.sql('DROP FUNCTION lc_old.claim_limited');
+      const claim = new LimitsRepository('lc_old').claim(prisma, 'lc.q', 5, 'w', 60_000, 5, { globalConcurrency: 1, partitionConcurrency: null, rateLimit: null });
+      await expect(claim).rejects.toThrow(/no lc_old\.claim_limited function.*pg-queue schema install/);
+    } finally {
+      await prisma.$disconnect();
+    }
+  });
+
   it('are never JIT-compiled', async () => {
     await db.sql('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     // A session that compiles everything it can, as a large backlog's estimates make a claim do.
     await db.sql(`ALTER DATABASE ${db.name} SET jit_above_cost = 0`);
+    // The claim's statements run inside claim_limited (limited-claim.function.ts): count those too.
+    await db.sql(`ALTER DATABASE ${db.name} SET pg_stat_statements.track = 'all'`);
     const prisma = db.prisma(2);
     try {
       await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.q', '{}', 'p' || (g % 3) FROM generate_series(1, 300) g`);
@@ -46,6 +98,7 @@ describe('limited claims', () => {
     } finally {
       await prisma.$disconnect();
       await db.sql(`ALTER DATABASE ${db.name} RESET jit_above_cost`);
+      await db.sql(`ALTER DATABASE ${db.name} RESET pg_stat_statements.track`);
     }
   });
 

@@ -4,7 +4,8 @@
  * that simply found little work does not poll.
  */
 import { Client } from 'pg';
-import { LIMITER_RECHECK_MS, LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
+import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
+import { LIMITER_RECHECK_MS } from '../../libs/pg-queue/src/sql/limited-claim.function';
 import { LimiterRepository } from '../../libs/pg-queue/src/sql/limiter.repository';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';

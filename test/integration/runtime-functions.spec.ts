@@ -19,7 +19,7 @@ const nextRelease = (schema: string) =>
   runtimeFunctions(
     schema,
     RUNTIME_FUNCTIONS.map((d) =>
-      d.name === 'archive_partition_step' ? { ...d, release: d.release + 1, body: (s: string) => d.body(s).replace("action := 'created';", "action := 'created anew';") } : d,
+      d.name === 'archive_partition_step' ? { ...d, release: d.release + 1, body: (s: string, schema: string) => d.body(s, schema).replace("action := 'created';", "action := 'created anew';") } : d,
     ),
   );
 

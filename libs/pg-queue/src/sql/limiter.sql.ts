@@ -3,16 +3,16 @@ import { quoteIdent } from './identifiers';
 import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
 
 /** First key of the advisory lock that serialises the claims of a named limiter's queues; the second is hashtext(schema.limiter). */
-const LIMITER_LOCK_NAMESPACE = 0x70_67_6e; // "pgn"
+export const LIMITER_LOCK_NAMESPACE = 0x70_67_6e; // "pgn"
 
 /**
  * Named limiters (module option `limiters`, handler option `limiter`): one concurrency and rate
  * budget, and one back-off, shared by every queue that names the limiter, across every instance.
  *
- * Lock decision: a claim of such a queue is a limited claim (limits.sql.ts): its transaction
+ * Lock decision: a claim of such a queue is a limited claim (claim_limited, limits.sql.ts): it
  * first takes the queue's lock, then the limiter's (always in that order, so two claims never wait
- * for each other in a cycle), under the bounds the queue lock's statement set (lock_timeout,
- * idle and statement timeouts). Every statement after the lock counts with a fresh snapshot
+ * for each other in a cycle), under the bounds it set (lock_timeout). Every statement after the
+ * lock counts with a fresh snapshot
  * (READ COMMITTED), so no two claims of the limiter's queues count the same free slot, as for a
  * queue's own limits.
  *
@@ -23,9 +23,6 @@ const LIMITER_LOCK_NAMESPACE = 0x70_67_6e; // "pgn"
 export function limiterStatements(schema: string) {
   const s = quoteIdent(schema);
   return marked({
-    /** Second lock of a limited claim (see above). Parameters: $1 `${schema}.${limiter}`. */
-    lock: `SELECT pg_advisory_xact_lock(${LIMITER_LOCK_NAMESPACE}, hashtext($1))`,
-
     /**
      * What the limiter's budget leaves, read under its lock by clock_timestamp() (as `room` in
      * limits.sql.ts): running tasks of its queues (task_running_idx), claims in its rate window and

@@ -1,7 +1,6 @@
 import { claimFrom, groupFirst } from './claim.sql';
 import { quoteIdent } from './identifiers';
 import { marked } from './fragments.sql';
-import { ISOLATION } from './read-committed';
 import { partitionBackedOff } from './backoff.sql';
 import { hasPausedPartition, queueNotPaused } from './pause.sql';
 import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
@@ -11,7 +10,7 @@ import { nextTurns, resumedThenWalk, TAKEN_OFFERS, turnOf, weighed } from './wei
 export const ROOM_NOTICE = '!room ';
 
 /** First key of the advisory lock that serialises a limited queue's claims; the second is hashtext(schema.queue). */
-const LIMIT_LOCK_NAMESPACE = 0x70_67_6c; // "pgl"
+export const LIMIT_LOCK_NAMESPACE = 0x70_67_6c; // "pgl"
 
 /**
  * Flow control: global concurrency, per-partition concurrency with partitions taking turns, and
@@ -19,11 +18,12 @@ const LIMIT_LOCK_NAMESPACE = 0x70_67_6c; // "pgl"
  * survive crashes (a crashed holder's task stays `running`, and so keeps its slot, until the
  * rescuer returns its lease). Queues without these rules never run these statements.
  *
- * Lock decision: a limited queue's claim is a transaction whose first statement takes a
- * transaction-scoped advisory lock on the queue. Every later statement of that transaction takes
- * a fresh snapshot (READ COMMITTED), so it counts every claim committed before it; two claimers
- * can never both count the same free slot. Counting inside one statement would not do: a
- * statement's snapshot predates any lock it takes. A completion needs no lock: a task that ends
+ * Lock decision: a limited queue's claim is one call of claim_limited (limited-claim.function.ts),
+ * whose first step takes a transaction-scoped advisory lock on the queue. Every later statement
+ * of that function takes a fresh snapshot (a VOLATILE plpgsql function's statements do, under
+ * READ COMMITTED), so it counts every claim committed before the lock was granted; two claimers
+ * can never both count the same free slot. Counting in the statement that takes the lock would
+ * not do: a statement's snapshot predates any lock it takes. A completion needs no lock: a task that ends
  * while a claim counts can only make that claim take less, never more. Transaction-scoped, so it
  * works through PgBouncer in transaction pooling, and is released by the commit.
  *
@@ -37,27 +37,27 @@ export function limitStatements(schema: string) {
   const s = quoteIdent(schema);
   return marked({
     /**
-     * The claim transaction's first statement: bounds it, then takes the queue's lock. Bounds, for
-     * this transaction only (set_config(..., true)), in the MATERIALIZED CTE so that they are set
-     * before the lock is asked for:
-     * - lock_timeout ($2 ms): how long this claimer waits for the lock. A holder is itself bounded
-     *   (below), so a wait past this means something is wrong; the claim fails and is retried.
-     * - idle_in_transaction_session_timeout ($3 ms): a holder whose process or network stalls
-     *   between its statements (a paused VM, a black-holed TCP path) has its session ended by the
-     *   server, which releases the lock; without it, the lock would stay held until TCP gives up
-     *   (hours on Linux defaults) and every instance's claims of the queue would wait for it.
-     * - statement_timeout ($4 ms): each later statement of the claim.
+     * A limited claim, whole: claim_limited (limited-claim.function.ts) takes the queue's lock and
+     * runs the statements below under it, in one round trip. Its bounds, for its transaction only:
+     * - lock_timeout (rules.lockWaitMs): how long this claimer waits for the lock. The holder runs
+     *   one statement that needs nothing from its client, so a wait past this means something is
+     *   wrong; the claim fails and is retried.
+     * - idle_in_transaction_session_timeout (rules.idleMs): only under a database whose default
+     *   level is not READ COMMITTED, where the call runs in a transaction of its own
+     *   (read-committed.ts) and the lock lasts to its commit: a holder whose process or network
+     *   stalls before the commit has its session ended by the server, which releases the lock.
      * - jit off: planned from row estimates, the partitioned claim's cost passes jit_above_cost on
      *   a backlog of some thousands, and compiling it took ~80 ms of a ~4 ms claim (see JIT_OFF).
-     * It also returns the isolation level the transaction runs under (read-committed.ts).
-     * Parameters: $1 the lock's name: `${schema}.${queue}`; $2, $3, $4 the bounds in ms, as text.
+     * - plan_cache_mode force_generic_plan, for the function's statements: with the batch size
+     *   known, a custom plan's estimate is always below the generic plan's, so each claim was
+     *   planned anew at every call (1.5 ms for the plain claim's text, 6 ms for the partitioned
+     *   one, more than their run in bench scenario 9); the generic plan is the same plan (it still
+     *   walks task_claim_idx at 500 000 pending tasks).
+     * Parameters: $1 queue, $2 the most tasks wanted, $3 worker id, $4 lease ms, $5 the handler's
+     * maxAttempts, $6 the claim's id (claim.sql.ts), $7 the rules (JSON, see claim_limited).
      */
-    lock: `
-WITH bounds AS MATERIALIZED (
-  SELECT set_config('lock_timeout', $2, true), set_config('idle_in_transaction_session_timeout', $3, true),
-         set_config('statement_timeout', $4, true), set_config('jit', 'off', true)
-)
-SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext($1))::text AS locked, ${ISOLATION} FROM bounds`,
+    claim: `SELECT claimed, next_due_in_ms, db_now_ms, paused, isolation
+FROM ${s}.claim_limited($1::text, $2::int, $3::text, $4::bigint, $5::int, $6::text, $7::jsonb)`,
 
     /**
      * What the queue-wide rules leave room for: its running tasks, and the claims inside the rate

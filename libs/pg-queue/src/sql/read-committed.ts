@@ -38,3 +38,26 @@ export async function inReadCommitted<T>(root: PrismaClientLike, options: Omit<T
     return root.$transaction(work, { ...options, isolationLevel: 'ReadCommitted' });
   }
 }
+
+/**
+ * Runs `call`, one statement whose row reports the isolation level it ran under and which does
+ * nothing under another than READ COMMITTED (claim_limited): on its own, so in an implicit
+ * transaction of the database's default level; where that is another level, in a READ COMMITTED
+ * transaction of `root`, from then on for every call through it.
+ */
+export async function readCommittedCall<T extends { isolation: string }>(
+  root: PrismaClientLike,
+  options: Omit<TransactionOptionsLike, 'isolationLevel'>,
+  call: (db: SqlExecutor) => Promise<T>,
+): Promise<T> {
+  if (!setsLevel.has(root)) {
+    const row = await call(root);
+    if (row.isolation === 'read committed') return row;
+    setsLevel.add(root);
+  }
+  return root.$transaction(async (tx) => {
+    const row = await call(tx);
+    assertReadCommitted(row);
+    return row;
+  }, { ...options, isolationLevel: 'ReadCommitted' });
+}

@@ -7,6 +7,7 @@ describe('runtime functions', () => {
     expect(runtimeFunctions('pgqueue').map((f) => [f.name, f.release, f.hash])).toEqual([
       ['archive_partitions', 1, 'dc941d6210e4c1af'],
       ['archive_partition_step', 2, '73f5986b01bdd34a'],
+      ['claim_limited', 1, '1aaf0d946875a314'],
     ]);
   });
 

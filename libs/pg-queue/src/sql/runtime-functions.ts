@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { quoteIdent } from './identifiers';
+import { limitedClaim } from './limited-claim.function';
 
 /**
  * SQL functions whose body may change from one release to the next. Not migrations: the installer
@@ -20,8 +21,8 @@ export interface RuntimeFunctionDefinition {
   /** The schema version whose tables it uses: it is installed only into a schema that has it. */
   requires: number;
   release: number;
-  /** CREATE OR REPLACE FUNCTION ..., for the quoted schema name `s`. */
-  body: (s: string) => string;
+  /** CREATE OR REPLACE FUNCTION ..., for the quoted schema name `s` (`schema` unquoted, for statement builders). */
+  body: (s: string, schema: string) => string;
 }
 
 /** A definition for one schema, with what identifies its text. */
@@ -52,7 +53,7 @@ export function parseMarker(comment: string | null): { release: number; hash: st
 export function runtimeFunctions(schema: string, definitions: readonly RuntimeFunctionDefinition[] = RUNTIME_FUNCTIONS): RuntimeFunction[] {
   const s = quoteIdent(schema);
   return definitions.map((d) => {
-    const sql = d.body(s).trim();
+    const sql = d.body(s, schema).trim();
     const hash = createHash('sha256').update(sql).digest('hex').slice(0, 16);
     const identity = `${s}.${d.name}(${d.args})`;
     const src = /\$fn\$([\s\S]*)\$fn\$$/.exec(sql)?.[1];
@@ -157,4 +158,4 @@ END $fn$`,
 };
 
 /** In the order they are installed. */
-export const RUNTIME_FUNCTIONS: readonly RuntimeFunctionDefinition[] = [archivePartitions, archivePartitionStep];
+export const RUNTIME_FUNCTIONS: readonly RuntimeFunctionDefinition[] = [archivePartitions, archivePartitionStep, limitedClaim];

@@ -1,0 +1,204 @@
+import { AGING_LEVELS, agingStatements } from './aging.sql';
+import { claimStatements } from './claim.sql';
+import { LIMITER_LOCK_NAMESPACE, limiterStatements } from './limiter.sql';
+import { LIMIT_LOCK_NAMESPACE, limitStatements } from './limits.sql';
+import type { RuntimeFunctionDefinition } from './runtime-functions';
+
+/** How soon a claim that a limiter's concurrency cut short claims again (see LimitsRepository). */
+export const LIMITER_RECHECK_MS = 250;
+/** The most partitions with room one round of a partitioned claim offers (see claimPartitioned). */
+const MAX_ROUND = 1000;
+/** The most partitions one partitioned claim walks; a longer round goes on in the next claim. */
+const MAX_WALK = 1000;
+/** Per-partition room when a partition has no concurrency limit of its own (rate limit per partition only). */
+const UNLIMITED = 1_000_000;
+
+/**
+ * `claim_limited(queue, want, worker, lease_ms, max_attempts, claim_id, rules)`: the whole claim of
+ * a queue with flow-control rules (limits.sql.ts) in one statement, so one round trip: the
+ * queue's lock, its room, a named limiter's lock and budget, the claim, and what it records. The
+ * same statements as before, in the same order, each with a fresh snapshot (a VOLATILE plpgsql
+ * function's statements take one each under READ COMMITTED), so each one after the lock sees every
+ * claim that committed before it was granted. Run as five or more statements of an interactive
+ * transaction, the claim held the queue's lock over as many round trips: ~7.5 ms of wall time a
+ * claim for ~1.1 ms of server time (global limit 20, bench scenario 9), which is what capped a
+ * limited queue's throughput.
+ *
+ * One statement also bounds the lock by itself: it is held while the server runs the statement,
+ * which needs nothing from the client, so a client that stalls cannot hold it (the server commits
+ * and the reply waits in the socket). A claimer waits for it at most `lockWaitMs` (lock_timeout).
+ * The database's own statement_timeout, if any, bounds the statement; the claim's work is bounded
+ * by its sizes (want, MAX_ROUND, MAX_WALK).
+ *
+ * Under another isolation level nothing is done: `isolation` says which, and the caller runs it
+ * again in a READ COMMITTED transaction (read-committed.ts), where idle_in_transaction_session_timeout
+ * (`idleMs`) bounds the lock until that transaction's commit.
+ *
+ * `rules` (JSON; fields absent or null: no such rule), so that the signature never changes:
+ * lock (`${schema}.${queue}`), lockWaitMs, idleMs, channel (notifyChannel), global
+ * (globalConcurrency), rateMax/rateMs (queue-wide rate limit), partition (partitionConcurrency),
+ * partitionRateMax/partitionRateMs (rate limit per partition), agingMs (priorityAgingMs), weights
+ * (partitionWeights, a JSON object), limiter (its name), limiterLock (`${schema}.${limiter}`),
+ * limiterConcurrency, limiterRateMax/limiterRateMs.
+ * Returns the claim's rows (JSON text), when to claim again (ms; NULL: on a wake-up only), the
+ * database's clock, whether the queue is paused as a whole, and the isolation level.
+ */
+export const limitedClaim: RuntimeFunctionDefinition = {
+  name: 'claim_limited',
+  args: 'text, integer, text, bigint, integer, text, jsonb',
+  requires: 24,
+  release: 1,
+  body: (s, schema) => {
+    const limits = limitStatements(schema);
+    const limiter = limiterStatements(schema);
+    const claim = claimStatements(schema).claim;
+    const aging = agingStatements(schema).claim;
+    // The statements' parameters, by position, as the function's variables.
+    const claimArgs = ['p_queue', 'v_take', 'p_worker', 'p_lease_ms', 'p_max_attempts'];
+    const claimed = 'v_claimed, v_next_due, v_db_now, v_paused';
+    return `
+CREATE OR REPLACE FUNCTION ${s}.claim_limited(p_queue text, p_want integer, p_worker text, p_lease_ms bigint, p_max_attempts integer,
+  p_claim_id text, p_rules jsonb, OUT claimed text, OUT next_due_in_ms float8, OUT db_now_ms float8, OUT paused boolean, OUT isolation text)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+  p_global integer := (p_rules->>'global')::integer;
+  p_rate_max integer := (p_rules->>'rateMax')::integer;
+  p_rate_ms bigint := CASE WHEN p_rules->>'rateMax' IS NOT NULL THEN (p_rules->>'rateMs')::bigint ELSE 0 END;
+  p_partition integer := (p_rules->>'partition')::integer;
+  p_prate_max integer := (p_rules->>'partitionRateMax')::integer;
+  p_prate_ms bigint := CASE WHEN p_rules->>'partitionRateMax' IS NOT NULL THEN (p_rules->>'partitionRateMs')::bigint ELSE 0 END;
+  p_aging bigint := (p_rules->>'agingMs')::bigint;
+  p_weights text := CASE WHEN jsonb_typeof(p_rules->'weights') = 'object' THEN (p_rules->'weights')::text END;
+  p_limiter text := p_rules->>'limiter';
+  p_lim_concurrency integer := (p_rules->>'limiterConcurrency')::integer;
+  p_lim_rate_max integer := (p_rules->>'limiterRateMax')::integer;
+  p_lim_rate_ms bigint := CASE WHEN p_rules->>'limiterRateMax' IS NOT NULL THEN (p_rules->>'limiterRateMs')::bigint ELSE 0 END;
+  p_channel text := p_rules->>'channel';
+  v_partitioned boolean := p_partition IS NOT NULL OR p_prate_max IS NOT NULL;
+  v_aging_levels integer := ${AGING_LEVELS};
+  v_unlimited integer := coalesce(p_partition, ${UNLIMITED});
+  v_max_walk integer := ${MAX_WALK};
+  -- The room (limits.sql.ts: room).
+  v_running integer; v_window_count integer; v_window_frees float8; v_cursor text; v_turns integer;
+  v_partition_frees float8; v_room_db_now float8; v_room_wanted boolean; v_due boolean; v_paused_all boolean; v_backed_off float8;
+  -- The limiter's budget (limiter.sql.ts: room).
+  v_lim_running integer; v_lim_window_count integer; v_lim_window_frees float8;
+  v_lim_take integer; v_lim_wait float8;
+  -- The claim and what it records.
+  v_take integer; v_rate_wait float8; v_round integer; v_turns_left integer;
+  v_claimed text := '[]'; v_next_due float8; v_db_now float8; v_paused boolean;
+  v_next_cursor text; v_next_turns integer; v_new_cursor text; v_new_turns integer; v_walk_cut boolean := false; v_partition_full boolean := false; v_room_left boolean := false;
+  v_taken integer := 0; v_cut boolean; v_wanted boolean; v_starts text; v_note text;
+BEGIN
+  isolation := current_setting('transaction_isolation');
+  IF isolation <> 'read committed' THEN RETURN; END IF;
+  -- Bounds and planning for this transaction (set_config(..., true)): see \`claim\` in limits.sql.ts.
+  PERFORM set_config('lock_timeout', (p_rules->>'lockWaitMs') || 'ms', true),
+          set_config('idle_in_transaction_session_timeout', (p_rules->>'idleMs') || 'ms', true),
+          set_config('jit', 'off', true),
+          set_config('plan_cache_mode', 'force_generic_plan', true);
+  PERFORM pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext(p_rules->>'lock'));
+
+  SELECT r.running, r.window_count, r.window_frees_in_ms, r.cursor, r.turns, r.partition_frees_in_ms, r.db_now_ms,
+         r.room_wanted, r.due, r.paused, r.backed_off_ms
+    INTO v_running, v_window_count, v_window_frees, v_cursor, v_turns, v_partition_frees, v_room_db_now,
+         v_room_wanted, v_due, v_paused_all, v_backed_off
+    FROM (${bindParams(limits.room, ['p_queue', 'p_rate_ms', 'p_prate_max', 'p_prate_ms', 'p_limiter'])}) r;
+  claimed := '[]';
+  db_now_ms := v_room_db_now;
+  -- Paused as a whole (pause.sql.ts): nothing to claim, nothing to record; a resume wakes the workers.
+  IF v_paused_all THEN paused := true; RETURN; END IF;
+  -- Backed off, the queue or its limiter (backoff.sql.ts): nothing to claim until it ends.
+  IF v_backed_off IS NOT NULL THEN next_due_in_ms := v_backed_off; RETURN; END IF;
+
+  v_take := p_want;
+  -- A limiter's budget, under its lock, taken after the queue's.
+  IF p_limiter IS NOT NULL THEN
+    PERFORM pg_advisory_xact_lock(${LIMITER_LOCK_NAMESPACE}, hashtext(p_rules->>'limiterLock'));
+    SELECT r.running, r.window_count, r.window_frees_in_ms INTO v_lim_running, v_lim_window_count, v_lim_window_frees
+      FROM (${bindParams(limiter.room, ['p_limiter', 'p_lim_rate_ms'])}) r;
+    v_lim_take := least(coalesce(p_lim_concurrency - v_lim_running, 2147483647), coalesce(p_lim_rate_max - v_lim_window_count, 2147483647));
+    -- When the rate is what binds, wait for its window; for concurrency (room another queue's ending frees), look again soon.
+    v_lim_wait := CASE WHEN coalesce(p_lim_rate_max - v_lim_window_count, 2147483647) <= coalesce(p_lim_concurrency - v_lim_running, 2147483647)
+                       THEN v_lim_window_frees ELSE ${LIMITER_RECHECK_MS} END;
+    v_take := least(v_take, v_lim_take);
+  END IF;
+  v_take := least(v_take, p_global - v_running);
+  -- When the rate is what stops the claim, the worker's timer waits for the window to move.
+  IF p_rate_max IS NOT NULL AND p_rate_max - v_window_count < v_take THEN v_rate_wait := v_window_frees; END IF;
+  v_take := least(v_take, p_rate_max - v_window_count);
+
+  IF v_take > 0 THEN
+    IF NOT v_partitioned AND p_aging IS NULL THEN
+      ${bindParams(claim, [...claimArgs, 'p_claim_id'])}
+      INTO ${claimed};
+    ELSIF NOT v_partitioned THEN
+      ${bindParams(aging, [...claimArgs, 'p_aging', 'v_aging_levels', 'p_claim_id'])}
+      INTO ${claimed};
+    ELSE
+      v_round := least(${MAX_ROUND}, greatest(32, 4 * v_take));
+      v_turns_left := CASE WHEN v_cursor IS NULL THEN 0 ELSE v_turns END;
+      ${bindParams(limits.claimPartitioned, [
+        ...claimArgs, 'v_unlimited', 'v_cursor', 'v_round', 'p_prate_max', 'p_prate_ms', 'v_max_walk', 'v_turns_left', 'p_weights', 'p_claim_id',
+      ])}
+      INTO ${claimed}, v_next_cursor, v_next_turns, v_walk_cut, v_partition_full, v_room_left;
+    END IF;
+    v_taken := json_array_length(v_claimed::json);
+    db_now_ms := v_db_now;
+  END IF;
+
+  -- What the claim records about room (room_wanted, see record in limits.sql.ts): true when a
+  -- concurrency rule cut it short while tasks were due (unless a claim already said so); false
+  -- when one had, and this claim took all it wanted and left room (the room is announced).
+  v_cut := coalesce(p_global - v_running < p_want, false) OR (v_partitioned AND v_taken < v_take AND v_partition_full);
+  IF v_cut AND v_due THEN
+    v_wanted := CASE WHEN v_room_wanted THEN NULL ELSE true END;
+  ELSIF v_room_wanted AND v_taken = p_want AND coalesce(p_global - v_running - v_taken > 0, true) AND (NOT v_partitioned OR v_room_left) THEN
+    v_wanted := false;
+  END IF;
+  -- The round's cursor moves past every partition the claim walked, served or not.
+  v_new_cursor := v_cursor;
+  v_new_turns := v_turns;
+  IF v_take > 0 THEN
+    v_new_cursor := CASE WHEN v_partitioned THEN v_next_cursor END;
+    v_new_turns := CASE WHEN v_partitioned THEN coalesce(v_next_turns, 0) ELSE 0 END;
+  END IF;
+  IF (v_taken > 0 AND p_rate_max IS NOT NULL) OR v_wanted IS NOT NULL
+     OR (v_partitioned AND v_take > 0 AND (v_taken > 0 OR v_new_cursor IS DISTINCT FROM v_cursor OR v_new_turns <> v_turns)) THEN
+    ${bindParams(limits.record, ['p_queue', 'p_rate_ms', 'v_new_cursor', 'v_taken', 'v_wanted', 'p_channel', 'v_new_turns'])}
+    INTO v_note;
+  END IF;
+  IF v_taken > 0 AND p_prate_max IS NOT NULL THEN
+    SELECT json_agg(json_build_object('p', x.p, 'n', x.n))::text INTO v_starts
+    FROM (SELECT coalesce(e->>'partition_key', '') AS p, count(*)::integer AS n FROM json_array_elements(v_claimed::json) e GROUP BY 1) x;
+    ${bindParams(limits.recordPartitions, ['p_queue', 'p_prate_ms', 'v_starts'])};
+  END IF;
+  IF v_taken > 0 AND p_lim_rate_max IS NOT NULL THEN
+    ${bindParams(limiter.record, ['p_limiter', 'p_lim_rate_ms', 'v_taken'])};
+  END IF;
+
+  claimed := v_claimed;
+  -- When to claim again: the next due task, the rate window, a full partition's window, a round
+  -- cut short by MAX_WALK (at once), and the limiter, only when it is what cut the claim (an idle
+  -- queue must not poll).
+  next_due_in_ms := least(
+    v_next_due, v_rate_wait,
+    CASE WHEN p_prate_max IS NOT NULL AND v_taken < v_take THEN v_partition_frees END,
+    CASE WHEN v_walk_cut AND v_taken < v_take THEN 0 END,
+    CASE WHEN p_limiter IS NOT NULL AND v_lim_take < p_want AND v_taken >= v_lim_take THEN v_lim_wait END);
+END $fn$`;
+  },
+};
+
+/**
+ * A statement's positional parameters ($1, $2, ...) as the named variables of a plpgsql body:
+ * `names[0]` for $1, and so on. Every parameter the statement uses must have a name.
+ */
+export function bindParams(sql: string, names: readonly string[]): string {
+  return sql.replace(/\$(\d+)(?!\d)/g, (_, n: string) => {
+    const name = names[Number(n) - 1];
+    if (name === undefined) throw new Error(`bindParams: $${n} has no name`);
+    return name;
+  });
+}
