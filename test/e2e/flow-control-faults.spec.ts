@@ -37,6 +37,11 @@ class Handlers {
     started.push({ queue: task.queue, partition: task.payload.p, id: task.id });
   }
 
+  @TaskHandler('fcf.big', { mode: 'lease' })
+  async big(task: Task<{ p: string }>, _ctx: LeaseTaskContext) {
+    started.push({ queue: task.queue, partition: null, id: task.id });
+  }
+
   @TaskHandler('fcf.stall', { mode: 'lease' })
   async stall(task: Task<{ p: string | null }>, _ctx: LeaseTaskContext) {
     started.push({ queue: task.queue, partition: null, id: task.id });
@@ -49,6 +54,7 @@ const QUEUES = {
   'fcf.turns': { concurrency: 1, partitionConcurrency: 1 },
   'fcf.locked': { concurrency: 2, partitionConcurrency: 1 },
   'fcf.stall': { concurrency: 2, globalConcurrency: 2 },
+  'fcf.big': { concurrency: 60, globalConcurrency: 60 },
 };
 
 const startsOf = (queue: string) => started.filter((s) => s.queue === queue);
@@ -60,6 +66,10 @@ describe('flow control in production conditions', () => {
     const qa = await bootQueueApp(prisma ?? on.prisma(6), [Handlers], { databaseUrl: on.url, queues: QUEUES, pollIntervalMs: 1000, ...options });
     apps.push(qa);
     return qa;
+  };
+  /** Closes the instances earlier tests booted: every instance handles every queue here, and some tests need theirs alone. */
+  const alone = async () => {
+    for (const qa of apps.splice(0)) await qa.close();
   };
 
   beforeAll(async () => {
@@ -82,6 +92,8 @@ describe('flow control in production conditions', () => {
   });
 
   it('tasks without a partition take turns as a partition of their own', async () => {
+    // One instance: with two, handler starts may swap across instances (their claims keep the order).
+    await alone();
     const qa = await boot({ workerId: 'turns', autoStart: false });
     await qa.queue.enqueueMany([
       ...['p1', 'p2', 'p3'].flatMap((p) => Array.from({ length: 30 }, () => ({ queue: 'fcf.turns', payload: { p }, options: { partition: p } }))),
@@ -126,6 +138,43 @@ describe('flow control in production conditions', () => {
     const [row] = await db.sql("SELECT state, run_at > now() + interval '50 minutes' AS later FROM pgqueue.task WHERE id = $1", [keyed]);
     expect(row).toEqual({ state: 'pending', later: true });
   });
+
+  it("an instance whose network dies while the server writes a claim's large reply stops no other instance: the server drops it (tcp_user_timeout), the claim rolls back", async () => {
+    const proxy = new StallProxy(Number(new URL(db.url).port));
+    await proxy.start();
+    const viaProxy = new PrismaClient({ adapter: new PrismaPg({ connectionString: proxy.url(db.url), max: 6 }) });
+    ownerOf.set(viaProxy, db.url);
+    await alone();
+    try {
+      const a = await boot({ workerId: 'big-a', shutdownTimeoutMs: 2000 }, viaProxy);
+      const b = await boot({ workerId: 'big-b', autoStart: false });
+      // The claim's call (its rules name replyMs) of fcf.big reaches the server; then A's network dies.
+      const stalled = proxy.stallAfter('fcf.big', 'replyMs');
+      // 60 tasks of 250 kB: a reply of 15 MB, more than the sockets' buffers hold.
+      const n = 60;
+      await b.queue.enqueueMany(Array.from({ length: n }, () => ({ queue: 'fcf.big', payload: { p: 'x'.repeat(250_000) } })));
+      await within(stalled, 10_000, undefined);
+      // The server ran the claim and blocks writing its reply, the queue's lock held.
+      const writing = await waitFor(
+        "A's claim to block on its reply",
+        async () => {
+          const rows = await db.sql<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE wait_event = 'ClientWrite' AND query LIKE '%claim_limited%'");
+          return rows[0];
+        },
+        { timeoutMs: 10_000, everyMs: 100 },
+      );
+      const t0 = Date.now();
+      await b.app.get(WorkerOrchestrator).start();
+      await waitFor('instance B to run every task', async () => (await queueStates(db.sql, 'fcf.big')).done === n, { timeoutMs: 60_000 });
+      const [gone] = await db.sql<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1', [writing.pid]);
+      expect({ blockedBackendGone: gone.n === 0, byB: startsOf('fcf.big').length, within: Date.now() - t0 < 30_000 }).toEqual({ blockedBackendGone: true, byB: n, within: true });
+      await a.close();
+    } finally {
+      proxy.resume();
+      await proxy.close();
+      await viaProxy.$disconnect().catch(() => undefined);
+    }
+  }, 120_000);
 
   /**
    * Instance A's statements go through a proxy that stalls (a black-holed network) at the claim of

@@ -7,7 +7,9 @@
  * the arithmetic checked with the clock given, against a log of every claim, and the claims made
  * from several clients at once, each with its own pool, as instances would.
  */
+import { LIMITED_CLAIM_RELEASE } from '../../libs/pg-queue/src/sql/limited-claim.function';
 import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
+import { LIMIT_LOCK_NAMESPACE } from '../../libs/pg-queue/src/sql/limits.sql';
 import { RATE_STEPS, windowAdd, windowCount, windowFreesInMs } from '../../libs/pg-queue/src/sql/rate-window.sql';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
@@ -68,10 +70,35 @@ describe('limited claims', () => {
       await installSchema(prisma, 'lc_old');
       await db.sql('DROP FUNCTION lc_old.claim_limited');
       const claim = new LimitsRepository('lc_old').claim(prisma, 'lc.q', 5, 'w', 60_000, 5, { globalConcurrency: 1, partitionConcurrency: null, rateLimit: null });
-      await expect(claim).rejects.toThrow(/no lc_old\.claim_limited function.*pg-queue schema install/);
+      await expect(claim).rejects.toThrow(/lc_old\.claim_limited, .* is missing from the database or older than this instance: .*pg-queue schema install/);
     } finally {
       await prisma.$disconnect();
     }
+  });
+
+  it('claim nothing once the call has run statementMs (here: waiting for a lock held elsewhere), and refuse rules they cannot keep', async () => {
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'lc.bound', '{}' FROM generate_series(1, 5)`);
+    const call = (rules: object) =>
+      db.sql(`SELECT claimed FROM pgqueue.claim_limited('lc.bound', 5, 'w', 60000, 5, $1, $2::jsonb)`, ['00000000000000aa', JSON.stringify(rules)]);
+    const bounds = { release: LIMITED_CLAIM_RELEASE, lockWaitMs: 2000, idleMs: 2000, replyMs: 5000, statementMs: 5000, channel: 'pgqueue', global: 10 };
+    // Another session holds the queue's lock for 600 ms: a call allowed 300 ms gets the lock, then gives up before claiming.
+    const holder = db.prisma(1);
+    try {
+      const held = holder.$transaction(async (tx) => {
+        await tx.$executeRawUnsafe(`SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext('pgqueue.lc.bound'))`);
+        await new Promise((r) => setTimeout(r, 600));
+      });
+      await new Promise((r) => setTimeout(r, 100));
+      await expect(call({ ...bounds, statementMs: 300 })).rejects.toMatchObject({ code: '57014', message: expect.stringMatching(/gave up after 300 ms, before claiming/) });
+      await held;
+    } finally {
+      await holder.$disconnect();
+    }
+    expect(await db.sql(`SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'lc.bound' AND state = 'pending'`)).toEqual([{ n: 5 }]);
+    await expect(call({ ...bounds, statementMs: undefined })).rejects.toMatchObject({ code: '22023' });
+    await expect(call({ ...bounds, release: LIMITED_CLAIM_RELEASE + 1 })).rejects.toMatchObject({ code: '42883', message: expect.stringMatching(/older than its caller/) });
+    const [ok] = await call(bounds);
+    expect(JSON.parse(ok.claimed as string)).toHaveLength(5);
   });
 
   it('are never JIT-compiled', async () => {

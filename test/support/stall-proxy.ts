@@ -15,6 +15,8 @@ export class StallProxy {
   private server: net.Server | null = null;
   private readonly sockets = new Set<net.Socket>();
   private stalled = false;
+  /** stallAfter's markers and what it resolves (null: not armed). */
+  private trigger: { markers: string[]; fired: () => void } | null = null;
   port = 0;
   /** Milliseconds by which each chunk from a client is held before it is forwarded (0: at once). */
   delayMs = 0;
@@ -51,6 +53,14 @@ export class StallProxy {
     for (const s of this.sockets) s.pause();
   }
 
+  /**
+   * Stalls right after forwarding the next chunk from a client that holds every one of `markers`
+   * (latin1): the server gets that statement, and its reply is held. Resolves then.
+   */
+  stallAfter(...markers: string[]): Promise<void> {
+    return new Promise((fired) => (this.trigger = { markers, fired }));
+  }
+
   /** Forwards what was held, and everything after. */
   resume(): void {
     this.stalled = false;
@@ -77,7 +87,16 @@ export class StallProxy {
       from.setNoDelay(true);
       // Paused sockets emit no 'data' and no 'end' until resumed: nothing leaks through a stall.
       const fromClient = from === client;
-      from.on('data', (chunk) => (fromClient && this.delayMs > 0 ? setTimeout(() => to.write(chunk), this.delayMs) : to.write(chunk)));
+      from.on('data', (chunk: Buffer) => {
+        if (fromClient && this.delayMs > 0) setTimeout(() => to.write(chunk), this.delayMs);
+        else to.write(chunk);
+        const t = this.trigger;
+        if (fromClient && t && t.markers.every((m) => chunk.toString('latin1').includes(m))) {
+          this.trigger = null;
+          this.stall();
+          t.fired();
+        }
+      });
       from.on('end', () => (fromClient && this.delayMs > 0 ? setTimeout(() => to.end(), this.delayMs) : to.end()));
       from.on('error', () => to.destroy());
       from.on('close', () => {

