@@ -144,6 +144,7 @@ async function main() {
                 idleMs: SIZES.idleMs,
                 group: v.group,
                 processes: v.processes,
+                globalConcurrency: v.globalConcurrency,
                 pollMs: v.pollMs,
                 leadMs: v.leadMs,
                 timeoutMs: sc.timeoutMs - 30_000,

@@ -6,16 +6,33 @@ const report = require('./report');
 
 const PROCESSES = [1, 2, 4];
 const CONCURRENCY = 10; // per process: the drain scenario's c=10 setting
+// The limited rows (issue 25): one queue under globalConcurrency LIMIT, each process able to run
+// all of it (concurrency LIMIT), so that 2 and 4 processes only add claimers contending for the
+// same slots; lease mode, a fifth of the backlog (a limited drain is slower).
+const LIMIT = 20;
 
 function processesScenario({ n, libs, variant, cores }) {
   const k = n.toLocaleString('en-US');
-  const variants = () =>
-    libs
+  const limitedN = Math.max(1000, Math.round(n / 5));
+  const variants = () => [
+    ...libs
       .filter((l) => l.startsWith('pg-queue'))
-      .flatMap((libKey) => PROCESSES.map((p) => ({ ...variant(libKey, CONCURRENCY, `${p} proc`), processes: p })));
+      .flatMap((libKey) => PROCESSES.map((p) => ({ ...variant(libKey, CONCURRENCY, `${p} proc`), processes: p }))),
+    ...libs
+      .filter((l) => l === 'pg-queue-lease')
+      .flatMap((libKey) =>
+        PROCESSES.map((p) => ({
+          ...variant(libKey, LIMIT, `${p} proc, globalConcurrency ${LIMIT}`),
+          label: `pg-queue (lease), globalConcurrency ${LIMIT}, ${limitedN.toLocaleString('en-US')} tasks`,
+          processes: p,
+          globalConcurrency: LIMIT,
+          n: limitedN,
+        })),
+      ),
+  ];
   return {
     num: 10,
-    title: `Scaling out: ${k} pre-inserted no-op tasks drained by 1, 2 and 4 worker processes (pg-queue, concurrency ${CONCURRENCY} per process)`,
+    title: `Scaling out: ${k} pre-inserted no-op tasks drained by 1, 2 and 4 worker processes (pg-queue, concurrency ${CONCURRENCY} per process); a queue under globalConcurrency ${LIMIT} (lease, concurrency ${LIMIT} per process) likewise`,
     variants,
     n,
     timeoutMs: 300_000,
@@ -33,7 +50,7 @@ function table(all, results, cores) {
   const f = report.fmt;
   const rows = all.map((v) => {
     const s = report.summary(results, v, 'tasksPerSec');
-    const one = all.find((x) => x.libKey === v.libKey && x.processes === 1);
+    const one = all.find((x) => x.label === v.label && x.processes === 1);
     const base = one ? med(one, 'tasksPerSec') : null;
     return [
       v.label,
@@ -51,7 +68,7 @@ function table(all, results, cores) {
   return [
     `Wall time from the start signal to the database showing every task finished (archived as done, none left). CPU from /proc over the same interval: Postgres = every server process (postmaster, backends, checkpointer, walwriter, autovacuum…; in parentheses the client backends of the run's database alone); Node = \`process.cpuUsage()\` of the worker processes, summed. Cores = CPU time ÷ wall time; interrupts = irq + softirq from /proc/stat (loopback TCP, charged to no process); "other" is the rest of the machine's ${cores} cores: the coordinating process, the hypervisor's steal, anything else running on the machine. Medians except tasks/s.`,
     report.compareTable(head, rows),
-    ...[...new Set(all.map((v) => v.libKey))].map((libKey) => verdict(all.filter((v) => v.libKey === libKey), med, cores)),
+    ...[...new Set(all.map((v) => v.label))].map((label) => verdict(all.filter((v) => v.label === label), med, cores)),
   ].join('\n\n');
 }
 

@@ -33,8 +33,9 @@ export interface RunSpec {
   group?: string;
   /** make-scale: delayed rows, when not as many as the archived ones (`n`). */
   delayed?: number;
-  /** Scenario 10: worker processes (see processes.ts). */
+  /** Scenario 10: worker processes (see processes.ts), and the queue's globalConcurrency in its limited rows. */
   processes?: number;
+  globalConcurrency?: number;
   /** Scenario 11, DBOS: the queue's minPollingIntervalMs (see workflows.ts). */
   pollMs?: number;
   /** Scenario 11, wakeup: ms from the first start to the instant every workflow sleeps until. */

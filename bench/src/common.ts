@@ -43,6 +43,8 @@ export interface TargetOptions {
   preset?: 'production' | 'defaults';
   /** pg-queue: import PgQueueMetricsModule (scenario 8 scrapes it; an app without metrics does not pay for them). */
   metrics?: boolean;
+  /** pg-queue: the queue's globalConcurrency (scenario 10's limited rows); absent: none. */
+  globalConcurrency?: number;
 }
 
 /** Pool size given to every library: max(10, concurrency + 2) (graphile-worker's documented advice). */

@@ -9,7 +9,8 @@ import type { RunResult, RunSpec } from './child-main';
 
 /**
  * Scenario 10: one backlog drained by 1, 2 or 4 worker processes (pg-queue, either mode, the drain
- * scenario's app at concurrency 10 per process). This process (the coordinator) fills the queue,
+ * scenario's app at concurrency 10 per process); and a limited queue (globalConcurrency 20, lease
+ * mode, concurrency 20 per process) drained by 1, 2 or 4: more processes must not mean less. This process (the coordinator) fills the queue,
  * then forks the workers through bench/child.js (spec.scenario 'process-worker'). Each boots its
  * Nest app with autoStart off and opens its pool; only when every one is ready does the clock start:
  *
@@ -35,7 +36,7 @@ export async function runProcesses(spec: RunSpec, db: Client): Promise<RunResult
   const n = spec.n;
   const count = spec.processes ?? 1;
   const deadline = Date.now() + spec.timeoutMs;
-  const filler = new PgQueueTarget({ url: spec.url, concurrency: spec.concurrency, mode: spec.mode });
+  const filler = new PgQueueTarget({ url: spec.url, concurrency: spec.concurrency, mode: spec.mode, globalConcurrency: spec.globalConcurrency });
   await filler.open();
   try {
     await prefill(filler, db, n, spec.bulkSize ?? 1000);
@@ -158,7 +159,7 @@ export async function serveWorker(spec: RunSpec): Promise<RunResult> {
   // The coordinator gone (killed at its hard deadline) means this run is over too.
   process.on('disconnect', () => process.exit(1));
   const send = (m: FromWorker) => process.send?.(m);
-  const target = new PgQueueTarget({ url: spec.url, concurrency: spec.concurrency, mode: spec.mode });
+  const target = new PgQueueTarget({ url: spec.url, concurrency: spec.concurrency, mode: spec.mode, globalConcurrency: spec.globalConcurrency });
   await target.open();
   try {
     const seen = new Uint8Array(spec.n);

@@ -39,7 +39,8 @@ export class PgQueueTarget implements BenchTarget {
   }
 
   describe(): string {
-    return `PgQueueModule.forRoot({ prisma, databaseUrl, autoStart: false, queues: { ${QUEUE}: { mode: '${this.mode}', concurrency: ${this.opts.concurrency} } } }) — batchSize ${DEFAULT_HANDLER_OPTIONS.batchSize} (default: the most per claim, below it claims follow the pace), finished: 'archive' (default); PrismaPg pool max ${poolSize(this.opts.concurrency)}, statementNameGenerator: queueStatementName`;
+    const limit = this.opts.globalConcurrency === undefined ? '' : `, globalConcurrency: ${this.opts.globalConcurrency}`;
+    return `PgQueueModule.forRoot({ prisma, databaseUrl, autoStart: false, queues: { ${QUEUE}: { mode: '${this.mode}', concurrency: ${this.opts.concurrency}${limit} } } }) — batchSize ${DEFAULT_HANDLER_OPTIONS.batchSize} (default: the most per claim, below it claims follow the pace), finished: 'archive' (default); PrismaPg pool max ${poolSize(this.opts.concurrency)}, statementNameGenerator: queueStatementName`;
   }
 
   async open(): Promise<void> {
@@ -48,6 +49,7 @@ export class PgQueueTarget implements BenchTarget {
     });
     const prisma = this.prisma;
     const { mode, concurrency } = this;
+    const globalConcurrency = this.opts.globalConcurrency;
 
     @Module({
       imports: [
@@ -57,7 +59,7 @@ export class PgQueueTarget implements BenchTarget {
           // The bench starts the workers itself (WorkerOrchestrator.start()) once the backlog is in
           // place, so the drain clock starts at the same point for every library.
           autoStart: false,
-          queues: { [QUEUE]: { mode, concurrency } },
+          queues: { [QUEUE]: { mode, concurrency, ...(globalConcurrency === undefined ? {} : { globalConcurrency }) } },
         }),
         // Only where scenario 8 scrapes them: metrics are opt-in, ~0.4 µs per finished task.
         ...(this.opts.metrics ? [PgQueueMetricsModule] : []),
