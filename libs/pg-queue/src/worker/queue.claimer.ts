@@ -24,6 +24,8 @@ export class QueueClaimer {
    * claim sees, so the worker claims again after each (a rate limit's room frees with time).
    */
   readonly roomLimited: boolean;
+  /** A concurrency rule counts every running task of the queue: its globalConcurrency, or its limiter's concurrency. */
+  readonly countsAllRunning: boolean;
   lastClaimAt: number | null = null;
   /** The last claim took nothing because the queue is paused as a whole (see pause.sql.ts). */
   sawPaused = false;
@@ -44,7 +46,8 @@ export class QueueClaimer {
   ) {
     this.limited = hasFlowControl(handler.options);
     const limiter = handler.options.limiter === null ? undefined : deps.limiters.get(handler.options.limiter);
-    this.roomLimited = handler.options.globalConcurrency !== null || handler.options.partitionConcurrency !== null || (limiter?.concurrency ?? null) !== null;
+    this.countsAllRunning = handler.options.globalConcurrency !== null || (limiter?.concurrency ?? null) !== null;
+    this.roomLimited = this.countsAllRunning || handler.options.partitionConcurrency !== null;
   }
 
   /**

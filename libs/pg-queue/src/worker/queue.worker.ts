@@ -80,7 +80,7 @@ export class QueueWorker {
         ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms, leftOver) => this.sizer.ranTransaction(tasks, ms, leftOver))
         : null;
     this.slots = new AttemptSlots(handler.queue, o.concurrency, deps, { lease: this.lease, transactional: this.transactional }, this.sizer, () => this.state === 'stopping', {
-      slotFreed: () => this.refill(),
+      slotFreed: () => this.slotFreed(),
       ended: (ranGroupTask) => this.afterWork(ranGroupTask),
     });
   }
@@ -289,6 +289,17 @@ export class QueueWorker {
     if (ranGroupTask || this.claimer.roomLimited) this.wakeSeq++;
     if (this.claimer.roomLimited && this.state !== 'running') this.claimer.announceFreedRoom();
     this.refill();
+  }
+
+  /**
+   * A slot is free here. Under a rule that counts every running task of the queue (its global
+   * concurrency, its limiter's), the task counts as running until its ending is written, which in
+   * lease mode comes a moment after its handler returns: a claim now would find the room still
+   * taken (half the claims did, limited-claim-size.spec). It claims when the ending is in
+   * (afterWork). Under a partition's concurrency other partitions may have room: claim now.
+   */
+  private slotFreed(): void {
+    if (!this.claimer.countsAllRunning) this.refill();
   }
 
   /** Room may have freed: a limited queue claims once the burst of endings is in (see fillSoon), others at once. */
