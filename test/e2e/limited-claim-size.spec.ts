@@ -68,6 +68,14 @@ describe('a limited lease queue', () => {
     return claims;
   }
 
+  /** The claims that took nothing before the drain's last task was claimed: the limit was full. */
+  function foundFull(queue: string, claims: { took: number }[]): number {
+    const last = claims.map((c) => c.took > 0).lastIndexOf(true);
+    const empty = claims.slice(0, last).filter((c) => c.took === 0).length;
+    console.log(`${queue}: ${empty} of ${claims.length} claims found the limit full`);
+    return empty;
+  }
+
   it('claims the slots a burst of endings frees in one claim, not one slot first', async () => {
     const claims = await drain('lcs.rate', TASKS);
     // Claims for a single slot: only where a handler ended on its own (none here: every task is a no-op).
@@ -80,20 +88,14 @@ describe('a limited lease queue', () => {
     // Before, the first written ending started a claim, and as the others came in meanwhile another
     // claim followed it, finding the limit full again (18-26 % of the claims in 6 runs before; 7-10
     // % in 4 runs after: where a claim's endings were written in two statements).
-    const last = claims.map((c) => c.took > 0).lastIndexOf(true);
-    const empty = claims.slice(0, last).filter((c) => c.took === 0).length;
-    console.log(`lcs.global: ${empty} of ${claims.length} claims found the limit full`);
-    expect(empty).toBeLessThanOrEqual(claims.length / 6);
+    expect(foundFull('lcs.global', claims)).toBeLessThanOrEqual(claims.length / 6);
   }, 60_000);
 
   it('under a global limit its own slots can fill, claims when an ending is written, not when its handler returns: no claim finds the limit full', async () => {
     const claims = await drain('lcs.equal', 300);
     // A lease slot frees when its handler returns, but the task counts as running until its ending
     // is written: a claim in between found no room (half the claims, in 3 runs before).
-    const last = claims.map((c) => c.took > 0).lastIndexOf(true);
-    const empty = claims.slice(0, last).filter((c) => c.took === 0).length;
-    console.log(`lcs.equal: ${empty} of ${claims.length} claims found the limit full`);
-    expect(empty).toBeLessThanOrEqual(claims.length / 10);
+    expect(foundFull('lcs.equal', claims)).toBeLessThanOrEqual(claims.length / 10);
   }, 60_000);
 
   it('transactional: claims for every free transaction at once, each batch in a transaction of its own', async () => {
