@@ -97,6 +97,15 @@ export class StatementStats implements ScaleProbe {
     await this.admin.query('SELECT pg_stat_statements_reset()');
   }
 
+  /**
+   * From here on, the run's database also counts statements run inside functions (the limited
+   * claim's, inside claim_limited), for connections opened after this. Needs a superuser; without
+   * one those statements go uncounted.
+   */
+  async trackNested(): Promise<void> {
+    await this.admin.query(`ALTER DATABASE ${this.dbName} SET pg_stat_statements.track = 'all'`).catch(() => undefined);
+  }
+
   /** Statements executed in the run's database since the reset (the admin connection's own are in another database). */
   async read(claimPattern: string): Promise<{ calls: number; claimCalls: number; claimMs: number; top: { calls: number; query: string }[] }> {
     const where = `dbid = (SELECT oid FROM pg_database WHERE datname = $1) AND query NOT ILIKE '%pg_stat_statements%'`;

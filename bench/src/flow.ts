@@ -61,6 +61,8 @@ class FlowHandlers {
 export async function runFlow(
   url: string, group: FlowGroup, n: number, timeoutMs: number, db: Client, stats: StatementStats | null,
 ): Promise<{ metrics: Record<string, number | null>; settings: string }> {
+  // The claims below run inside claim_limited (limited-claim.function.ts): count nested statements.
+  await stats?.trackNested();
   const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: poolSize(CONCURRENCY) }, { statementNameGenerator: queueStatementName }) });
   const options = { mode: 'lease' as const, concurrency: CONCURRENCY, ...RULES[group] };
   @Module({

@@ -81,7 +81,8 @@ DECLARE
   p_prate_max integer := (p_rules->>'partitionRateMax')::integer;
   p_prate_ms bigint := CASE WHEN p_rules->>'partitionRateMax' IS NOT NULL THEN (p_rules->>'partitionRateMs')::bigint ELSE 0 END;
   p_aging bigint := (p_rules->>'agingMs')::bigint;
-  p_weights text := CASE WHEN jsonb_typeof(p_rules->'weights') = 'object' THEN (p_rules->'weights')::text END;
+  -- jsonb, not text: under a generic plan a text would be parsed again for every partition walked.
+  p_weights jsonb := CASE WHEN jsonb_typeof(p_rules->'weights') = 'object' THEN p_rules->'weights' END;
   p_limiter text := p_rules->>'limiter';
   p_lim_concurrency integer := (p_rules->>'limiterConcurrency')::integer;
   p_lim_rate_max integer := (p_rules->>'limiterRateMax')::integer;
