@@ -100,10 +100,12 @@ export class StatementStats implements ScaleProbe {
   /**
    * From here on, the run's database also counts statements run inside functions (the limited
    * claim's, inside claim_limited), for connections opened after this. Needs a superuser; without
-   * one those statements go uncounted.
+   * one those statements go uncounted (the claim's server time then reads n/a), which it says.
    */
   async trackNested(): Promise<void> {
-    await this.admin.query(`ALTER DATABASE ${this.dbName} SET pg_stat_statements.track = 'all'`).catch(() => undefined);
+    await this.admin.query(`ALTER DATABASE ${this.dbName} SET pg_stat_statements.track = 'all'`).catch((err: Error) => {
+      console.error(`   statement counts: cannot count statements inside functions (${err.message}): the limited claims' server time is n/a`);
+    });
   }
 
   /** Statements executed in the run's database since the reset (the admin connection's own are in another database). */

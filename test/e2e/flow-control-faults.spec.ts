@@ -5,6 +5,7 @@
  * claims (or holds the queue's claim lock). Each would starve or freeze the queue before the round walked only
  * partitions with claimable work, claims skipped locked rows, and the claim lock was bounded.
  */
+import { readFileSync } from 'node:fs';
 import { Injectable } from '@nestjs/common';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { TaskHandler, WorkerOrchestrator, type LeaseTaskContext, type Task } from '@app/pg-queue';
@@ -154,6 +155,12 @@ describe('flow control in production conditions', () => {
       const n = 60;
       await b.queue.enqueueMany(Array.from({ length: n }, () => ({ queue: 'fcf.big', payload: { p: 'x'.repeat(250_000) } })));
       await within(stalled, 10_000, undefined);
+      // The reply must outgrow what the sockets buffer for it, or the server never blocks: the
+      // server's send buffer can grow to tcp_wmem's max, the proxy's receive buffer (not read while
+      // stalled) stays near tcp_rmem's default.
+      const [, wmemMax] = readFileSync('/proc/sys/net/ipv4/tcp_wmem', 'utf8').trim().split(/\s+/).map(Number).slice(1);
+      const rmemDefault = Number(readFileSync('/proc/sys/net/ipv4/tcp_rmem', 'utf8').trim().split(/\s+/)[1]);
+      expect(n * 250_000).toBeGreaterThan(2 * (wmemMax + rmemDefault));
       // The server ran the claim and blocks writing its reply, the queue's lock held.
       const writing = await waitFor(
         "A's claim to block on its reply",
@@ -179,13 +186,14 @@ describe('flow control in production conditions', () => {
   /**
    * Instance A's statements go through a proxy that stalls (a black-holed network) at the claim of
    * fcf.stall. Under READ COMMITTED, the database's usual default, a limited claim is one
-   * statement (claim_limited): the lock never outlives the server's run of it, so the stall catches
-   * the claim in flight. Under another default the claim runs in a transaction of its own, and the
-   * stall comes right after the statement that took the lock: A holds it, its transaction open,
-   * until the server ends A's idle session.
+   * statement (claim_limited): the stall comes as A sends it, so only its health and its shutdown
+   * are at stake here (a claim the server runs while A's network is dead: the large-reply case
+   * above). Under another default the claim runs in a transaction of its own, and the stall comes
+   * right after the statement that took the lock: A holds it, its transaction open, until the
+   * server ends A's idle session.
    */
   it.each([
-    ['read committed', 'its claim in flight'],
+    ['read committed', 'as it sends its claim'],
     ['repeatable read', 'the claim lock held, its transaction open'],
   ])('default level %s: an instance whose network dies with %s stops no other instance; its health says so; it shuts down on time', async (level) => {
     const target = level === 'read committed' ? db : await createTestDatabase();

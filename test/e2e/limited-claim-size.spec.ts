@@ -6,15 +6,20 @@
  * claims, each a transaction under the queue's lock).
  */
 import { Injectable } from '@nestjs/common';
-import { TaskHandler, WorkerOrchestrator } from '@app/pg-queue';
+import { TaskHandler, WorkerOrchestrator, type Task } from '@app/pg-queue';
 import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
-import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
+import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { queueStates } from '../support/task-ledger';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
 
 const CONCURRENCY = 10;
 const TASKS = 200;
+
+/** lcs.room's handler starts; the first task ends once the test holds its row. */
+const roomStarts: { n: number; id: string; at: number }[] = [];
+const firstMayEnd = deferred();
 
 @Injectable()
 class NoOp {
@@ -26,6 +31,12 @@ class NoOp {
 
   @TaskHandler('lcs.equal', { mode: 'lease', concurrency: 5, globalConcurrency: 5 })
   async runEqual(): Promise<void> {}
+
+  @TaskHandler('lcs.room', { mode: 'lease', concurrency: 1, globalConcurrency: 100 })
+  async runRoom(task: Task<{ n: number }>): Promise<void> {
+    roomStarts.push({ n: task.payload.n, id: task.id, at: Date.now() });
+    if (task.payload.n === 0) await firstMayEnd.promise;
+  }
 
   @TaskHandler('lcs.tx', { mode: 'transactional', concurrency: 4, globalConcurrency: 4 })
   async runTx(): Promise<void> {
@@ -96,6 +107,54 @@ describe('a limited lease queue', () => {
     // A lease slot frees when its handler returns, but the task counts as running until its ending
     // is written: a claim in between found no room (half the claims, in 3 runs before).
     expect(foundFull('lcs.equal', claims)).toBeLessThanOrEqual(claims.length / 10);
+  }, 60_000);
+
+  it('under a global limit with room left, claims as soon as a handler returns, not when its ending is written', async () => {
+    // No poll to claim in its stead: only the worker's own choice starts the second task.
+    qa = await bootQueueApp(db.prisma(), [NoOp], { autoStart: false, pollIntervalMs: 60_000, listenPollIntervalMs: 60_000 });
+    const holder = db.prisma(1);
+    try {
+      await qa.queue.enqueueMany([0, 1].map((n) => ({ queue: 'lcs.room', payload: { n } })));
+      await qa.app.get(WorkerOrchestrator).start();
+      await waitFor('the first task to start', () => roomStarts.length === 1, { timeoutMs: 10_000 });
+      // A business transaction holds the first task's row for 3 s: its ending cannot be written
+      // meanwhile (the batcher writes it again every 500 ms). The limit (100) has room: the second
+      // task starts in the worker's one slot once the first handler returns.
+      const held = deferred();
+      const holding = holder.$transaction(async (tx) => {
+        await tx.$queryRawUnsafe('SELECT id FROM pgqueue.task WHERE id = $1::bigint FOR UPDATE', roomStarts[0].id);
+        held.resolve();
+        await new Promise((r) => setTimeout(r, 3000));
+      }, { timeout: 20_000 });
+      await held.promise;
+      const returned = Date.now();
+      firstMayEnd.resolve();
+      await waitFor('the second task to start', () => roomStarts.length === 2, { timeoutMs: 10_000 });
+      const waited = roomStarts[1].at - returned;
+      await holding;
+      await waitFor('both done', async () => (await queueStates(db.sql, 'lcs.room')).done === 2, { timeoutMs: 10_000 });
+      // Before, it waited for the ending: the 3 s the row was held.
+      expect({ waited, beforeTheEndingWasWritten: waited < 2500 }).toEqual({ waited, beforeTheEndingWasWritten: true });
+    } finally {
+      await holder.$disconnect();
+      await qa.close();
+      qa = null;
+    }
+  }, 60_000);
+
+  it('without installSchema, a start with a limited handler fails when claim_limited is missing or older, and says what to run', async () => {
+    const prisma = db.prisma(2);
+    try {
+      await installSchema(prisma, 'lcs_kept');
+      const start = () => bootQueueApp(prisma, [NoOp], { schema: 'lcs_kept', installSchema: false, autoStart: false }).then((app) => app.close());
+      await expect(start()).resolves.toBeUndefined();
+      await db.sql(`COMMENT ON FUNCTION lcs_kept.claim_limited(text, integer, text, bigint, integer, text, jsonb) IS 'pg-queue runtime function: release 0, sha256 00'`);
+      await expect(start()).rejects.toThrow(/lcs_kept\.claim_limited, .* is at release 0, older than this instance's \d+: .*pg-queue schema install/);
+      await db.sql('DROP FUNCTION lcs_kept.claim_limited');
+      await expect(start()).rejects.toThrow(/lcs_kept\.claim_limited, .* is missing from the database: .*pg-queue schema install/);
+    } finally {
+      await prisma.$disconnect();
+    }
   }, 60_000);
 
   it('transactional: claims for every free transaction at once, each batch in a transaction of its own', async () => {

@@ -13,6 +13,7 @@ import { LIMIT_LOCK_NAMESPACE } from '../../libs/pg-queue/src/sql/limits.sql';
 import { RATE_STEPS, windowAdd, windowCount, windowFreesInMs } from '../../libs/pg-queue/src/sql/rate-window.sql';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
+import { deferred } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 describe('limited claims', () => {
@@ -81,14 +82,16 @@ describe('limited claims', () => {
     const call = (rules: object) =>
       db.sql(`SELECT claimed FROM pgqueue.claim_limited('lc.bound', 5, 'w', 60000, 5, $1, $2::jsonb)`, ['00000000000000aa', JSON.stringify(rules)]);
     const bounds = { release: LIMITED_CLAIM_RELEASE, lockWaitMs: 2000, idleMs: 2000, replyMs: 5000, statementMs: 5000, channel: 'pgqueue', global: 10 };
-    // Another session holds the queue's lock for 600 ms: a call allowed 300 ms gets the lock, then gives up before claiming.
+    // Another session holds the queue's lock for 1.5 s (within the call's 2 s lock wait): a call allowed 300 ms gets the lock, then gives up before claiming.
     const holder = db.prisma(1);
     try {
+      const locked = deferred();
       const held = holder.$transaction(async (tx) => {
         await tx.$executeRawUnsafe(`SELECT pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext('pgqueue.lc.bound'))`);
-        await new Promise((r) => setTimeout(r, 600));
+        locked.resolve();
+        await new Promise((r) => setTimeout(r, 1500));
       });
-      await new Promise((r) => setTimeout(r, 100));
+      await locked.promise;
       await expect(call({ ...bounds, statementMs: 300 })).rejects.toMatchObject({ code: '57014', message: expect.stringMatching(/gave up after 300 ms, before claiming/) });
       await held;
     } finally {

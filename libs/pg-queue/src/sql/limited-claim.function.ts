@@ -34,8 +34,9 @@ const UNLIMITED = 1_000_000;
  * unacknowledged that long, which rolls the claim back and frees the lock. No statement_timeout can
  * be set for the statement that is running: the claim gives up before it claims (57014, as a
  * statement timeout) once the call has run `statementMs`, and the claim's own work is bounded by its
- * sizes (want, MAX_ROUND, MAX_WALK); so it commits well inside LIMITED_CLAIM_BOUNDS.transactionMs,
- * the window in which a claimer looks for the rows of a claim whose answer it lost (OwedOutcomes).
+ * sizes (want, MAX_ROUND, MAX_WALK); so it commits or rolls back inside
+ * LIMITED_CLAIM_BOUNDS.transactionMs, the window in which a claimer looks for the rows of a claim
+ * whose answer it lost (OwedOutcomes).
  *
  * Under another isolation level nothing is done: `isolation` says which, and the caller runs it
  * again in a READ COMMITTED transaction (read-committed.ts), where idle_in_transaction_session_timeout
@@ -49,7 +50,8 @@ const UNLIMITED = 1_000_000;
  * (partitionWeights, a JSON object), limiter (its name), limiterConcurrency,
  * limiterRateMax/limiterRateMs. The locks are named `${schema}.${queue}` and `${schema}.${limiter}`.
  * Returns the claim's rows (JSON text), when to claim again (ms; NULL: on a wake-up only), the
- * database's clock, whether the queue is paused as a whole, and the isolation level.
+ * database's clock, whether the queue is paused as a whole, the isolation level, and whether the
+ * claim left no room under the global or the limiter's concurrency (`full`).
  */
 /** claim_limited's release: every change of its text raises it (runtime-functions.ts). */
 export const LIMITED_CLAIM_RELEASE = 1;
@@ -70,7 +72,8 @@ export const limitedClaim: RuntimeFunctionDefinition = {
     const claimed = 'v_claimed, v_next_due, v_db_now, v_paused';
     return `
 CREATE OR REPLACE FUNCTION ${s}.claim_limited(p_queue text, p_want integer, p_worker text, p_lease_ms bigint, p_max_attempts integer,
-  p_claim_id text, p_rules jsonb, OUT claimed text, OUT next_due_in_ms float8, OUT db_now_ms float8, OUT paused boolean, OUT isolation text)
+  p_claim_id text, p_rules jsonb, OUT claimed text, OUT next_due_in_ms float8, OUT db_now_ms float8, OUT paused boolean, OUT isolation text,
+  OUT limit_full boolean)
 LANGUAGE plpgsql VOLATILE AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -203,6 +206,8 @@ BEGIN
   END IF;
 
   claimed := v_claimed;
+  -- No room left under a rule that counts every running task of the queue (see QueueWorker.slotFreed).
+  limit_full := coalesce(p_global - v_running - v_taken <= 0, false) OR coalesce(p_lim_concurrency - v_lim_running - v_taken <= 0, false);
   -- When to claim again: the next due task, the rate window, a full partition's window, a round
   -- cut short by MAX_WALK (at once), and the limiter, only when it is what cut the claim (an idle
   -- queue must not poll).

@@ -2,9 +2,10 @@ import type { PrismaClientLike, RateLimit, SqlExecutor } from '../types';
 import { PgQueueError } from '../errors';
 import { newClaimId } from './claim.sql';
 import { databaseError } from './database-error';
-import { notifyChannel } from './identifiers';
+import { notifyChannel, quoteIdent } from './identifiers';
 import type { ResolvedLimiters } from '../limiter.options';
-import { LIMITED_CLAIM_RELEASE } from './limited-claim.function';
+import { LIMITED_CLAIM_RELEASE, limitedClaim } from './limited-claim.function';
+import { parseMarker } from './runtime-functions';
 import { limitStatements } from './limits.sql';
 import { readCommittedCall } from './read-committed';
 import type { Claim, ClaimedRow } from './statement-values';
@@ -24,11 +25,14 @@ export interface QueueLimits {
  * Bounds of a limited claim (see claim_limited): how long a claimer waits for the queue's lock;
  * how long the server lets a claim's own transaction sit idle before it ends the session (only
  * under a database whose default level is not READ COMMITTED); how long its reply may go
- * unacknowledged (tcp_user_timeout) before the server drops the connection; how long the call may
- * have run and still claim; and how long a claim may be in flight before it is reported as stuck
- * (QueueWorker.status), within which a lost answer's rows are looked for (OwedOutcomes).
+ * unacknowledged (tcp_user_timeout) before the server drops the connection: long enough for a
+ * live client whose event loop is held up (a CPU-bound handler, a long GC pause) to read on, short
+ * enough that a dead one does not hold the queue up for long; how long the call may have run and
+ * still claim; and how long a claim may be in flight before it is reported as stuck
+ * (QueueWorker.status): by then it has committed or rolled back (statementMs, its records, then
+ * replyMs), so it is also how long a lost answer's rows are looked for (OwedOutcomes).
  */
-export const LIMITED_CLAIM_BOUNDS = { lockWaitMs: 2000, idleMs: 2000, replyMs: 5000, statementMs: 5000, transactionMs: 10_000 } as const;
+export const LIMITED_CLAIM_BOUNDS = { lockWaitMs: 2000, idleMs: 2000, replyMs: 10_000, statementMs: 5000, transactionMs: 20_000 } as const;
 
 /** Runs the claims of queues with flow-control rules: one call of claim_limited each (limited-claim.function.ts). */
 export class LimitsRepository {
@@ -65,8 +69,27 @@ export class LimitsRepository {
           `start an instance with installSchema, or run \`pg-queue schema install\` (or apply \`pg-queue schema print\`); ${databaseError(err)?.message}`,
       );
     });
-    const claim: Claim = { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms };
+    const claim: Claim = { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms, full: res.limit_full === true };
     return res.paused ? { ...claim, paused: true } : claim;
+  }
+
+  /**
+   * At a start without installSchema, when a handler has flow-control rules: claim_limited is in
+   * place at this instance's release or a newer one. A schema kept by applying printed SQL may hold
+   * an older one, or none, with no migration to tell: fail the start, not every claim after it.
+   */
+  async assertInstalled(db: SqlExecutor): Promise<void> {
+    const identity = `${quoteIdent(this.schema)}.${limitedClaim.name}(${limitedClaim.args})`;
+    const [row] = await db.$queryRawUnsafe<{ present: boolean; comment: string | null }[]>(
+      `SELECT to_regprocedure($1) IS NOT NULL AS present, obj_description(to_regprocedure($1), 'pg_proc') AS comment`,
+      identity,
+    );
+    const release = row.present ? (parseMarker(row.comment)?.release ?? 0) : null;
+    if (release !== null && release >= LIMITED_CLAIM_RELEASE) return;
+    throw new PgQueueError(
+      `pg-queue: ${this.schema}.claim_limited, which claims of queues with flow-control rules call, is ${release === null ? 'missing from the database' : `at release ${release}, older than this instance's ${LIMITED_CLAIM_RELEASE}`}: ` +
+        'start an instance with installSchema, or run `pg-queue schema install` (or apply `pg-queue schema print`)',
+    );
   }
 
   /** `limits` as claim_limited reads them (see there). */
@@ -112,4 +135,5 @@ interface LimitedClaimRow {
   paused: boolean | null;
   /** The transaction's isolation level: under another than READ COMMITTED the call did nothing. */
   isolation: string;
+  limit_full: boolean | null;
 }

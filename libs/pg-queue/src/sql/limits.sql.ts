@@ -56,7 +56,7 @@ export function limitStatements(schema: string) {
      * Parameters: $1 queue, $2 the most tasks wanted, $3 worker id, $4 lease ms, $5 the handler's
      * maxAttempts, $6 the claim's id (claim.sql.ts), $7 the rules (JSON, see claim_limited).
      */
-    claim: `SELECT claimed, next_due_in_ms, db_now_ms, paused, isolation
+    claim: `SELECT claimed, next_due_in_ms, db_now_ms, paused, isolation, limit_full
 FROM ${s}.claim_limited($1::text, $2::int, $3::text, $4::bigint, $5::int, $6::text, $7::jsonb)`,
 
     /**

@@ -50,6 +50,8 @@ export interface Claim {
   dbNowMs: number;
   /** Set by a claim that took nothing: the queue is paused as a whole (see pause.sql.ts). */
   paused?: boolean;
+  /** A limited claim: it left no room under the queue's global or its limiter's concurrency. */
+  full?: boolean;
 }
 
 export interface Lease {

@@ -26,6 +26,8 @@ export class QueueClaimer {
   readonly roomLimited: boolean;
   /** A concurrency rule counts every running task of the queue: its globalConcurrency, or its limiter's concurrency. */
   readonly countsAllRunning: boolean;
+  /** The last claim left no room under such a rule (see QueueWorker.slotFreed). */
+  limitFull = false;
   lastClaimAt: number | null = null;
   /** The last claim took nothing because the queue is paused as a whole (see pause.sql.ts). */
   sawPaused = false;
@@ -133,6 +135,7 @@ export class QueueClaimer {
       : await this.deps.repo.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, claimId);
     this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
     this.sawPaused = claim.paused === true;
+    this.limitFull = claim.full === true;
     if (claim.nextDueInMs !== null) this.wakeIn(claim.nextDueInMs);
     const attempts = claim.rows.map((r) => new Attempt(r));
     const aging = this.handler.options.priorityAgingMs;

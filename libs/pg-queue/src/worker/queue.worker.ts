@@ -293,13 +293,14 @@ export class QueueWorker {
 
   /**
    * A slot is free here. Under a rule that counts every running task of the queue (its global
-   * concurrency, its limiter's), the task counts as running until its ending is written, which in
-   * lease mode comes a moment after its handler returns: a claim now would find the room still
-   * taken (half the claims did, limited-claim-size.spec). It claims when the ending is in
-   * (afterWork). Under a partition's concurrency other partitions may have room: claim now.
+   * concurrency, its limiter's) that the last claim left full, the task counts as running until
+   * its ending is written, which in lease mode comes a moment after its handler returns: a claim
+   * now would find no room (half the claims did, limited-claim-size.spec). It claims when the
+   * ending is in (afterWork). With room left, or under a partition's concurrency (other partitions
+   * may have room), it claims now.
    */
   private slotFreed(): void {
-    if (!this.claimer.countsAllRunning) this.refill();
+    if (!(this.claimer.countsAllRunning && this.claimer.limitFull)) this.refill();
   }
 
   /** Room may have freed: a limited queue claims once the burst of endings is in (see fillSoon), others at once. */

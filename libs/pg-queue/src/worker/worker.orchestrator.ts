@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleD
 import { TaskHandlerExplorer } from '../discovery/task-handler.explorer';
 import { TaskHandlerRegistry } from '../discovery/task-handler.registry';
 import { PgQueueError } from '../errors';
+import { hasFlowControl } from '../handler.options';
 import { TaskEvents } from '../observability/task-events';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { RESOLVED_OPTIONS } from '../pg-queue.tokens';
@@ -119,6 +120,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
     // multi-line driver error, and keep running (and logging) after Nest gave up on it.
     try {
       if (this.options.installSchema) await installSchema(this.options.prisma, this.options.schema);
+      else if (this.registry.all().some((h) => hasFlowControl(h.options))) await this.deps.limits.assertInstalled(this.options.prisma);
       else await this.options.prisma.$queryRawUnsafe('SELECT 1');
     } catch (err) {
       throw startupConnectionError(err, this.options.prisma) ?? err;
