@@ -6,6 +6,7 @@ import { AttemptSlots } from './attempt.slots';
 import { claimCeiling, ClaimSizer } from './claim.sizer';
 import { LeaseRunner } from './lease.runner';
 import { QueueClaimer } from './queue.claimer';
+import { RefillPolicy } from './refill.policy';
 import { TransactionalRunner } from './transactional.runner';
 import { WakeTimers } from './wake.timers';
 import { releaseAttempts, type WorkerDeps } from './worker.deps';
@@ -45,8 +46,6 @@ export class QueueWorker {
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   /** The claim loop while it runs (drain() waits for it: its claims may already be committed). */
   private filling: Promise<void> | null = null;
-  /** A fill is queued for after the current burst of freed slots (fillSoon). */
-  private fillQueued = false;
   private wakeSeq = 0;
   private claimedSeq = -1;
   private readonly slots: AttemptSlots;
@@ -57,6 +56,7 @@ export class QueueWorker {
   /** The most rows one claim takes (see claimCeiling). */
   private readonly claimCeiling: number;
   private readonly claimer: QueueClaimer;
+  private readonly refill: RefillPolicy;
   /** The queue is paused as a whole, as far as this process knows (see PauseWatcher): no claims. */
   private paused = false;
   /** Changes of `paused` by PauseWatcher: a claim that saw a pause records it only if none came meanwhile. */
@@ -72,6 +72,7 @@ export class QueueWorker {
     this.timers = new WakeTimers(() => this.wake(), pollIntervalMs);
     const wakeIn = (ms: number) => this.wakeIn(ms);
     this.claimer = new QueueClaimer(handler, deps, wakeIn);
+    this.refill = new RefillPolicy(this.claimer, () => this.fill(), () => void this.wakeSeq++, () => this.state === 'running');
     this.claimCeiling = claimCeiling(o.batchSize, deps.rowLimits.maxPayloadBytes);
     this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);
     this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn) : null;
@@ -80,8 +81,8 @@ export class QueueWorker {
         ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms, leftOver) => this.sizer.ranTransaction(tasks, ms, leftOver))
         : null;
     this.slots = new AttemptSlots(handler.queue, o.concurrency, deps, { lease: this.lease, transactional: this.transactional }, this.sizer, () => this.state === 'stopping', {
-      slotFreed: () => this.slotFreed(),
-      ended: (ranGroupTask) => this.afterWork(ranGroupTask),
+      slotFreed: () => this.refill.slotFreed(),
+      ended: (ranGroupTask) => this.refill.ended(ranGroupTask),
     });
   }
 
@@ -226,20 +227,6 @@ export class QueueWorker {
     return this.sizer.nextClaim(this.handler.options.mode, this.claimer.limited, this.slots.taken, this.slots.waiting);
   }
 
-  /**
-   * A limited queue claims only for free slots, and its handlers' slots often free in one burst
-   * (a claim's tasks end together): claimed at once, the first freed slot would get a claim of its
-   * own and the rest wait for it. One claim after the burst instead (a macrotask later).
-   */
-  private fillSoon(): void {
-    if (this.fillQueued) return;
-    this.fillQueued = true;
-    setImmediate(() => {
-      this.fillQueued = false;
-      this.fill();
-    });
-  }
-
   private fill(): void {
     // Checked here too, not only in the loop: fill() runs after every task, mostly with nothing to do.
     if (this.filling || this.state !== 'running' || this.paused || this.claimedSeq === this.wakeSeq || this.nextClaim().want === 0) return;
@@ -280,32 +267,5 @@ export class QueueWorker {
       this.timers.retryAfter(1000);
       return false;
     }
-  }
-
-  /** Work ended (see AttemptSlots). */
-  private afterWork(ranGroupTask: boolean): void {
-    // A finished group task lets the next of its group run, an ending under a concurrency rule frees
-    // room: no NOTIFY says either. The room is this worker's to take; if it does not claim, it hands it on.
-    if (ranGroupTask || this.claimer.roomLimited) this.wakeSeq++;
-    if (this.claimer.roomLimited && this.state !== 'running') this.claimer.announceFreedRoom();
-    this.refill();
-  }
-
-  /**
-   * A slot is free here. Under a rule that counts every running task of the queue (its global
-   * concurrency, its limiter's) that the last claim left full, the task counts as running until
-   * its ending is written, which in lease mode comes a moment after its handler returns: a claim
-   * now would find no room (half the claims did, limited-claim-size.spec). It claims when the
-   * ending is in (afterWork). With room left, or under a partition's concurrency (other partitions
-   * may have room), it claims now.
-   */
-  private slotFreed(): void {
-    if (!(this.claimer.countsAllRunning && this.claimer.limitFull)) this.refill();
-  }
-
-  /** Room may have freed: a limited queue claims once the burst of endings is in (see fillSoon), others at once. */
-  private refill(): void {
-    if (this.claimer.limited) this.fillSoon();
-    else this.fill();
   }
 }
