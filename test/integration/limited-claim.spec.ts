@@ -104,6 +104,33 @@ describe('limited claims', () => {
     expect(JSON.parse(ok.claimed as string)).toHaveLength(5);
   });
 
+  it("of a small partitioned queue beside a large queue read the small queue's rows, not the table (custom plans)", async () => {
+    await db.sql('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+    await db.sql(`ALTER DATABASE ${db.name} SET pg_stat_statements.track = 'all'`);
+    const prisma = db.prisma(1);
+    try {
+      await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'lc.skew.big', '{}' FROM generate_series(1, 100000)`);
+      await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.skew', '{}', 'p' || (g % 3) FROM generate_series(1, 60) g`);
+      await db.sql('VACUUM ANALYZE pgqueue.task');
+      const [{ pages }] = await db.sql<{ pages: number }>("SELECT relpages AS pages FROM pg_class WHERE oid = 'pgqueue.task'::regclass");
+      await db.sql('SELECT pg_stat_statements_reset()');
+      const repo = new LimitsRepository('pgqueue');
+      // More calls than a plan cache's five custom plans before it may settle on a generic one.
+      for (let i = 0; i < 8; i++) await repo.claim(prisma, 'lc.skew', 3, 'w', 60_000, 5, { globalConcurrency: null, partitionConcurrency: 1, rateLimit: null });
+      const [st] = await db.sql<{ calls: number; blocks: number }>(
+        "SELECT sum(calls)::int AS calls, sum(shared_blks_hit + shared_blks_read)::int AS blocks FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE '%walk AS (%'",
+      );
+      // A generic plan scanned the whole table for tasks without a partition: every page, every call
+      // (1 656 blocks a claim against 1 540 pages; 354 with custom plans).
+      console.log(`lc.skew: ${st.blocks / st.calls} blocks a claim, the table ${pages} pages`);
+      expect({ calls: st.calls, underAThirdOfTheTable: st.blocks / st.calls < pages / 3 }).toEqual({ calls: 8, underAThirdOfTheTable: true });
+    } finally {
+      await prisma.$disconnect();
+      await db.sql(`ALTER DATABASE ${db.name} RESET pg_stat_statements.track`);
+      await db.sql(`DELETE FROM pgqueue.task WHERE queue IN ('lc.skew.big', 'lc.skew')`);
+    }
+  });
+
   it('are never JIT-compiled', async () => {
     await db.sql('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     // A session that compiles everything it can, as a large backlog's estimates make a claim do.

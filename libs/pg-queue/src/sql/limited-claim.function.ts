@@ -161,9 +161,11 @@ BEGIN
       ${bindParams(claim, [...claimArgs, 'p_claim_id'])}
       INTO ${claimed};
     ELSIF NOT v_partitioned THEN
+      PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
       ${bindParams(aging, [...claimArgs, 'p_aging', 'v_aging_levels', 'p_claim_id'])}
       INTO ${claimed};
     ELSE
+      PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
       v_round := least(${MAX_ROUND}, greatest(32, 4 * v_take));
       v_turns_left := CASE WHEN v_cursor IS NULL THEN 0 ELSE v_turns END;
       ${bindParams(limits.claimPartitioned, [
@@ -171,6 +173,7 @@ BEGIN
       ])}
       INTO ${claimed}, v_next_cursor, v_next_turns, v_walk_cut, v_partition_full, v_room_left;
     END IF;
+    PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
     v_taken := json_array_length(v_claimed::json);
     db_now_ms := v_db_now;
   END IF;
