@@ -209,7 +209,7 @@ BEGIN
   END IF;
 
   claimed := v_claimed;
-  -- No room left under a rule that counts every running task of the queue (see QueueWorker.slotFreed).
+  -- No room left under a rule that counts every running task of the queue (see RefillPolicy.slotFreed).
   limit_full := coalesce(p_global - v_running - v_taken <= 0, false) OR coalesce(p_lim_concurrency - v_lim_running - v_taken <= 0, false);
   -- When to claim again: the next due task, the rate window, a full partition's window, a round
   -- cut short by MAX_WALK (at once), and the limiter, only when it is what cut the claim (an idle

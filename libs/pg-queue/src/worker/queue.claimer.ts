@@ -26,7 +26,7 @@ export class QueueClaimer {
   readonly roomLimited: boolean;
   /** A concurrency rule counts every running task of the queue: its globalConcurrency, or its limiter's concurrency. */
   readonly countsAllRunning: boolean;
-  /** The last claim left no room under such a rule (see QueueWorker.slotFreed). */
+  /** The last claim left no room under such a rule (see RefillPolicy.slotFreed). */
   limitFull = false;
   lastClaimAt: number | null = null;
   /** The last claim took nothing because the queue is paused as a whole (see pause.sql.ts). */
