@@ -42,6 +42,7 @@ export class LimitsRepository {
   private readonly weights: Readonly<Record<string, number>> | null;
   /** The module's named limiters (limiter.sql.ts). */
   private readonly limiters: ResolvedLimiters;
+  private readonly rules = new WeakMap<QueueLimits, string>();
 
   constructor(
     private readonly schema: string,
@@ -64,10 +65,7 @@ export class LimitsRepository {
     }).catch((err: unknown) => {
       // 42883: the function is not there, or older than this instance (a schema installed by hand from an older release's SQL).
       if (databaseError(err)?.code !== '42883') throw err;
-      throw new PgQueueError(
-        `pg-queue: ${this.schema}.claim_limited, which claims of queues with flow-control rules call, is missing from the database or older than this instance: ` +
-          `start an instance with installSchema, or run \`pg-queue schema install\` (or apply \`pg-queue schema print\`); ${databaseError(err)?.message}`,
-      );
+      throw this.notInstalled('missing from the database or older than this instance', databaseError(err)?.message);
     });
     const claim: Claim = { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms, full: res.limit_full === true };
     return res.paused ? { ...claim, paused: true } : claim;
@@ -86,14 +84,25 @@ export class LimitsRepository {
     );
     const release = row.present ? (parseMarker(row.comment)?.release ?? 0) : null;
     if (release !== null && release >= LIMITED_CLAIM_RELEASE) return;
-    throw new PgQueueError(
-      `pg-queue: ${this.schema}.claim_limited, which claims of queues with flow-control rules call, is ${release === null ? 'missing from the database' : `at release ${release}, older than this instance's ${LIMITED_CLAIM_RELEASE}`}: ` +
-        'start an instance with installSchema, or run `pg-queue schema install` (or apply `pg-queue schema print`)',
+    throw this.notInstalled(release === null ? 'missing from the database' : `at release ${release}, older than this instance's ${LIMITED_CLAIM_RELEASE}`);
+  }
+
+  /** claim_limited is not there as this instance needs it (`state`): what to run. */
+  private notInstalled(state: string, detail?: string): PgQueueError {
+    return new PgQueueError(
+      `pg-queue: ${this.schema}.claim_limited, which claims of queues with flow-control rules call, is ${state}: ` +
+        `start an instance with installSchema, or run \`pg-queue schema install\` (or apply \`pg-queue schema print\`)${detail ? `; ${detail}` : ''}`,
     );
   }
 
-  /** `limits` as claim_limited reads them (see there). */
+  /** `limits` as claim_limited reads them (see there), built once per limits object: they name no queue. */
   private rulesOf(limits: QueueLimits): string {
+    let rules = this.rules.get(limits);
+    if (rules === undefined) this.rules.set(limits, (rules = this.rulesJson(limits)));
+    return rules;
+  }
+
+  private rulesJson(limits: QueueLimits): string {
     const rate = limits.rateLimit;
     const limiter = limits.limiter ? (this.limiters.get(limits.limiter) ?? null) : null;
     const partitioned = limits.partitionConcurrency !== null || rate?.perPartition === true;
