@@ -5,6 +5,7 @@ import type { Prisma } from '../../src/generated/prisma/client';
 import { killFixtureProcesses, startFixtureProcess, type FixtureProcess } from '../support/fixture-process';
 import { LIVENESS_LEASE_MS, LIVENESS_QUEUES } from '../support/liveness';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { StallProxy } from '../support/stall-proxy';
 import { queueStates } from '../support/task-ledger';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
@@ -50,7 +51,7 @@ describe('dead instances: claims and limit slots back within seconds, fenced', (
   });
 
   const holding = (p: FixtureProcess) => p.output().split('\n').filter((l) => l.startsWith('HOLDING')).length;
-  const startHolder = async (worker: string, options: { listen: boolean; deadInstanceAfterMs?: number }, holds: number) => {
+  const startHolder = async (worker: string, options: { listen: boolean; listenUrl?: string; deadInstanceAfterMs?: number }, holds: number) => {
     const p = startFixtureProcess('liveness-worker', [JSON.stringify({ url: db.url, worker, ...options })]);
     await p.line('READY', 30_000);
     await waitFor(`${worker} to hold ${holds} claims in its handlers`, () => holding(p) === holds, { timeoutMs: 30_000 });
@@ -147,6 +148,47 @@ describe('dead instances: claims and limit slots back within seconds, fenced', (
       await waitFor('holder-a forgotten', async () => !(await registered('holder-a')), { timeoutMs: 10_000 });
     } finally {
       await survivor.close();
+    }
+  }, 90_000);
+  it('a live instance whose LISTEN connection stays down for many times its deadInstanceAfterMs keeps its claims (it says so through its pool); killed, they come back at once', async () => {
+    // Its LISTEN connection goes through a proxy the test cuts; its Prisma pool connects directly.
+    const proxy = new StallProxy(Number(new URL(db.url).port));
+    await proxy.start();
+    try {
+      await watcher.queue.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ queue: 'live.tx' as const, payload: { customer: `d-tx-${i}` } })));
+      await watcher.queue.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ queue: 'live.lease' as const, payload: { customer: `d-lease-${i}` } })));
+      const holder = await startHolder('holder-d', { listen: true, listenUrl: proxy.url(db.url), deadInstanceAfterMs: 1000 }, 10);
+      const claims = await claimsOf('holder-d');
+      expect(claims).toHaveLength(10);
+      await waitFor('holder-d registered', () => registered('holder-d'));
+
+      // No LISTEN for 6 s, six times its window: pg-listen retries and is refused, the watcher's
+      // rescuer finds its session gone on a dozen passes, and takes nothing.
+      const name = listenerName('pgqueue', 'holder-d');
+      proxy.refuse();
+      await waitFor('holder-d\'s LISTEN session gone', async () => (await db.sql('SELECT 1 FROM pg_stat_activity WHERE application_name = $1', [name])).length === 0);
+      await watch(6000);
+      expect(await claimsOf('holder-d')).toEqual(claims);
+      const [row] = await db.sql('SELECT missing_since IS NOT NULL AS missing, reconnecting_until > now() AS reconnecting FROM pgqueue.instance_session WHERE instance = $1', ['holder-d']);
+      expect(row).toEqual({ missing: true, reconnecting: true });
+
+      // Back: registered anew, no longer reconnecting.
+      proxy.admit();
+      await waitFor('holder-d\'s LISTEN session back', async () => (await db.sql('SELECT 1 FROM pg_stat_activity WHERE application_name = $1', [name])).length === 1, { timeoutMs: 15_000 });
+      await waitFor('holder-d registered again', async () =>
+        (await db.sql('SELECT 1 FROM pgqueue.instance_session WHERE instance = $1 AND missing_since IS NULL AND reconnecting_until IS NULL', ['holder-d'])).length === 1,
+      );
+      expect(await claimsOf('holder-d')).toEqual(claims);
+
+      // Killed, saying nothing: its claims back after its window, not a reconnect's grace.
+      await holder.kill();
+      const killedAt = Date.now();
+      await waitFor('holder-d\'s claims rescued', async () => (await claimsOf('holder-d')).length === 0, { timeoutMs: LIVENESS_LEASE_MS - 15_000 });
+      const rescuedMs = Date.now() - killedAt;
+      console.log(`SIGKILL → holder-d's 10 claims rescued: ${rescuedMs} ms (deadInstanceAfterMs 1000, the watcher's rescuer every 500 ms)`);
+      expect(rescuedMs).toBeLessThan(8000);
+    } finally {
+      await proxy.close();
     }
   }, 90_000);
 });

@@ -10,11 +10,14 @@ import * as net from 'node:net';
  * `delayMs` makes a distant database instead: what the client sends reaches the server that much
  * later (order kept), so every statement pays a round trip's latency.
  * `repoint()` moves it to another server, as a VIP, DNS or a pooler does in a failover.
+ * `refuse()` drops every connection and closes new ones at once until `admit()`: a path gone for
+ * the clients that use this proxy while the server and everyone else go on.
  */
 export class StallProxy {
   private server: net.Server | null = null;
   private readonly sockets = new Set<net.Socket>();
   private stalled = false;
+  private refusing = false;
   /** stallAfter's markers and what it resolves (null: not armed). */
   private trigger: { markers: string[]; fired: () => void } | null = null;
   port = 0;
@@ -45,6 +48,16 @@ export class StallProxy {
       this.server!.listen(port, '127.0.0.1', resolve);
     });
     this.port = (this.server.address() as net.AddressInfo).port;
+  }
+
+  /** Drops every open connection, and closes each new one as it arrives, until admit(). */
+  refuse(): void {
+    this.refusing = true;
+    for (const s of this.sockets) s.destroy();
+  }
+
+  admit(): void {
+    this.refusing = false;
   }
 
   /** Stops forwarding; sockets stay open and what arrives is held. */
@@ -78,6 +91,7 @@ export class StallProxy {
   }
 
   private accept(client: net.Socket): void {
+    if (this.refusing) return void client.destroy();
     const upstream = net.connect(this.targetPort, this.targetHost);
     for (const [from, to] of [
       [client, upstream],

@@ -22,7 +22,7 @@ export function describeSettings(bullmqVersion: string): string[] {
   return [
     `BullMQ ${bullmqVersion} on PostgreSQL: new Queue/Worker(name, …, { connection: { connectionString, migrate: true } }, createPostgresBackend);`,
     `  jobs added with ${JSON.stringify(BULLMQ_JOB_OPTIONS)}; Worker ${JSON.stringify(BULLMQ_WORKER_OPTIONS)} (default 30000 each)`,
-    `pg-queue: PgQueueModule.forRoot({ prisma, databaseUrl, ${Object.entries(PGQUEUE_MODULE_OPTIONS).map(([k, v]) => `${k}: ${v}`).join(', ')} }) (defaults 10000 each);`,
+    `pg-queue: PgQueueModule.forRoot({ prisma, databaseUrl, ${Object.entries(PGQUEUE_MODULE_OPTIONS).map(([k, v]) => `${k}: ${v}`).join(', ')} }) (defaults 10000 and 2000);`,
     `  transactional handlers (the default), maxAttempts 5 (default); counter.bump ${JSON.stringify(PGQUEUE_BUMP_OPTIONS)} (default 60000)`,
   ];
 }

@@ -48,13 +48,15 @@ export interface PgQueueModuleOptions {
   /** How often each instance looks for expired leases. Default 10 000 ms. */
   rescueIntervalMs?: number;
   /**
-   * With databaseUrl: how long this instance's LISTEN session may be gone from the server before the
-   * other instances take it for dead and take back its running tasks (fenced, as an expired lease)
-   * instead of waiting out their leases; also frees the limit slots they held. Postgres ends the
-   * session when the process dies (at once for a killed process; for a host or network gone, when
-   * the server's TCP keepalive gives up). Shorter than about 6 s risks a live instance whose LISTEN
-   * connection is reconnecting (retries are up to 5 s apart) losing its claims. false: never (its
-   * claims wait for their leases). Default 10 000 ms.
+   * With databaseUrl: how long this instance's LISTEN session may be gone from the server, while
+   * the instance says nothing, before the other instances take it for dead and take back its
+   * running tasks (fenced, as an expired lease) instead of waiting out their leases; also frees
+   * the limit slots they held. Postgres ends the session when the process dies (at once for a
+   * killed process; for a host or network gone, when the server's TCP keepalive gives up). A live
+   * instance whose LISTEN connection drops says, through its Prisma pool, that it is reconnecting,
+   * and is not judged while it does; one whose pool cannot say so within this window (an event
+   * loop blocked that long) may lose its claims. After a restart or failover every instance gets
+   * at least 10 s. false: never (its claims wait for their leases). Default 2 000 ms, at least 250.
    */
   deadInstanceAfterMs?: number | false;
   /** Defaults for every handler, over the library's own. */
@@ -189,7 +191,7 @@ export function resolveModuleOptions(options: PgQueueModuleOptions): ResolvedMod
     maxErrorBytes: positiveInt('maxErrorBytes', options.maxErrorBytes ?? 2048, { min: 64, max: 1024 * 1024 }),
     finished: options.finished ?? 'archive',
     rescueIntervalMs: positiveInt('rescueIntervalMs', options.rescueIntervalMs ?? 10_000, { min: 10 }),
-    deadInstanceAfterMs: options.deadInstanceAfterMs === false ? false : positiveInt('deadInstanceAfterMs', options.deadInstanceAfterMs ?? 10_000, { min: 1000, max: 86_400_000 }),
+    deadInstanceAfterMs: options.deadInstanceAfterMs === false ? false : positiveInt('deadInstanceAfterMs', options.deadInstanceAfterMs ?? 2000, { min: 250, max: 86_400_000 }),
     handlerDefaults,
     queues,
     schedules: options.schedules ?? [],

@@ -23,19 +23,27 @@ export class LivenessRepository {
   }
 
   /** Records that `instance`'s listener session is up as `listener`; false when no such session shows. */
-  async register(db: SqlExecutor, instance: string, listener: string, graceMs: number): Promise<boolean> {
-    const rows = await db.$queryRawUnsafe<{ registered: number }[]>(this.sql.register, instance, listener, graceMs);
+  async register(db: SqlExecutor, instance: string, listener: string, windows: { graceMs: number; silentMs: number }): Promise<boolean> {
+    const rows = await db.$queryRawUnsafe<{ registered: number }[]>(this.sql.register, instance, listener, windows.graceMs, windows.silentMs);
     return rows.length > 0;
+  }
+
+  /** `instance` is alive, its LISTEN session gone: not to be judged for `ms`. */
+  async reconnecting(db: SqlExecutor, instance: string, ms: number): Promise<void> {
+    await db.$executeRawUnsafe(this.sql.reconnecting, instance, ms);
   }
 
   async retire(db: SqlExecutor, instance: string): Promise<void> {
     await db.$executeRawUnsafe(this.sql.retire, instance);
   }
 
-  /** Rescues the running tasks of the instances (other than `self`) whose session is gone past their grace. */
-  async rescueGone(db: SqlExecutor, self: string, limit = 1000): Promise<GoneRescue> {
+  /**
+   * Rescues the running tasks of the instances (other than `self`) judged dead; `trusted`: whether
+   * this judge applies their silent window rather than their grace (see liveness.sql.ts).
+   */
+  async rescueGone(db: SqlExecutor, self: string, trusted: boolean, limit = 1000): Promise<GoneRescue> {
     const [res] = await db.$queryRawUnsafe<{ rescued: number; dead: number; gone: number; next_check_ms: number | null }[]>(
-      this.sql.rescueGone, limit, this.channel, self,
+      this.sql.rescueGone, limit, this.channel, self, trusted,
     );
     return { rescued: res.rescued, dead: res.dead, gone: res.gone, nextCheckMs: res.next_check_ms };
   }

@@ -11,17 +11,24 @@ import { rescueFrom } from './maintain.sql';
  * socket at once; a host or network gone: once the server's TCP keepalive gives up), and with it
  * the name from pg_stat_activity, which every role can read. An instance that found its name there
  * through its own pool records it here (`register`): from then on, a session of that name gone for
- * longer than the instance's grace means the instance is dead, and the other instances' rescuers
- * take its running tasks back (`rescueGone`), fenced exactly as an expired lease.
+ * longer than the instance's silent_ms while the instance said nothing means it is dead, and the
+ * other instances' rescuers take its running tasks back (`rescueGone`), fenced exactly as an
+ * expired lease.
  *
  * What keeps the living safe:
- * - only instances that registered are judged (an older version, one without databaseUrl, one
- *   whose name a pooler or the URL replaced, or one with deadInstanceAfterMs false never is: its
- *   claims keep waiting for their leases);
- * - a name gone counts only once it has been gone for the instance's own grace (missing_since, set
- *   by the first rescuer pass that finds it gone, cleared by the first that finds it back or by
- *   the instance re-registering when its LISTEN connection is back): a LISTEN connection that
- *   drops and reconnects (pg-listen retries at most 5 s apart) never costs its instance a claim;
+ * - only instances that registered are judged (one without databaseUrl, one whose name a pooler or
+ *   the URL replaced, or one with deadInstanceAfterMs false never is: its claims keep waiting for
+ *   their leases);
+ * - an instance whose LISTEN connection dropped says so through its pool at once and every second
+ *   after (`reconnecting`: reconnecting_until, a few seconds ahead): not judged while it does, so a
+ *   LISTEN connection down for long (refused, a pooler, pg-listen's retries up to 5 s apart) costs
+ *   it no claim, and a process that dies while reconnecting is judged once it stops saying so;
+ * - a name gone counts only once gone for the window (missing_since, set by the first rescuer pass
+ *   that finds it gone, cleared by the first that finds it back or by the instance re-registering);
+ * - only a judge that has itself been listening for a while ($4, trusted) applies silent_ms: after
+ *   a restart or a failover every session is gone at once, and each instance gets grace_ms (long)
+ *   to come back or say it is reconnecting, as do rows of an older version (silent_ms NULL); older
+ *   judges apply grace_ms to everyone;
  * - an instance never judges itself;
  * - rows held by a live transactional handler are locked, hence skipped, as for expired leases.
  */
@@ -29,18 +36,28 @@ export function livenessStatements(schema: string) {
   const s = quoteIdent(schema);
   return marked({
     /**
-     * This instance's listener session is up under name $2: recorded (missing_since cleared) only
-     * if this database shows a session of that name, so that one whose name never reaches the
-     * server is never judged by it. Returns one row when recorded.
-     * Parameters: $1 instance, $2 listener name, $3 grace ms.
+     * This instance's listener session is up under name $2: recorded (missing_since and
+     * reconnecting_until cleared) only if this database shows a session of that name, so that one
+     * whose name never reaches the server is never judged by it. Returns one row when recorded.
+     * Parameters: $1 instance, $2 listener name, $3 grace ms, $4 silent ms.
      */
     register: `
-INSERT INTO ${s}.instance_session (instance, listener, grace_ms)
-SELECT $1::text, $2::text, $3::int
+INSERT INTO ${s}.instance_session (instance, listener, grace_ms, silent_ms)
+SELECT $1::text, $2::text, $3::int, $4::int
 WHERE EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name = $2::text)
-ON CONFLICT (instance) DO UPDATE SET listener = excluded.listener, grace_ms = excluded.grace_ms,
-                                     registered_at = now(), missing_since = NULL
+ON CONFLICT (instance) DO UPDATE SET listener = excluded.listener, grace_ms = excluded.grace_ms, silent_ms = excluded.silent_ms,
+                                     registered_at = now(), missing_since = NULL, reconnecting_until = NULL
 RETURNING 1 AS registered`,
+
+    /**
+     * This instance is alive and its LISTEN connection is down: not to be judged for $2 ms. Only
+     * while its session is indeed gone, so that a late one after the reconnect leaves nothing set.
+     * Parameters: $1 instance, $2 ms.
+     */
+    reconnecting: `
+UPDATE ${s}.instance_session i SET reconnecting_until = now() + $2::int * interval '1 millisecond'
+WHERE i.instance = $1::text
+  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name = i.listener)`,
 
     /** At shutdown (its claims released or waiting for their leases): forget it. Parameters: $1 instance. */
     retire: `DELETE FROM ${s}.instance_session WHERE instance = $1::text`,
@@ -49,17 +66,19 @@ RETURNING 1 AS registered`,
      * One rescuer pass over the other registered instances ($3: this one), each row taken FOR
      * UPDATE SKIP LOCKED (two rescuers never judge one instance at once): whether its listener
      * session is up now; missing_since set when it is newly gone and cleared when it is back (a
-     * data-modifying CTE: the pass after sees it); the running tasks of those gone for longer than
-     * their grace (by the row as this statement found it, so never in the pass that first found it
-     * gone) rescued, at most $1; and the rows of those gone that held no running task when the
-     * statement began forgotten. `next_check_ms`: when the earliest instance found gone and not yet
-     * judged will have been gone for its grace (null: none), so the rescuer can look again then
-     * rather than a whole interval later.
-     * Parameters: $1 batch limit, $2 channel, $3 this instance.
+     * data-modifying CTE: the pass after sees it); the running tasks of those judged dead (gone
+     * for longer than their window by the row as this statement found it, so never in the pass
+     * that first found it gone, and not saying they reconnect) rescued, at most $1; and the rows
+     * of those judged dead that held no running task when the statement began forgotten.
+     * `next_check_ms`: when the earliest instance found gone and not yet judged may be (null:
+     * none), so the rescuer can look again then rather than a whole interval later.
+     * Parameters: $1 batch limit, $2 channel, $3 this instance, $4 whether this judge applies
+     * silent_ms (it has been listening long enough to trust a session gone: see above).
      */
     rescueGone: rescueFrom(s, {
       ctes: `sessions AS MATERIALIZED (
-  SELECT i.instance, i.grace_ms, i.missing_since,
+  SELECT i.instance, i.missing_since, i.reconnecting_until,
+         CASE WHEN $4::boolean AND i.silent_ms IS NOT NULL THEN i.silent_ms ELSE i.grace_ms END * interval '1 millisecond' AS window_,
          i.listener IN (SELECT application_name FROM pg_stat_activity WHERE datname = current_database()) AS live
   FROM ${s}.instance_session i
   WHERE i.instance <> $3::text
@@ -71,7 +90,7 @@ RETURNING 1 AS registered`,
   RETURNING 1
 ), gone AS (
   SELECT instance FROM sessions
-  WHERE NOT live AND missing_since <= now() - grace_ms * interval '1 millisecond'
+  WHERE NOT live AND missing_since <= now() - window_ AND (reconnecting_until IS NULL OR reconnecting_until < now())
 ), forgotten AS (
   DELETE FROM ${s}.instance_session i USING gone g
   WHERE i.instance = g.instance
@@ -88,7 +107,7 @@ RETURNING 1 AS registered`,
       lastError: "'instance gone: worker ' || coalesce(t.locked_by, '?') || ' lost its database session before it finished attempt ' || t.attempt",
       extra: `(SELECT count(*) FROM marked)::int AS marked, (SELECT count(*) FROM forgotten)::int AS forgotten,
        (SELECT count(*) FROM gone)::int AS gone,
-       (SELECT (extract(epoch FROM min(coalesce(x.missing_since, now()) + x.grace_ms * interval '1 millisecond') - now()) * 1000)::float8
+       (SELECT (extract(epoch FROM min(greatest(coalesce(x.missing_since, now()) + x.window_, x.reconnecting_until)) - now()) * 1000)::float8
         FROM sessions x WHERE NOT x.live AND x.instance NOT IN (SELECT instance FROM gone)) AS next_check_ms`,
     }),
   });

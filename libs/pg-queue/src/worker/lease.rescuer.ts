@@ -80,7 +80,7 @@ export class LeaseRescuer {
     await this.gone.owed?.settle(this.db, this.repo);
     await this.gone.own?.ensure(this.gone.listening());
     try {
-      const res = await this.gone.repo.rescueGone(this.db, this.gone.self);
+      const res = await this.gone.repo.rescueGone(this.db, this.gone.self, this.gone.own?.trusted() ?? false);
       if (res.rescued > 0) {
         this.logger.warn(`rescued ${res.rescued} task(s) of ${res.gone} instance(s) whose database session is gone (${res.dead} now dead)`);
         return 0; // more may be left past the batch limit

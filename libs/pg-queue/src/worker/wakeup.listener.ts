@@ -149,6 +149,7 @@ export class WakeupListener {
   private relisten(subscriber: Subscriber, err: Error): void {
     this.connected = false;
     this.lost = true;
+    this.on.lost?.();
     if (this.stopped || this.subscriber !== subscriber || this.relistenTimer) return;
     const ms = Math.min(5000, 200 * 2 ** this.relistens++) * (0.5 + Math.random() / 2);
     this.logger.warn(`LISTEN failed (${err.message}); polling meanwhile, a new LISTEN connection in ${Math.round(ms)} ms`);

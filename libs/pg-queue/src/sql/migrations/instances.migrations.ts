@@ -1,11 +1,14 @@
 import type { SchemaMigration } from '../schema.sql';
 
 /**
- * Migration 19: the instances whose death Postgres can tell (see liveness.sql.ts), so that their
- * claims and limit slots come back seconds after they die instead of a lease later. `s`: the quoted
- * schema name. A new table, so a plain step (see schema.sql.ts for how migrations are applied).
- * During a rolling deploy an older instance neither reads nor writes it: its claims wait for their
- * leases as before, and it never takes anyone's claims but by an expired lease.
+ * Migrations 19 and 25: the instances whose death Postgres can tell (see liveness.sql.ts), so that
+ * their claims and limit slots come back seconds after they die instead of a lease later. `s`: the
+ * quoted schema name. A new table, then two nullable columns: plain steps (see schema.sql.ts for
+ * how migrations are applied). During a rolling deploy from before 19 an older instance neither
+ * reads nor writes the table: its claims wait for their leases as before, and it never takes
+ * anyone's claims but by an expired lease. From 19 to 25, an older instance judges everyone by
+ * grace_ms, which this version writes no shorter than 10 s, and its own rows (silent_ms NULL) are
+ * judged by their grace_ms.
  */
 export function instanceMigrations(s: string): SchemaMigration[] {
   return [
@@ -25,6 +28,19 @@ CREATE TABLE IF NOT EXISTS ${s}.instance_session (
   registered_at  timestamptz NOT NULL DEFAULT now(),
   missing_since  timestamptz
 );
+`,
+    },
+    {
+      version: 25,
+      name: 'instance_reconnecting',
+      sql: `
+-- silent_ms: how long the session may be gone while the instance says nothing before it is taken
+-- for dead (grace_ms stays the longer bound that instances of an older version apply to it, as
+-- they ignore the next column). reconnecting_until: the instance, its LISTEN connection lost, says
+-- through its pool that it is alive and reconnecting; not judged before then. NULL: never said
+-- (an older instance) or not reconnecting.
+ALTER TABLE ${s}.instance_session ADD COLUMN IF NOT EXISTS silent_ms integer,
+                                  ADD COLUMN IF NOT EXISTS reconnecting_until timestamptz;
 `,
     },
   ];
