@@ -6,6 +6,7 @@ import { notifyChannel } from '../../../libs/pg-queue/src/sql/identifiers';
 import { printSchemaSql } from '../../../libs/pg-queue/src/sql/schema.sql';
 import { taskRowsJson } from '../../../libs/pg-queue/src/sql/statement-values';
 import { QUEUE, connect, type BenchTarget, type Payload, type TargetOptions } from '../common';
+import { CLAIM_STATEMENT_PATTERN } from './pg-queue-statements';
 import { SCHEMA, runBatch } from '../physical-limit';
 
 /**
@@ -16,7 +17,7 @@ import { SCHEMA, runBatch } from '../physical-limit';
  * path), then the batch is completed on the same client.
  */
 export class BarePgTarget implements BenchTarget {
-  readonly claimStatementPattern = '%FOR UPDATE OF t SKIP LOCKED%lease_token = gen_random_uuid()%';
+  readonly claimStatementPattern = CLAIM_STATEMENT_PATTERN;
   private readonly mode: 'transactional' | 'lease';
   private readonly channel = notifyChannel(SCHEMA);
   private readonly insert = enqueueStatements(SCHEMA).insertMany;

@@ -7,6 +7,7 @@ import { DEFAULT_HANDLER_OPTIONS, PgQueueModule, TaskHandler, TaskQueue, WorkerO
 import { PgQueueMetricsModule } from '@app/pg-queue/metrics';
 import { PrismaClient } from '../../../src/generated/prisma/client';
 import { QUEUE, poolSize, type BenchTarget, type Payload, type TargetOptions } from '../common';
+import { CLAIM_STATEMENT_PATTERN } from './pg-queue-statements';
 import { runScale, type ScaleProbe } from '../scale';
 
 /** Set by startWorker; the handler below calls it first thing. */
@@ -29,7 +30,7 @@ class BenchHandlers {
  * (batchSize, finished tasks archived, LISTEN on databaseUrl).
  */
 export class PgQueueTarget implements BenchTarget {
-  readonly claimStatementPattern = '%FOR UPDATE OF t SKIP LOCKED%lease_token = gen_random_uuid()%';
+  readonly claimStatementPattern = CLAIM_STATEMENT_PATTERN;
   private prisma: PrismaClient | null = null;
   private app: INestApplicationContext | null = null;
   private readonly mode: 'transactional' | 'lease';
