@@ -13,7 +13,7 @@ import { waitFor } from '../support/wait-for';
 /**
  * Issue 26: an instance that dies (SIGKILL) gives its claims and limit slots back within seconds,
  * not a lease: Postgres ends its LISTEN session, and the other instances' rescuers take back the
- * running tasks of an instance whose session has been gone past its grace (deadInstanceAfterMs).
+ * running tasks of an instance whose session has been gone past its window (deadInstanceAfterMs) while it said nothing.
  * The holder is a worker process (test/fixtures/liveness-worker.ts) whose handlers never return;
  * the other instances run in this process. Leases are a minute long: every test here ends before one
  * would expire, so only the liveness rescue can explain a task taken over.
@@ -60,7 +60,7 @@ describe('dead instances: claims and limit slots back within seconds, fenced', (
   const claimsOf = (worker: string) =>
     db.sql<{ id: string; lease_token: string }>("SELECT id::text, lease_token::text FROM pgqueue.task WHERE state = 'running' AND locked_by = $1 ORDER BY id", [worker]);
   const registered = async (worker: string) => (await db.sql('SELECT 1 FROM pgqueue.instance_session WHERE instance = $1', [worker])).length === 1;
-  /** Several of the watcher's rescue passes, and several times the holder's grace. */
+  /** Several of the watcher's rescue passes, and several times the holder's window. */
   const watch = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
   it('without databaseUrl an instance is never judged: a killed one\'s claims wait for their leases', async () => {
@@ -82,7 +82,7 @@ describe('dead instances: claims and limit slots back within seconds, fenced', (
     expect(claims).toHaveLength(10);
     await waitFor('holder-b registered', () => registered('holder-b')).catch((err: Error) => Promise.reject(new Error(`${err.message}\n${holder.output()}`)));
 
-    // Up: several passes of the watcher and three times the grace; nothing taken.
+    // Up: several passes of the watcher and three times the window; nothing taken.
     await watch(6000);
     expect(await claimsOf('holder-b')).toEqual(claims);
 
@@ -102,7 +102,7 @@ describe('dead instances: claims and limit slots back within seconds, fenced', (
     const killedAt = Date.now();
     await waitFor('holder-b\'s claims rescued', async () => (await claimsOf('holder-b')).length === 0, { timeoutMs: LIVENESS_LEASE_MS - 15_000 });
     const rescuedMs = Date.now() - killedAt;
-    console.log(`SIGKILL → holder-b's 10 claims rescued: ${rescuedMs} ms (grace 2000 ms, lease ${LIVENESS_LEASE_MS} ms)`);
+    console.log(`SIGKILL → holder-b's 10 claims rescued: ${rescuedMs} ms (deadInstanceAfterMs 2000 ms, lease ${LIVENESS_LEASE_MS} ms)`);
     expect(rescuedMs).toBeLessThan(15_000);
     expect(await db.sql("SELECT queue, state, attempt, count(*)::int AS n FROM pgqueue.task WHERE payload->>'customer' LIKE 'b-%' GROUP BY 1, 2, 3 ORDER BY 1")).toEqual([
       { queue: 'live.lease', state: 'pending', attempt: 1, n: 5 },
@@ -133,7 +133,7 @@ describe('dead instances: claims and limit slots back within seconds, fenced', (
         { timeoutMs: LIVENESS_LEASE_MS - 15_000, everyMs: 100 },
       );
       const allDoneMs = Date.now() - killedAt;
-      console.log(`SIGKILL → holder-a's 33 claims done elsewhere: ${allDoneMs} ms (the limited queue's 9 tasks: ${limitedDoneMs} ms); grace 5000 ms, lease ${LIVENESS_LEASE_MS} ms`);
+      console.log(`SIGKILL → holder-a's 33 claims done elsewhere: ${allDoneMs} ms (the limited queue's 9 tasks: ${limitedDoneMs} ms); deadInstanceAfterMs 5000 ms, lease ${LIVENESS_LEASE_MS} ms`);
       // Generous for a loaded machine (6.6 s alone, 11 s after heavy specs); a lease would take a minute.
       expect(allDoneMs).toBeLessThan(25_000);
 

@@ -2,15 +2,16 @@
  * Who a rescuer pass takes for dead (rescueGone in liveness.sql.ts), by the rows of
  * instance_session as each kind of instance leaves them: a session gone while its instance says
  * nothing (its silent window), gone while its instance says it is reconnecting (not judged until
- * that runs out), a row of an older version (no silent window: its grace), and a judge not yet
- * trusted (after a restart or failover: everyone's grace). Sessions are pg clients carrying the
+ * that runs out), a row of an older version (no silent window: its grace), one registered on
+ * another server (a failover or restart since: its grace), and a judge not yet trusted (its own
+ * LISTEN connection lost lately: everyone's grace). Each case starts from empty tables. Sessions are pg clients carrying the
  * listener's application_name; each instance holds one running task. Then InstanceLiveness, which
  * writes these rows: what it says while its LISTEN connection is down, and when it is trusted.
  */
 import { Client } from 'pg';
 import { Logger } from '@nestjs/common';
 import { LivenessRepository } from '../../libs/pg-queue/src/sql/liveness.repository';
-import { InstanceLiveness, RECONNECTING_FOR_MS, TRUSTED_AFTER_MS } from '../../libs/pg-queue/src/worker/instance.liveness';
+import { InstanceLiveness, RECONNECTING_FOR_MS, TRUSTED_AFTER_MS, reconnectingEveryMs } from '../../libs/pg-queue/src/worker/instance.liveness';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { taskRow } from '../support/task-rows';
@@ -26,6 +27,10 @@ describe('the liveness verdict: silent window, reconnecting, older rows, untrust
   beforeAll(async () => {
     db = await createTestDatabase();
     await installSchema(db.prisma(), 'pgqueue');
+  });
+  beforeEach(async () => {
+    await db.sql('DELETE FROM pgqueue.instance_session');
+    await db.sql('DELETE FROM pgqueue.task');
   });
   afterAll(async () => {
     for (const c of sessions) await c.end().catch(() => undefined);
@@ -84,10 +89,13 @@ describe('the liveness verdict: silent window, reconnecting, older rows, untrust
     expect(await liveness.rescueGone(db.prisma(), 'judge', true)).toMatchObject({ rescued: 1, gone: 1 });
   });
 
-  it('saying it reconnects while its session is up leaves nothing set', async () => {
-    await instance('lv-up', { graceMs: 10_000, silentMs: 500 });
-    await liveness.reconnecting(db.prisma(), 'lv-up', 3000);
-    expect(await db.sql("SELECT reconnecting_until FROM pgqueue.instance_session WHERE instance = 'lv-up'")).toEqual([{ reconnecting_until: null }]);
+  it('one registered on another server (a restart or failover since) is judged by its grace, even by a trusted judge', async () => {
+    const s = await instance('lv-moved', { graceMs: 3000, silentMs: 500 });
+    await db.sql("UPDATE pgqueue.instance_session SET server_started = server_started - interval '1 day' WHERE instance = 'lv-moved'");
+    await goneSince('lv-moved', s, 1000);
+    expect((await liveness.rescueGone(db.prisma(), 'judge', true)).rescued).toBe(0);
+    await db.sql("UPDATE pgqueue.instance_session SET missing_since = now() - interval '4 seconds' WHERE instance = 'lv-moved'");
+    expect(await liveness.rescueGone(db.prisma(), 'judge', true)).toMatchObject({ rescued: 1, gone: 1 });
   });
 
   it("an older version's row (no silent window) is judged by its grace, even by a trusted judge; re-registering clears everything", async () => {
@@ -115,36 +123,54 @@ describe('the liveness verdict: silent window, reconnecting, older rows, untrust
     expect(await running('lv-self')).toBe(1);
   });
 
-  it('InstanceLiveness: trusted from its first registration; once its LISTEN connection was lost, says it reconnects until back, then trusted again only after a while', async () => {
+  it('InstanceLiveness: trusted from its first registration; once its LISTEN connection was lost, says it reconnects until back (then no more), and is trusted again only after a while', async () => {
     const name = 'lv-instance';
-    const live = new InstanceLiveness(db.prisma(), liveness, name, `listener ${name}`, 500, new Logger('test'));
+    const live = new InstanceLiveness(db.prisma(), liveness, name, `listener ${name}`, 400, new Logger('test'));
+    const says = jest.spyOn(liveness, 'reconnecting');
     const row = async () =>
       (await db.sql('SELECT silent_ms, grace_ms, reconnecting_until > now() + interval \'5 seconds\' AS reconnecting FROM pgqueue.instance_session WHERE instance = $1', [name]))[0];
-    let session = await openSession(`listener ${name}`);
-    await live.connected();
-    expect(await row()).toEqual({ silent_ms: 500, grace_ms: 10_000, reconnecting: null });
-    expect(live.trusted()).toBe(true); // a process that never lost its LISTEN connection
-
-    // Lost: its session gone, it says at once (and every second) that it reconnects, for RECONNECTING_FOR_MS.
-    await session.end();
-    live.lost();
-    expect(live.trusted()).toBe(false);
-    await waitFor('it to say it reconnects', async () => (await row()).reconnecting === true);
-    expect(RECONNECTING_FOR_MS).toBeGreaterThan(5000);
-
-    // Back: registered anew, no longer saying so, and trusted only TRUSTED_AFTER_MS later.
-    session = await openSession(`listener ${name}`);
-    await live.connected();
-    expect(await row()).toEqual({ silent_ms: 500, grace_ms: 10_000, reconnecting: null });
-    expect(live.trusted()).toBe(false);
-    const now = Date.now();
-    const clock = jest.spyOn(Date, 'now').mockReturnValue(now + TRUSTED_AFTER_MS + 1);
     try {
-      expect(live.trusted()).toBe(true);
+      let session = await openSession(`listener ${name}`);
+      await live.connected();
+      expect(await row()).toEqual({ silent_ms: 400, grace_ms: 10_000, reconnecting: null });
+      expect(live.trusted()).toBe(true); // a process that never lost its LISTEN connection
+
+      // Lost: it says at once, then every reconnectingEveryMs (100 ms for a 400 ms window), for RECONNECTING_FOR_MS; pg-listen's repeated reports start nothing more.
+      await session.end();
+      live.lost();
+      live.lost();
+      expect(live.trusted()).toBe(false);
+      await waitFor('it to say it reconnects', async () => (await row()).reconnecting === true);
+      await waitFor('it to say it again', async () => says.mock.calls.length >= 3);
+      expect(reconnectingEveryMs(400)).toBe(100);
+      expect(RECONNECTING_FOR_MS).toBeGreaterThan(5000);
+
+      // Back: registered anew (after its last say), no longer saying so, and trusted only TRUSTED_AFTER_MS later.
+      session = await openSession(`listener ${name}`);
+      await live.connected();
+      const saidBefore = says.mock.calls.length;
+      expect(await row()).toEqual({ silent_ms: 400, grace_ms: 10_000, reconnecting: null });
+      await new Promise((r) => setTimeout(r, 500));
+      expect(says.mock.calls.length).toBe(saidBefore);
+      expect(live.trusted()).toBe(false);
+      const now = Date.now();
+      const clock = jest.spyOn(Date, 'now').mockReturnValue(now + TRUSTED_AFTER_MS + 1);
+      try {
+        expect(live.trusted()).toBe(true);
+      } finally {
+        clock.mockRestore();
+      }
+
+      // Lost again, then retired: the says stop and the row is gone.
+      await session.end();
+      live.lost();
+      await live.retire();
+      const saidAtRetire = says.mock.calls.length;
+      await new Promise((r) => setTimeout(r, 300));
+      expect(says.mock.calls.length).toBe(saidAtRetire);
+      expect(await db.sql('SELECT 1 FROM pgqueue.instance_session WHERE instance = $1', [name])).toEqual([]);
     } finally {
-      clock.mockRestore();
+      says.mockRestore();
     }
-    await live.retire();
-    expect(await db.sql('SELECT 1 FROM pgqueue.instance_session WHERE instance = $1', [name])).toEqual([]);
   });
 });

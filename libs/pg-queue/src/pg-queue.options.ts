@@ -55,8 +55,10 @@ export interface PgQueueModuleOptions {
    * killed process; for a host or network gone, when the server's TCP keepalive gives up). A live
    * instance whose LISTEN connection drops says, through its Prisma pool, that it is reconnecting,
    * and is not judged while it does; one whose pool cannot say so within this window (an event
-   * loop blocked that long) may lose its claims. After a restart or failover every instance gets
-   * at least 10 s. false: never (its claims wait for their leases). Default 2 000 ms, at least 250.
+   * loop blocked that long, a pool all taken) may lose its claims. After a restart or failover
+   * (another server than the one it registered on) and by a judge that lost its own LISTEN
+   * connection in the last 6 s, the window is 10 s or this if longer. false: never (its claims
+   * wait for their leases). Default 2 000 ms, at least 250.
    */
   deadInstanceAfterMs?: number | false;
   /** Defaults for every handler, over the library's own. */

@@ -3,10 +3,11 @@ import { quoteIdent } from './identifiers';
 import { rescueFrom } from './maintain.sql';
 
 /**
- * Dead instances' claims back in seconds instead of a lease (table instance_session, migration 19).
+ * Dead instances' claims back in seconds instead of a lease (table instance_session, migrations 19
+ * and 25).
  *
  * An instance's LISTEN connection (WakeupListener, the one connection of its own the library has)
- * carries an application_name that names the instance (listenerName in liveness.ts). Postgres
+ * carries an application_name that names the instance (listenerName in instance.liveness.ts). Postgres
  * drops that session when the process dies (SIGKILL, OOM kill, a crash: the kernel closes the
  * socket at once; a host or network gone: once the server's TCP keepalive gives up), and with it
  * the name from pg_stat_activity, which every role can read. An instance that found its name there
@@ -19,16 +20,19 @@ import { rescueFrom } from './maintain.sql';
  * - only instances that registered are judged (one without databaseUrl, one whose name a pooler or
  *   the URL replaced, or one with deadInstanceAfterMs false never is: its claims keep waiting for
  *   their leases);
- * - an instance whose LISTEN connection dropped says so through its pool at once and every second
- *   after (`reconnecting`: reconnecting_until, a few seconds ahead): not judged while it does, so a
- *   LISTEN connection down for long (refused, a pooler, pg-listen's retries up to 5 s apart) costs
- *   it no claim, and a process that dies while reconnecting is judged once it stops saying so;
+ * - an instance whose LISTEN connection dropped says so through its pool at once and several times
+ *   a window after (`reconnecting`: reconnecting_until, 10 s ahead or its window if longer): not
+ *   judged while it does, so a LISTEN connection down for long (refused, a pooler, pg-listen's
+ *   retries up to 5 s apart) costs it no claim, and a process that dies while reconnecting is
+ *   judged once its word runs out;
  * - a name gone counts only once gone for the window (missing_since, set by the first rescuer pass
  *   that finds it gone, cleared by the first that finds it back or by the instance re-registering);
- * - only a judge that has itself been listening for a while ($4, trusted) applies silent_ms: after
- *   a restart or a failover every session is gone at once, and each instance gets grace_ms (long)
- *   to come back or say it is reconnecting, as do rows of an older version (silent_ms NULL); older
- *   judges apply grace_ms to everyone;
+ * - silent_ms holds only for an instance that registered on this very server (server_started) and
+ *   for a judge that trusts what it sees ($4: it did not lose its own LISTEN connection lately):
+ *   after a restart or a failover every session is gone at once, some instances' LISTEN
+ *   connections may not know it yet (a moved address sends no reset), and each gets grace_ms
+ *   (at least 10 s) to come back or say it is reconnecting, as do rows of an older version
+ *   (silent_ms NULL); older judges apply grace_ms to everyone;
  * - an instance never judges itself;
  * - rows held by a live transactional handler are locked, hence skipped, as for expired leases.
  */
@@ -42,22 +46,22 @@ export function livenessStatements(schema: string) {
      * Parameters: $1 instance, $2 listener name, $3 grace ms, $4 silent ms.
      */
     register: `
-INSERT INTO ${s}.instance_session (instance, listener, grace_ms, silent_ms)
-SELECT $1::text, $2::text, $3::int, $4::int
+INSERT INTO ${s}.instance_session (instance, listener, grace_ms, silent_ms, server_started)
+SELECT $1::text, $2::text, $3::int, $4::int, pg_postmaster_start_time()
 WHERE EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name = $2::text)
 ON CONFLICT (instance) DO UPDATE SET listener = excluded.listener, grace_ms = excluded.grace_ms, silent_ms = excluded.silent_ms,
-                                     registered_at = now(), missing_since = NULL, reconnecting_until = NULL
+                                     server_started = excluded.server_started, registered_at = now(),
+                                     missing_since = NULL, reconnecting_until = NULL
 RETURNING 1 AS registered`,
 
     /**
-     * This instance is alive and its LISTEN connection is down: not to be judged for $2 ms. Only
-     * while its session is indeed gone, so that a late one after the reconnect leaves nothing set.
-     * Parameters: $1 instance, $2 ms.
+     * This instance is alive and its LISTEN connection is down: not to be judged for $2 ms, or
+     * its silent window if longer. (Its next registration clears it; the instance waits for this
+     * statement before registering.) Parameters: $1 instance, $2 ms.
      */
     reconnecting: `
-UPDATE ${s}.instance_session i SET reconnecting_until = now() + $2::int * interval '1 millisecond'
-WHERE i.instance = $1::text
-  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND application_name = i.listener)`,
+UPDATE ${s}.instance_session SET reconnecting_until = now() + greatest($2::int, coalesce(silent_ms, 0)) * interval '1 millisecond'
+WHERE instance = $1::text`,
 
     /** At shutdown (its claims released or waiting for their leases): forget it. Parameters: $1 instance. */
     retire: `DELETE FROM ${s}.instance_session WHERE instance = $1::text`,
@@ -78,7 +82,8 @@ WHERE i.instance = $1::text
     rescueGone: rescueFrom(s, {
       ctes: `sessions AS MATERIALIZED (
   SELECT i.instance, i.missing_since, i.reconnecting_until,
-         CASE WHEN $4::boolean AND i.silent_ms IS NOT NULL THEN i.silent_ms ELSE i.grace_ms END * interval '1 millisecond' AS window_,
+         CASE WHEN $4::boolean AND i.silent_ms IS NOT NULL AND i.server_started = pg_postmaster_start_time() THEN i.silent_ms
+              ELSE i.grace_ms END * interval '1 millisecond' AS window_,
          i.listener IN (SELECT application_name FROM pg_stat_activity WHERE datname = current_database()) AS live
   FROM ${s}.instance_session i
   WHERE i.instance <> $3::text

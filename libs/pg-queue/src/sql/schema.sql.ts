@@ -79,7 +79,10 @@ export function migrationStepPlans(m: SchemaMigration): readonly { sql: string; 
 
 export function schemaMigrations(schema: string): SchemaMigration[] {
   const s = quoteIdent(schema);
-  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s), ...instanceMigrations(s), ...reportMigrations(s), ...scheduleMigrations(s), ...watchMigrations(s), ...backoffMigrations(s), ...fairnessMigrations(s)];
+  // By version: a concern's later migrations sit in its own file beside its first.
+  return [...taskMigrations(s), ...flowMigrations(s), ...archiveMigrations(s), ...inspectMigrations(s), ...handlerMigrations(s), ...limitMigrations(s), ...workflowMigrations(s), ...pauseMigrations(s), ...instanceMigrations(s), ...reportMigrations(s), ...scheduleMigrations(s), ...watchMigrations(s), ...backoffMigrations(s), ...fairnessMigrations(s)].sort(
+    (a, b) => a.version - b.version,
+  );
 }
 
 /** Everything needed to create the schema from nothing, including the version bookkeeping. */

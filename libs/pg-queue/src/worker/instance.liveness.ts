@@ -13,13 +13,14 @@ export function listenerName(schema: string, workerId: string): string {
 }
 
 /**
- * While its LISTEN connection is down, an instance says every RECONNECTING_EVERY_MS that it is
- * alive, for RECONNECTING_FOR_MS (RECONNECTING_RETRY_MS after a failed attempt, so that it says
- * so soon after the database is back): a process that dies then is judged once that runs out.
+ * While its LISTEN connection is down, an instance says every `reconnectingEveryMs(silentMs)` that
+ * it is alive (a quarter of its window, at most a second; RECONNECTING_RETRY_MS after a failed
+ * attempt, so that it says so soon after the database is back), each time for RECONNECTING_FOR_MS
+ * or its window if longer: a process that dies then is judged once that runs out.
  */
-export const RECONNECTING_EVERY_MS = 1000;
 export const RECONNECTING_RETRY_MS = 250;
 export const RECONNECTING_FOR_MS = 10_000;
+export const reconnectingEveryMs = (silentMs: number): number => Math.min(1000, Math.max(50, Math.floor(silentMs / 4)));
 /**
  * A judge whose own LISTEN connection was lost applies the others' silent window only once it
  * has been back this long: a restart or a failover ends every session at once, and the others'
@@ -37,22 +38,25 @@ export const GRACE_FLOOR_MS = 10_000;
  * other instances take it for dead and take back its claims (see liveness.sql.ts); deleted at
  * shutdown. While LISTEN is down it says, through the pool, that it is reconnecting. A
  * registration that failed is retried on the rescuer's next pass while LISTEN is up.
+ * Each lost(), connected() and retire() starts a new epoch: a registration or a say begun in an
+ * older one changes nothing after it.
  */
 export class InstanceLiveness {
-  /** Recorded since the LISTEN connection last came up. */
-  private registered = false;
-  /** When it was last recorded (Date.now()), or null while not. */
+  private epoch = 0;
+  /** Recorded in this epoch, and when (Date.now()); null while not. */
   private registeredAt: number | null = null;
   /** Its LISTEN connection was lost at least once. */
   private everLost = false;
+  /** The registration under way (the next one waits for it). */
   private registering: Promise<void> | null = null;
+  /** The epoch whose says are scheduled (null: not saying), the next one's timer, the one under way. */
+  private sayingEpoch: number | null = null;
+  private sayTimer: NodeJS.Timeout | null = null;
+  private sayInFlight: Promise<void> | null = null;
   private retired = false;
   /** Said once that the server showed no session of this name (a pooler or the URL renamed it). */
   private toldUnseen = false;
-  /** Saying it is reconnecting (LISTEN down), every RECONNECTING_EVERY_MS: the next time. */
-  private saying = false;
-  private reconnectTimer: NodeJS.Timeout | null = null;
-  private toldReconnectFailed = false;
+  private toldSayFailed = false;
 
   constructor(
     private readonly db: SqlExecutor,
@@ -65,20 +69,20 @@ export class InstanceLiveness {
 
   /** The LISTEN connection is (back) up: stop saying it reconnects, and record it. Never throws. */
   connected(): Promise<void> {
-    this.stopReconnecting();
-    this.registered = false;
-    this.registeredAt = null;
+    this.newEpoch();
     return this.register();
   }
 
-  /** The LISTEN connection is down: say so now and every second until it is back; the next connect registers anew. */
+  /**
+   * The LISTEN connection is down: say so now and again until it is back. pg-listen reports each
+   * reconnect attempt: only the first starts saying.
+   */
   lost(): void {
-    this.registered = false;
-    this.registeredAt = null;
+    if (this.retired || this.sayingEpoch === this.epoch) return;
+    this.newEpoch();
     this.everLost = true;
-    if (this.saying || this.retired) return;
-    this.saying = true;
-    void this.sayReconnecting();
+    this.sayingEpoch = this.epoch;
+    this.sayInFlight = this.say(this.epoch);
   }
 
   /** Whether this instance's own view of the others' sessions is trusted (see TRUSTED_AFTER_MS). */
@@ -86,45 +90,64 @@ export class InstanceLiveness {
     return this.registeredAt !== null && (!this.everLost || Date.now() - this.registeredAt >= TRUSTED_AFTER_MS);
   }
 
-  /** One "reconnecting" through the pool, then the next one scheduled, until stopReconnecting(). */
-  private async sayReconnecting(): Promise<void> {
-    let nextMs = RECONNECTING_EVERY_MS;
+  /** The rescuer's pass: register if the last attempt failed (or found no session) while LISTEN is up. */
+  async ensure(listening: boolean): Promise<void> {
+    if (this.registering) return this.registering;
+    if (listening && this.registeredAt === null && this.sayingEpoch === null) await this.register();
+  }
+
+  /** At shutdown: forget this instance (its claims were released, or wait for their leases). */
+  async retire(): Promise<void> {
+    this.retired = true;
+    this.newEpoch();
+    await Promise.all([this.registering, this.sayInFlight]);
+    try {
+      await this.repo.retire(this.db, this.instance);
+    } catch (err) {
+      this.logger.warn(`could not remove this instance's LISTEN session record: ${(err as Error).message}`);
+    }
+  }
+
+  /** Ends the epoch: no say is scheduled after this, and what is under way applies nothing. */
+  private newEpoch(): void {
+    this.epoch++;
+    this.registeredAt = null;
+    this.sayingEpoch = null;
+    if (this.sayTimer) clearTimeout(this.sayTimer);
+    this.sayTimer = null;
+  }
+
+  /** One "reconnecting" through the pool, then the next one scheduled while the epoch lasts. */
+  private async say(epoch: number): Promise<void> {
+    let nextMs = reconnectingEveryMs(this.silentMs);
     try {
       await this.repo.reconnecting(this.db, this.instance, RECONNECTING_FOR_MS);
-      this.toldReconnectFailed = false;
+      this.toldSayFailed = false;
     } catch (err) {
       nextMs = RECONNECTING_RETRY_MS;
-      if (!this.toldReconnectFailed) {
-        this.toldReconnectFailed = true;
+      if (!this.toldSayFailed) {
+        this.toldSayFailed = true;
         this.logger.warn(`could not say that this instance is reconnecting (retrying): ${(err as Error).message}`);
       }
     }
-    if (!this.saying) return;
-    this.reconnectTimer = setTimeout(() => void this.sayReconnecting(), nextMs);
-    this.reconnectTimer.unref();
+    if (epoch !== this.epoch) return;
+    this.sayTimer = setTimeout(() => (this.sayInFlight = this.say(epoch)), nextMs);
+    this.sayTimer.unref();
   }
 
-  private stopReconnecting(): void {
-    this.saying = false;
-    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    this.reconnectTimer = null;
-  }
-
-  /** The rescuer's pass: register if the last attempt failed while LISTEN is up. */
-  async ensure(listening: boolean): Promise<void> {
-    if (listening && !this.registered) await this.register();
-  }
-
+  /** A registration after the one under way and the last say (which it must follow, to clear it). */
   private register(): Promise<void> {
-    this.registering ??= (async () => {
-      if (this.retired) return;
+    const epoch = this.epoch;
+    const previous = Promise.all([this.registering, this.sayInFlight]);
+    const run = previous.then(async () => {
+      if (this.retired || epoch !== this.epoch) return;
       try {
         const since = Date.now();
         const seen = await this.repo.register(this.db, this.instance, this.listener, { graceMs: Math.max(GRACE_FLOOR_MS, this.silentMs), silentMs: this.silentMs });
         if (this.retired) return void (await this.repo.retire(this.db, this.instance).catch(() => undefined));
-        this.registered = seen;
+        if (epoch !== this.epoch) return;
         if (seen) this.registeredAt = since;
-        if (!seen && !this.toldUnseen) {
+        else if (!this.toldUnseen) {
           this.toldUnseen = true;
           this.logger.warn(
             `the LISTEN session's application_name "${this.listener}" does not show in pg_stat_activity (renamed by databaseUrl or a pooler, or another server): if this instance dies, its claims wait for their leases`,
@@ -133,19 +156,11 @@ export class InstanceLiveness {
       } catch (err) {
         this.logger.warn(`could not record this instance's LISTEN session (retried on the next rescue pass): ${(err as Error).message}`);
       }
-    })().finally(() => (this.registering = null));
-    return this.registering;
-  }
-
-  /** At shutdown: forget this instance (its claims were released, or wait for their leases). */
-  async retire(): Promise<void> {
-    this.retired = true;
-    this.stopReconnecting();
-    await this.registering;
-    try {
-      await this.repo.retire(this.db, this.instance);
-    } catch (err) {
-      this.logger.warn(`could not remove this instance's LISTEN session record: ${(err as Error).message}`);
-    }
+    });
+    const registering: Promise<void> = run.finally(() => {
+      if (this.registering === registering) this.registering = null;
+    });
+    this.registering = registering;
+    return registering;
   }
 }

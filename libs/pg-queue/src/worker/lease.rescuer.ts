@@ -6,7 +6,7 @@ import type { LivenessRepository } from '../sql/liveness.repository';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
-/** How long after an instance's grace ends the rescuer looks again (the grace is measured by the database's clock). */
+/** How long after an instance's window ends the rescuer looks again (the window is measured by the database's clock). */
 const GRACE_SLACK_MS = 100;
 
 /** What the rescuer needs to take back the claims of instances that died (see liveness.sql.ts). */
@@ -23,8 +23,8 @@ export interface GoneInstances {
 
 /**
  * Periodically returns tasks with expired leases to the queue (or to `dead` after their last
- * attempt), and those of instances whose LISTEN session has been gone past their grace (see
- * liveness.sql.ts): when one is found gone, the next pass comes as soon as its grace ends rather
+ * attempt), and those of instances taken for dead, their LISTEN session gone past their window (see
+ * liveness.sql.ts): when one is found gone, the next pass comes as soon as its window ends rather
  * than an interval later. Every instance runs it; SKIP LOCKED keeps them from contending, and rows
  * held by a live transactional handler are locked, hence skipped.
  */
@@ -33,6 +33,8 @@ export class LeaseRescuer {
   private stopped = false;
   /** The pass under way (its rescue, then its settling round); stop() waits for it. */
   private pass: Promise<void> | null = null;
+  /** The last failure of rescueGoneOnce, until a pass succeeds. */
+  private goneFailure: string | null = null;
 
   constructor(
     private readonly db: SqlExecutor,
@@ -73,7 +75,7 @@ export class LeaseRescuer {
 
   /**
    * Registers this instance if it still has to, then takes back the claims of dead instances;
-   * returns when an instance found gone will have been gone for its grace (null: none is).
+   * returns when an instance found gone may be judged (null: none is).
    */
   async rescueGoneOnce(): Promise<number | null> {
     if (!this.gone) return null;
@@ -81,13 +83,17 @@ export class LeaseRescuer {
     await this.gone.own?.ensure(this.gone.listening());
     try {
       const res = await this.gone.repo.rescueGone(this.db, this.gone.self, this.gone.own?.trusted() ?? false);
+      this.goneFailure = null;
       if (res.rescued > 0) {
         this.logger.warn(`rescued ${res.rescued} task(s) of ${res.gone} instance(s) whose database session is gone (${res.dead} now dead)`);
         return 0; // more may be left past the batch limit
       }
       return res.nextCheckMs;
     } catch (err) {
-      this.logger.error(`rescue of dead instances' tasks failed: ${(err as Error).message}`);
+      // Once per cause while it lasts: a schema not upgraded yet would say so on every pass.
+      const message = (err as Error).message;
+      if (message !== this.goneFailure) this.logger.error(`rescue of dead instances' tasks failed: ${message}`);
+      this.goneFailure = message;
       return null;
     }
   }

@@ -149,8 +149,9 @@ export class WakeupListener {
   private relisten(subscriber: Subscriber, err: Error): void {
     this.connected = false;
     this.lost = true;
+    if (this.stopped || this.subscriber !== subscriber) return;
     this.on.lost?.();
-    if (this.stopped || this.subscriber !== subscriber || this.relistenTimer) return;
+    if (this.relistenTimer) return;
     const ms = Math.min(5000, 200 * 2 ** this.relistens++) * (0.5 + Math.random() / 2);
     this.logger.warn(`LISTEN failed (${err.message}); polling meanwhile, a new LISTEN connection in ${Math.round(ms)} ms`);
     this.relistenTimer = setTimeout(() => {

@@ -36,11 +36,13 @@ CREATE TABLE IF NOT EXISTS ${s}.instance_session (
       sql: `
 -- silent_ms: how long the session may be gone while the instance says nothing before it is taken
 -- for dead (grace_ms stays the longer bound that instances of an older version apply to it, as
--- they ignore the next column). reconnecting_until: the instance, its LISTEN connection lost, says
--- through its pool that it is alive and reconnecting; not judged before then. NULL: never said
--- (an older instance) or not reconnecting.
+-- they ignore these columns). reconnecting_until: the instance, its LISTEN connection lost, says
+-- through its pool that it is alive and reconnecting; not judged before then. server_started:
+-- pg_postmaster_start_time() when it registered: silent_ms holds only on that same server (after
+-- a restart or a failover its LISTEN connection may not know yet that it is gone).
 ALTER TABLE ${s}.instance_session ADD COLUMN IF NOT EXISTS silent_ms integer,
-                                  ADD COLUMN IF NOT EXISTS reconnecting_until timestamptz;
+                                  ADD COLUMN IF NOT EXISTS reconnecting_until timestamptz,
+                                  ADD COLUMN IF NOT EXISTS server_started timestamptz;
 `,
     },
   ];
