@@ -7,8 +7,8 @@ import { rescueFrom } from './maintain.sql';
  * and 25).
  *
  * An instance's LISTEN connection (WakeupListener, the one connection of its own the library has)
- * carries an application_name that names the instance (listenerName in instance.liveness.ts). Postgres
- * drops that session when the process dies (SIGKILL, OOM kill, a crash: the kernel closes the
+ * carries an application_name that names the instance (listenerName in instance.liveness.ts).
+ * Postgres drops that session when the process dies (SIGKILL, OOM kill, a crash: the kernel closes the
  * socket at once; a host or network gone: once the server's TCP keepalive gives up), and with it
  * the name from pg_stat_activity, which every role can read. An instance that found its name there
  * through its own pool records it here (`register`): from then on, a session of that name gone for
@@ -77,7 +77,7 @@ WHERE instance = $1::text`,
      * `next_check_ms`: when the earliest instance found gone and not yet judged may be (null:
      * none), so the rescuer can look again then rather than a whole interval later.
      * Parameters: $1 batch limit, $2 channel, $3 this instance, $4 whether this judge applies
-     * silent_ms (it has been listening long enough to trust a session gone: see above).
+     * silent_ms (it has not lost its own LISTEN connection lately: see InstanceLiveness.trusted).
      */
     rescueGone: rescueFrom(s, {
       ctes: `sessions AS MATERIALIZED (
