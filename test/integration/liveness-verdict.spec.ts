@@ -89,22 +89,25 @@ describe('the liveness verdict: silent window, reconnecting, older rows, untrust
     expect(await liveness.rescueGone(db.prisma(), 'judge', true)).toMatchObject({ rescued: 1, gone: 1 });
   });
 
-  it('one registered on another server (a restart or failover since) is judged by its grace, even by a trusted judge', async () => {
-    const s = await instance('lv-moved', { graceMs: 3000, silentMs: 500 });
-    await db.sql("UPDATE pgqueue.instance_session SET server_started = server_started - interval '1 day' WHERE instance = 'lv-moved'");
-    await goneSince('lv-moved', s, 1000);
+  /**
+   * Instance `name`, its row changed by `change` (SQL SET clause), gone 1 s: not judged by a
+   * trusted judge within its 3 s grace, judged once gone 4 s.
+   */
+  const judgedByGrace = async (name: string, change: string) => {
+    const s = await instance(name, { graceMs: 3000, silentMs: 500 });
+    await db.sql(`UPDATE pgqueue.instance_session SET ${change} WHERE instance = $1`, [name]);
+    await goneSince(name, s, 1000);
     expect((await liveness.rescueGone(db.prisma(), 'judge', true)).rescued).toBe(0);
-    await db.sql("UPDATE pgqueue.instance_session SET missing_since = now() - interval '4 seconds' WHERE instance = 'lv-moved'");
+    await db.sql("UPDATE pgqueue.instance_session SET missing_since = now() - interval '4 seconds' WHERE instance = $1", [name]);
     expect(await liveness.rescueGone(db.prisma(), 'judge', true)).toMatchObject({ rescued: 1, gone: 1 });
+  };
+
+  it('one registered on another server (a restart or failover since) is judged by its grace, even by a trusted judge', async () => {
+    await judgedByGrace('lv-moved', "server_started = server_started - interval '1 day'");
   });
 
   it("an older version's row (no silent window) is judged by its grace, even by a trusted judge; re-registering clears everything", async () => {
-    const s = await instance('lv-older', { graceMs: 3000, silentMs: 500 });
-    await db.sql("UPDATE pgqueue.instance_session SET silent_ms = NULL WHERE instance = 'lv-older'");
-    await goneSince('lv-older', s, 1000);
-    expect((await liveness.rescueGone(db.prisma(), 'judge', true)).rescued).toBe(0);
-    await db.sql("UPDATE pgqueue.instance_session SET missing_since = now() - interval '4 seconds' WHERE instance = 'lv-older'");
-    expect(await liveness.rescueGone(db.prisma(), 'judge', true)).toMatchObject({ rescued: 1, gone: 1 });
+    await judgedByGrace('lv-older', 'silent_ms = NULL');
 
     // Back (a new session, registered anew): live again, with no trace of the absence.
     await openSession('listener lv-back');

@@ -2,10 +2,10 @@ import type { PrismaClientLike, RateLimit, SqlExecutor } from '../types';
 import { PgQueueError } from '../errors';
 import { newClaimId } from './claim.sql';
 import { databaseError } from './database-error';
-import { notifyChannel, quoteIdent } from './identifiers';
+import { notifyChannel } from './identifiers';
 import type { ResolvedLimiters } from '../limiter.options';
 import { LIMITED_CLAIM_RELEASE, limitedClaim } from './limited-claim.function';
-import { parseMarker } from './runtime-functions';
+import { parseMarker, runtimeFunctionIdentity } from './runtime-functions';
 import { limitStatements } from './limits.sql';
 import { readCommittedCall } from './read-committed';
 import type { Claim, ClaimedRow } from './statement-values';
@@ -77,7 +77,7 @@ export class LimitsRepository {
    * an older one, or none, with no migration to tell: fail the start, not every claim after it.
    */
   async assertInstalled(db: SqlExecutor): Promise<void> {
-    const identity = `${quoteIdent(this.schema)}.${limitedClaim.name}(${limitedClaim.args})`;
+    const identity = runtimeFunctionIdentity(this.schema, limitedClaim);
     const [row] = await db.$queryRawUnsafe<{ present: boolean; comment: string | null }[]>(
       `SELECT to_regprocedure($1) IS NOT NULL AS present, obj_description(to_regprocedure($1), 'pg_proc') AS comment`,
       identity,

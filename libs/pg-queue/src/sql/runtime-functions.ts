@@ -50,12 +50,17 @@ export function parseMarker(comment: string | null): { release: number; hash: st
   return m ? { release: Number(m[1]), hash: m[2] } : null;
 }
 
+/** `definition` in `schema` as to_regprocedure reads it: schema.name(args). */
+export function runtimeFunctionIdentity(schema: string, definition: RuntimeFunctionDefinition): string {
+  return `${quoteIdent(schema)}.${definition.name}(${definition.args})`;
+}
+
 export function runtimeFunctions(schema: string, definitions: readonly RuntimeFunctionDefinition[] = RUNTIME_FUNCTIONS): RuntimeFunction[] {
   const s = quoteIdent(schema);
   return definitions.map((d) => {
     const sql = d.body(s, schema).trim();
     const hash = createHash('sha256').update(sql).digest('hex').slice(0, 16);
-    const identity = `${s}.${d.name}(${d.args})`;
+    const identity = runtimeFunctionIdentity(schema, d);
     const src = /\$fn\$([\s\S]*)\$fn\$$/.exec(sql)?.[1];
     if (src === undefined) throw new Error(`runtime function ${d.name}: its body must be quoted $fn$...$fn$, at the end`);
     const srcMd5 = createHash('md5').update(src).digest('hex');
