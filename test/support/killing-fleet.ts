@@ -8,6 +8,8 @@ export interface KillingFleet {
   readonly started: number;
   /** Members that died without being killed by the fleet (crash, failed startup), with their output. */
   readonly unexpectedExits: string[];
+  /** Members that died on their own in a way `expectedExit` allowed (replaced too), with their output. */
+  readonly expectedExits: string[];
   /** Names of the members running now (started, not exited). */
   liveMembers(): string[];
   /** With `holdFire`: starts the killing (a no-op otherwise). */
@@ -24,7 +26,8 @@ export interface KillingFleet {
  * `readyMarker` are killed, so every kill lands on a process that runs the library, not on one still
  * loading its modules. Members that die on their own are replaced too, and reported. With
  * `holdFire`, the members start but the first kill waits for `startKilling()` (a phase without
- * kills before one with them, on the same processes).
+ * kills before one with them, on the same processes). `expectedExit(output, at)` (at: Date.now() of
+ * the exit) names the deaths a spec caused itself, such as a start-up that met a database it restarts.
  */
 export function startKillingFleet(opts: {
   size: number;
@@ -32,11 +35,13 @@ export function startKillingFleet(opts: {
   spawn: (name: string) => FixtureProcess;
   readyMarker?: string;
   holdFire?: boolean;
+  expectedExit?: (output: string, at: number) => boolean;
 }): KillingFleet {
   const ready = opts.readyMarker ?? 'READY';
   const members: FixtureProcess[] = [];
   const killedByUs = new Set<FixtureProcess>();
   const unexpectedExits: string[] = [];
+  const expectedExits: string[] = [];
   let started = 0;
   let kills = 0;
   let stopping = false;
@@ -52,7 +57,9 @@ export function startKillingFleet(opts: {
     names.set(member, name);
     void member.exited.then(({ code, signal }) => {
       if (killedByUs.has(member)) return;
-      unexpectedExits.push(`${name} exited on its own (code ${code}, signal ${signal})\n${member.output()}`);
+      const output = member.output();
+      const expected = opts.expectedExit?.(output, Date.now()) ?? false;
+      (expected ? expectedExits : unexpectedExits).push(`${name} exited on its own (code ${code}, signal ${signal})\n${output}`);
       if (!stopping && members[slot] === member) spawnAt(slot);
     });
   };
@@ -81,6 +88,7 @@ export function startKillingFleet(opts: {
       return started;
     },
     unexpectedExits,
+    expectedExits,
     liveMembers: () => members.filter((m) => !m.hasExited).map((m) => names.get(m)!),
     startKilling: () => fire(),
     async stopKilling() {
