@@ -7,7 +7,7 @@
  * the arithmetic checked with the clock given, against a log of every claim, and the claims made
  * from several clients at once, each with its own pool, as instances would.
  */
-import { LIMITED_CLAIM_RELEASE } from '../../libs/pg-queue/src/sql/limited-claim.function';
+import { BLOCKED_ROUND_RECHECK_MS, LIMITED_CLAIM_RELEASE } from '../../libs/pg-queue/src/sql/limited-claim.function';
 import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
 import { LIMIT_LOCK_NAMESPACE } from '../../libs/pg-queue/src/sql/limits.sql';
 import { RATE_STEPS, windowAdd, windowCount, windowFreesInMs } from '../../libs/pg-queue/src/sql/rate-window.sql';
@@ -102,6 +102,36 @@ describe('limited claims', () => {
     await expect(call({ ...bounds, release: LIMITED_CLAIM_RELEASE + 1 })).rejects.toMatchObject({ code: '42883', message: expect.stringMatching(/older than its caller/) });
     const [ok] = await call(bounds);
     expect(JSON.parse(ok.claimed as string)).toHaveLength(5);
+  });
+
+  it('of partitions whose due tasks wait behind their groups say when to claim again, and reach the partitions after them', async () => {
+    // 40 partitions with room (1 running of 2) whose pending task waits for its group's running one,
+    // then one partition with a task that may start. Walked in key order from the start: a round of
+    // the first few partitions offers nothing.
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key, group_key, state, attempt, lease_token, locked_until, started_at)
+                  SELECT 'lc.held', '{}', 'b' || lpad(g::text, 2, '0'), 'g' || g, 'running', 1, gen_random_uuid(), now() + interval '1 hour', now()
+                  FROM generate_series(0, 39) g`);
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key, group_key)
+                  SELECT 'lc.held', '{}', 'b' || lpad(g::text, 2, '0'), 'g' || g FROM generate_series(0, 39) g`);
+    const [free] = await db.sql<{ id: string }>(`INSERT INTO pgqueue.task (queue, payload, partition_key) VALUES ('lc.held', '{}', 'z') RETURNING id::text`);
+    const prisma = db.prisma(1);
+    try {
+      const repo = new LimitsRepository('pgqueue');
+      const limits = { globalConcurrency: null, partitionConcurrency: 2, rateLimit: null };
+      const empty: (number | null)[] = [];
+      let took: string[] = [];
+      for (let i = 0; i < 45 && took.length === 0; i++) {
+        const claim = await repo.claim(prisma, 'lc.held', 1, 'w', 60_000, 5, limits);
+        took = claim.rows.map((r) => r.id);
+        if (took.length === 0) empty.push(claim.nextDueInMs);
+      }
+      // Before release 2 the first claim's round (32 partitions) offered nothing and said nothing
+      // of when to look again: the worker slept with 'z' due.
+      expect({ took, emptyClaimsSayWhen: empty.every((ms) => ms === BLOCKED_ROUND_RECHECK_MS) }).toEqual({ took: [free.id], emptyClaimsSayWhen: true });
+    } finally {
+      await prisma.$disconnect();
+      await db.sql(`DELETE FROM pgqueue.task WHERE queue = 'lc.held'`);
+    }
   });
 
   it("of a small partitioned queue beside a large queue read the small queue's rows, not the table (custom plans)", async () => {

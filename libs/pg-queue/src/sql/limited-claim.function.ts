@@ -11,6 +11,12 @@ import type { RuntimeFunctionDefinition } from './runtime-functions';
 export const LIMITER_RECHECK_MS = 250;
 /** The most partitions with room one round of a partitioned claim offers (see claimPartitioned). */
 const MAX_ROUND = 1000;
+/**
+ * How soon a partitioned claim whose round offered nothing claims again: every partition of its
+ * round had room but only tasks a running task of their group holds back. The cursor moved past
+ * them; the partitions after them may have work that no notification announces.
+ */
+export const BLOCKED_ROUND_RECHECK_MS = 250;
 /** The most partitions one partitioned claim walks; a longer round goes on in the next claim. */
 const MAX_WALK = 1000;
 /** Per-partition room when a partition has no concurrency limit of its own (rate limit per partition only). */
@@ -54,7 +60,7 @@ const UNLIMITED = 1_000_000;
  * claim left no room under the global or the limiter's concurrency (`full`).
  */
 /** claim_limited's release: every change of its text raises it (runtime-functions.ts). */
-export const LIMITED_CLAIM_RELEASE = 1;
+export const LIMITED_CLAIM_RELEASE = 2;
 
 export const limitedClaim: RuntimeFunctionDefinition = {
   name: 'claim_limited',
@@ -104,7 +110,7 @@ DECLARE
   -- The claim and what it records.
   v_take integer; v_rate_wait float8; v_round integer; v_turns_left integer;
   v_claimed text := '[]'; v_next_due float8; v_db_now float8; v_paused boolean;
-  v_next_cursor text; v_next_turns integer; v_new_cursor text; v_new_turns integer; v_walk_cut boolean := false; v_partition_full boolean := false; v_room_left boolean := false;
+  v_next_cursor text; v_next_turns integer; v_new_cursor text; v_new_turns integer; v_walk_cut boolean := false; v_round_full boolean := false; v_partition_full boolean := false; v_room_left boolean := false;
   v_taken integer := 0; v_cut boolean; v_wanted boolean; v_starts text; v_note text;
 BEGIN
   IF coalesce((p_rules->>'release')::integer, 0) > ${LIMITED_CLAIM_RELEASE} THEN
@@ -166,12 +172,14 @@ BEGIN
       INTO ${claimed};
     ELSE
       PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
-      v_round := least(${MAX_ROUND}, greatest(32, 4 * v_take));
+      -- One partition more than it can take: whether room is left after the claim (room_left).
+      -- Each partition walked costs index probes, so a claim of a few tasks walks a few partitions.
+      v_round := least(${MAX_ROUND}, v_take + 1);
       v_turns_left := CASE WHEN v_cursor IS NULL THEN 0 ELSE v_turns END;
       ${bindParams(limits.claimPartitioned, [
         ...claimArgs, 'v_unlimited', 'v_cursor', 'v_round', 'p_prate_max', 'p_prate_ms', 'v_max_walk', 'v_turns_left', 'p_weights', 'p_claim_id',
       ])}
-      INTO ${claimed}, v_next_cursor, v_next_turns, v_walk_cut, v_partition_full, v_room_left;
+      INTO ${claimed}, v_next_cursor, v_next_turns, v_walk_cut, v_round_full, v_partition_full, v_room_left;
     END IF;
     PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
     v_taken := json_array_length(v_claimed::json);
@@ -212,12 +220,15 @@ BEGIN
   -- No room left under a rule that counts every running task of the queue (see RefillPolicy.slotFreed).
   limit_full := coalesce(p_global - v_running - v_taken <= 0, false) OR coalesce(p_lim_concurrency - v_lim_running - v_taken <= 0, false);
   -- When to claim again: the next due task, the rate window, a full partition's window, a round
-  -- cut short by MAX_WALK (at once), and the limiter, only when it is what cut the claim (an idle
-  -- queue must not poll).
+  -- cut short by MAX_WALK or a full round that offered less than it had room for (at once; after
+  -- BLOCKED_ROUND_RECHECK_MS when it offered nothing, so that a queue whose due tasks wait behind
+  -- their groups does not spin), and the limiter, only when it is what cut the claim (an idle queue
+  -- must not poll).
   next_due_in_ms := least(
     v_next_due, v_rate_wait,
     CASE WHEN p_prate_max IS NOT NULL AND v_taken < v_take THEN v_partition_frees END,
-    CASE WHEN v_walk_cut AND v_taken < v_take THEN 0 END,
+    CASE WHEN v_taken < v_take AND (v_walk_cut OR (v_round_full AND v_taken > 0)) THEN 0 END,
+    CASE WHEN v_round_full AND v_taken = 0 THEN ${BLOCKED_ROUND_RECHECK_MS} END,
     CASE WHEN p_limiter IS NOT NULL AND v_lim_take < p_want AND v_taken >= v_lim_take THEN v_lim_wait END);
 END $fn$`;
   },

@@ -123,8 +123,8 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
      * to (its highest priority, now), an index range: with one priority they read only due tasks;
      * with several, also the delayed tasks of its more urgent priorities. No index holds only the
      * tasks without a partition (it would hold every plain queue's too): checking them is a scan of
-     * the queue's pending tasks, once per round, which a large partitioned backlog makes costly
-     * (about 5 ms at 20 000 pending tasks).
+     * the queue's pending tasks, once per lap of the walk, which a large partitioned backlog makes
+     * costly (about 5 ms at 20 000 pending tasks).
      *
      * Rows are locked FOR UPDATE SKIP LOCKED with their state and due time re-checked on the newest
      * row version: a task a business transaction holds (an enqueue replacing it, a dependant being
@@ -193,6 +193,7 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
         FROM ${TAKEN_OFFERS}) AS next_cursor,
        ${nextTurns} AS next_turns,
        CASE WHEN (SELECT count(*) FROM round) < $8 THEN (SELECT max(w.n) >= $11 FROM walk w) ELSE false END AS walk_cut,
+       (SELECT count(*) FROM round) >= $8 AS round_full,
        coalesce((SELECT bool_or(r.n >= $6) FROM running r), false) AS partition_full,
        (SELECT count(*) FROM offered) > (SELECT count(*) FROM claimed) AS room_left`,
       },
