@@ -60,7 +60,7 @@ const UNLIMITED = 1_000_000;
  * claim left no room under the global or the limiter's concurrency (`full`).
  */
 /** claim_limited's release: every change of its text raises it (runtime-functions.ts). */
-export const LIMITED_CLAIM_RELEASE = 2;
+export const LIMITED_CLAIM_RELEASE = 3;
 
 export const limitedClaim: RuntimeFunctionDefinition = {
   name: 'claim_limited',
@@ -171,7 +171,6 @@ BEGIN
       ${bindParams(aging, [...claimArgs, 'p_aging', 'v_aging_levels', 'p_claim_id'])}
       INTO ${claimed};
     ELSE
-      PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
       -- One partition more than it can take: whether room is left after the claim (room_left).
       -- Each partition walked costs index probes, so a claim of a few tasks walks a few partitions.
       v_round := least(${MAX_ROUND}, v_take + 1);

@@ -52,10 +52,11 @@ export function limitStatements(schema: string) {
      *   size known, a custom plan's estimate is always below the generic plan's, so the claim was
      *   planned anew at every call (1.5 ms, more than its run in bench scenario 9); its generic plan
      *   is the same plan (it still walks task_claim_idx at 500 000 pending tasks, and for a small
-     *   queue beside a large one). The partitioned and the aging claims keep custom plans: beside a
-     *   queue of 300 000 tasks, the partitioned claim's generic plan checked for tasks without a
-     *   partition by a sequential scan of the table (94 ms against 11), the aging claim's ran in
-     *   5.6 ms against 2.4.
+     *   queue beside a large one). The partitioned claim too, since its check for due tasks without
+     *   a partition reads them in task_claim_idx's order (LIMIT 1): as an EXISTS its generic plan
+     *   scanned the whole table beside a queue of 300 000 tasks (94 ms against 11), and its custom
+     *   plans cost 5-6 ms of planning a call. The aging claim keeps custom plans (its generic one
+     *   ran in 5.6 ms against 2.4).
      * Parameters: $1 queue, $2 the most tasks wanted, $3 worker id, $4 lease ms, $5 the handler's
      * maxAttempts, $6 the claim's id (claim.sql.ts), $7 the rules (JSON, see claim_limited).
      */
@@ -266,7 +267,10 @@ const unpartitionedTask = `t.queue = $1 AND t.state = 'pending' AND t.partition_
  */
 function visit(s: string): string {
   // OFFSET 0 keeps each LATERAL a subquery of its own, evaluated once per partition: flattened,
-  // the room expression would be computed again for the filter on it.
+  // the room expression would be computed again for the filter on it. Tasks without a partition
+  // are looked for in claim order (LIMIT 1, task_claim_idx), which a generic plan reads as one
+  // queue's index range: as an EXISTS it chose a scan of the whole table.
+  // For a queue whose tasks all have partitions this reads its pending tasks, once per lap.
   return `CROSS JOIN LATERAL (
     SELECT (SELECT max(m.priority) FROM ${s}.task m WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = w.p) AS top OFFSET 0
   ) x
@@ -274,7 +278,7 @@ function visit(s: string): string {
     SELECT CASE WHEN w.p <> '' AND ${hasPausedPartition(s)}
                      AND EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = w.p) THEN 0
                 WHEN ${partitionBackedOff(s, 'w.p')} THEN 0
-                WHEN (CASE WHEN w.p = '' THEN EXISTS (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now())
+                WHEN (CASE WHEN w.p = '' THEN (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now() ORDER BY t.priority, t.run_at, t.id LIMIT 1) IS NOT NULL
                            ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT w.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now()) END)
            THEN greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = w.p), 0),
                                coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), $6)), 0)
