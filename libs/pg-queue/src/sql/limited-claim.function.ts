@@ -170,6 +170,7 @@ BEGIN
       PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
       ${bindParams(aging, [...claimArgs, 'p_aging', 'v_aging_levels', 'p_claim_id'])}
       INTO ${claimed};
+      PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
     ELSE
       -- One partition more than it can take: whether room is left after the claim (room_left).
       -- Each partition walked costs index probes, so a claim of a few tasks walks a few partitions.
@@ -180,7 +181,6 @@ BEGIN
       ])}
       INTO ${claimed}, v_next_cursor, v_next_turns, v_walk_cut, v_round_full, v_partition_full, v_room_left;
     END IF;
-    PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
     v_taken := json_array_length(v_claimed::json);
     db_now_ms := v_db_now;
   END IF;
