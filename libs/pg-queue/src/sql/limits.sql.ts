@@ -261,9 +261,12 @@ const keyedTask = (alias: string) =>
 const unpartitionedTask = `t.queue = $1 AND t.state = 'pending' AND t.partition_key IS NULL`;
 
 /**
- * A walked partition `w.p`: its highest pending priority (`x.top`), and its room (`r.room`, 0 when
- * nothing is due or it is paused: pause.sql.ts, the per-partition probe only while the queue has a
- * paused partition; or backed off: backoff.sql.ts, a probe of the tiny backoff table).
+ * A walked partition `w.p`: its room under the rules (`c.cap`: its concurrency limit less its
+ * running tasks, and its rate window's room), then, only when that is above 0, its highest pending
+ * priority (`x.top`) and its room (`r.room`, 0 when nothing is due or it is paused: pause.sql.ts,
+ * the per-partition probe only while the queue has a paused partition; or backed off:
+ * backoff.sql.ts, a probe of the tiny backoff table). A partition at its limit, as many are when
+ * slots free one at a time, costs the walk no probe of its tasks.
  */
 function visit(s: string): string {
   // OFFSET 0 keeps each LATERAL a subquery of its own, evaluated once per partition: flattened,
@@ -272,16 +275,21 @@ function visit(s: string): string {
   // queue's index range: as an EXISTS it chose a scan of the whole table.
   // For a queue whose tasks all have partitions this reads its pending tasks, once per lap.
   return `CROSS JOIN LATERAL (
-    SELECT (SELECT max(m.priority) FROM ${s}.task m WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = w.p) AS top OFFSET 0
+    SELECT greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = w.p), 0),
+                          coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), $6)), 0) AS cap OFFSET 0
+  ) c
+  CROSS JOIN LATERAL (
+    SELECT CASE WHEN c.cap > 0 THEN (SELECT max(m.priority) FROM ${s}.task m WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = w.p) END AS top
+    OFFSET 0
   ) x
   CROSS JOIN LATERAL (
-    SELECT CASE WHEN w.p <> '' AND ${hasPausedPartition(s)}
+    SELECT CASE WHEN c.cap = 0 THEN 0
+                WHEN w.p <> '' AND ${hasPausedPartition(s)}
                      AND EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = w.p) THEN 0
                 WHEN ${partitionBackedOff(s, 'w.p')} THEN 0
                 WHEN (CASE WHEN w.p = '' THEN (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now() ORDER BY t.priority, t.run_at, t.id LIMIT 1) IS NOT NULL
                            ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT w.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now()) END)
-           THEN greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = w.p), 0),
-                               coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), $6)), 0)
+           THEN c.cap
            ELSE 0 END AS room
     OFFSET 0
   ) r`;
