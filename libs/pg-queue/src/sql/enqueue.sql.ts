@@ -59,6 +59,27 @@ WITH input AS (${taskInput(1)}
   RETURNING id, queue, run_at
 )${NOTIFY}
 SELECT ${idList('id', 'id')} AS ids, (SELECT count(*) FROM notified)::int AS notified FROM inserted`,
+    /**
+     * insertMany for plain rows (leanTaskColumns): $1 queues, $3 priorities, $4 delays in ms, $5
+     * due times (ISO; '' none), $6 attempt limits ('' none), each comma-separated text; $2 the
+     * payloads, one JSON array; $7 the trace context of every row (NULL none); $8 notify channel.
+     * unnest pads a shorter list with NULLs ('' splits into no element), which nullif makes of ''.
+     */
+    insertManyLean: `
+WITH input AS (
+  SELECT i.queue, e.payload, i.priority::int AS priority, nullif(i.max_attempts, '')::int AS max_attempts,
+         NULL::bigint AS parent_id, NULL::text AS dedup_key, NULL::text AS group_key, $7::jsonb AS trace_context,
+         NULL::text AS partition_key, i.ord,
+         coalesce(nullif(i.run_at_in, '')::timestamptz, now() + i.delay_ms::bigint * interval '1 millisecond') AS due_at
+  FROM unnest(string_to_array($1, ','), string_to_array($3, ','), string_to_array($4, ','), string_to_array($5, ','), string_to_array($6, ','))
+         WITH ORDINALITY AS i(queue, priority, delay_ms, run_at_in, max_attempts, ord)
+  JOIN jsonb_array_elements($2::jsonb) WITH ORDINALITY AS e(payload, ord) USING (ord)
+), inserted AS (
+  INSERT INTO ${s}.task (${TASK_COLUMNS})
+  SELECT ${INPUT_VALUES} FROM input ORDER BY ord
+  RETURNING id, queue, run_at
+), ${notifyCte('SELECT queue, run_at FROM inserted', '$8')}
+SELECT ${idList('id', 'id')} AS ids, (SELECT count(*) FROM notified)::int AS notified FROM inserted`,
     keyed: { ignore: keyed('ignore'), replace: keyed('replace'), rerun: keyed('rerun') } satisfies Record<ConflictMode, string>,
   });
 }

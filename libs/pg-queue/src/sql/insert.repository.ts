@@ -5,7 +5,7 @@ import { inBoundedTransaction, type TransactionBounds } from './bounded-transact
 import { debounceStatements } from './debounce.sql';
 import type { DependencyRepository } from './dependencies.repository';
 import { enqueueStatements, type ConflictMode } from './enqueue.sql';
-import { parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
+import { leanTaskColumns, parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
 import { isRootClient } from '../prisma-adapter';
 import { weightStatements } from './weights.sql';
 
@@ -94,7 +94,10 @@ export class TaskInserter {
   }
 
   private async insertPlain(db: SqlExecutor, rows: NewTaskRow[]): Promise<string[]> {
-    const [res] = await db.$queryRawUnsafe<{ ids: string }[]>(this.enqueueSql.insertMany, taskRowsJson(rows), this.channel);
+    const lean = leanTaskColumns(rows);
+    const [res] = lean
+      ? await db.$queryRawUnsafe<{ ids: string }[]>(this.enqueueSql.insertManyLean, ...lean, this.channel)
+      : await db.$queryRawUnsafe<{ ids: string }[]>(this.enqueueSql.insertMany, taskRowsJson(rows), this.channel);
     return parseIds(res.ids);
   }
 
