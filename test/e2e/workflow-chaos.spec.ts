@@ -33,6 +33,8 @@ const DEADLINE_MS = CHAOS_MAX_MS + 90_000;
 const QUEUE = 'wfx.chaos';
 /** How long after the restart a start-up that met it may take to fail and exit (a loaded 2-core machine). */
 const RESTART_SLACK_MS = 10_000;
+/** What a start-up says when the restart refused, dropped or turned away its connection (startup.errors.ts). */
+const RESTART_MET = /^STARTUP FAILED .*(cannot reach PostgreSQL|PostgreSQL closed the connection|the database system is (starting up|shutting down|not yet accepting connections)|terminating connection due to administrator command)/m;
 
 /** No workflow of the queue left to run: none pending, running or parked ('waiting'). */
 async function settled(sql: OwnCluster['sql'], queue: string): Promise<boolean> {
@@ -88,7 +90,7 @@ describe('workflow chaos: worker processes SIGKILLed and a PostgreSQL restart', 
       // A replacement whose start-up meets the restart fails it, as documented (one line, exit 1),
       // and is replaced like any other; one that fails so at any other time is a bug.
       expectedExit: (output, at) =>
-        output.includes('STARTUP FAILED pg-queue: cannot reach PostgreSQL') && at >= restartBegan && (restartedAt < 0 || at <= t0 + restartedAt + RESTART_SLACK_MS),
+        RESTART_MET.test(output) && at >= restartBegan && (restartedAt < 0 || at <= t0 + restartedAt + RESTART_SLACK_MS),
     });
     const trace: string[] = [];
     const tracer = setInterval(() => {

@@ -7,6 +7,7 @@
  * the arithmetic checked with the clock given, against a log of every claim, and the claims made
  * from several clients at once, each with its own pool, as instances would.
  */
+import { Client } from 'pg';
 import { BLOCKED_ROUND_RECHECK_MS, LIMITED_CLAIM_RELEASE } from '../../libs/pg-queue/src/sql/limited-claim.function';
 import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
 import { LIMIT_LOCK_NAMESPACE } from '../../libs/pg-queue/src/sql/limits.sql';
@@ -104,33 +105,62 @@ describe('limited claims', () => {
     expect(JSON.parse(ok.claimed as string)).toHaveLength(5);
   });
 
-  it('of partitions whose due tasks wait behind their groups say when to claim again, and reach the partitions after them', async () => {
+  it('of partitions whose due tasks wait behind their groups pass them over, and say when to look again after a round others hold locked', async () => {
     // 40 partitions with room (1 running of 2) whose pending task waits for its group's running one,
-    // then one partition with a task that may start. Walked in key order from the start: a round of
-    // the first few partitions offers nothing.
+    // then one partition with a task that may start. Walked in key order from the start.
     await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key, group_key, state, attempt, lease_token, locked_until, started_at)
                   SELECT 'lc.held', '{}', 'b' || lpad(g::text, 2, '0'), 'g' || g, 'running', 1, gen_random_uuid(), now() + interval '1 hour', now()
                   FROM generate_series(0, 39) g`);
     await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key, group_key)
                   SELECT 'lc.held', '{}', 'b' || lpad(g::text, 2, '0'), 'g' || g FROM generate_series(0, 39) g`);
     const [free] = await db.sql<{ id: string }>(`INSERT INTO pgqueue.task (queue, payload, partition_key) VALUES ('lc.held', '{}', 'z') RETURNING id::text`);
+    // 10 partitions whose due task another transaction holds locked (SKIP LOCKED passes over it).
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.locked', '{}', 'l' || lpad(g::text, 2, '0') FROM generate_series(0, 9) g`);
+    const [later] = await db.sql<{ id: string }>(`INSERT INTO pgqueue.task (queue, payload, partition_key) VALUES ('lc.locked', '{}', 'z') RETURNING id::text`);
+    const holder = new Client({ connectionString: db.url });
+    await holder.connect();
     const prisma = db.prisma(1);
     try {
       const repo = new LimitsRepository('pgqueue');
       const limits = { globalConcurrency: null, partitionConcurrency: 2, rateLimit: null };
+      // Before release 3 a partition counted toward the round whatever its groups: the first
+      // claim's round (32 partitions) offered nothing and said nothing of when to look again.
+      const first = await repo.claim(prisma, 'lc.held', 1, 'w', 60_000, 5, limits);
+      expect(first.rows.map((r) => r.id)).toEqual([free.id]);
+
+      await holder.query('BEGIN');
+      await holder.query("SELECT id FROM pgqueue.task WHERE queue = 'lc.locked' AND partition_key <> 'z' FOR UPDATE");
       const empty: (number | null)[] = [];
       let took: string[] = [];
-      for (let i = 0; i < 45 && took.length === 0; i++) {
-        const claim = await repo.claim(prisma, 'lc.held', 1, 'w', 60_000, 5, limits);
+      for (let i = 0; i < 12 && took.length === 0; i++) {
+        const claim = await repo.claim(prisma, 'lc.locked', 1, 'w', 60_000, 5, limits);
         took = claim.rows.map((r) => r.id);
         if (took.length === 0) empty.push(claim.nextDueInMs);
       }
-      // Before release 2 the first claim's round (32 partitions) offered nothing and said nothing
-      // of when to look again: the worker slept with 'z' due.
-      expect({ took, emptyClaimsSayWhen: empty.every((ms) => ms === BLOCKED_ROUND_RECHECK_MS) }).toEqual({ took: [free.id], emptyClaimsSayWhen: true });
+      expect({ took, emptyClaims: empty.length > 0, allSayWhen: empty.every((ms) => ms === BLOCKED_ROUND_RECHECK_MS) }).toEqual({
+        took: [later.id], emptyClaims: true, allSayWhen: true,
+      });
+    } finally {
+      await holder.end();
+      await prisma.$disconnect();
+      await db.sql(`DELETE FROM pgqueue.task WHERE queue IN ('lc.held', 'lc.locked')`);
+    }
+  });
+
+  it('of more partitions than one walk reaches, all at their limit, do not claim again at once', async () => {
+    // 1 100 partitions, each with a running task (at partitionConcurrency 1) and a due one.
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key, state, attempt, lease_token, locked_until, started_at)
+                  SELECT 'lc.full', '{}', 'f' || lpad(g::text, 4, '0'), 'running', 1, gen_random_uuid(), now() + interval '1 hour', now()
+                  FROM generate_series(1, 1100) g`);
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.full', '{}', 'f' || lpad(g::text, 4, '0') FROM generate_series(1, 1100) g`);
+    const prisma = db.prisma(1);
+    try {
+      const claim = await new LimitsRepository('pgqueue').claim(prisma, 'lc.full', 1, 'w', 60_000, 5, { globalConcurrency: null, partitionConcurrency: 1, rateLimit: null });
+      // Before release 3: 0, so every worker with a free slot claimed in a loop under the queue's lock.
+      expect({ took: claim.rows.length, nextDueInMs: claim.nextDueInMs }).toEqual({ took: 0, nextDueInMs: BLOCKED_ROUND_RECHECK_MS });
     } finally {
       await prisma.$disconnect();
-      await db.sql(`DELETE FROM pgqueue.task WHERE queue = 'lc.held'`);
+      await db.sql(`DELETE FROM pgqueue.task WHERE queue = 'lc.full'`);
     }
   });
 
@@ -143,7 +173,7 @@ describe('limited claims', () => {
       await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.skew', '{}', 'p' || (g % 3) FROM generate_series(1, 60) g`);
       await db.sql('VACUUM ANALYZE pgqueue.task');
       const [{ pages }] = await db.sql<{ pages: number }>("SELECT relpages AS pages FROM pg_class WHERE oid = 'pgqueue.task'::regclass");
-      await db.sql('SELECT pg_stat_statements_reset()');
+      await db.sql('SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)');
       const repo = new LimitsRepository('pgqueue');
       // More calls than a plan cache's five custom plans before it may settle on a generic one.
       for (let i = 0; i < 8; i++) await repo.claim(prisma, 'lc.skew', 3, 'w', 60_000, 5, { globalConcurrency: null, partitionConcurrency: 1, rateLimit: null });
@@ -171,12 +201,12 @@ describe('limited claims', () => {
     const prisma = db.prisma(2);
     try {
       await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.q', '{}', 'p' || (g % 3) FROM generate_series(1, 300) g`);
-      await db.sql('SELECT pg_stat_statements_reset()');
+      await db.sql('SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)');
       const repo = new LimitsRepository('pgqueue');
       const claim = await repo.claim(prisma, 'lc.q', 5, 'w', 60_000, 5, { globalConcurrency: 10, partitionConcurrency: 2, rateLimit: { max: 100, perMs: 1000 } });
       await prisma.$queryRawUnsafe("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'lc.q'");
       const rows = await db.sql<{ query: string; jit_functions: number }>(
-        "SELECT query, jit_functions::int FROM pg_stat_statements WHERE query LIKE '%walk AS (%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%' OR query LIKE '%rate_at%'",
+        "SELECT query, jit_functions::int FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND (query LIKE '%walk AS (%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%' OR query LIKE '%rate_at%')",
       );
       const control = rows.filter((r) => r.query.includes('count(*)::int AS n FROM pgqueue.task WHERE queue'));
       const limited = rows.filter((r) => !control.includes(r));

@@ -64,16 +64,18 @@ SELECT ${idList('id', 'id')} AS ids, (SELECT count(*) FROM notified)::int AS not
      * due times (ISO; '' none), $6 attempt limits ('' none), each comma-separated text; $2 the
      * payloads, one JSON array; $7 the trace context of every row (NULL none); $8 notify channel.
      * unnest pads a shorter list with NULLs ('' splits into no element), which nullif makes of ''.
+     * The array is read as json, each payload made jsonb alone: one jsonb array holds 256 MB at
+     * most, and a call may carry more.
      */
     insertManyLean: `
 WITH input AS (
-  SELECT i.queue, e.payload, i.priority::int AS priority, nullif(i.max_attempts, '')::int AS max_attempts,
+  SELECT i.queue, e.payload::jsonb AS payload, i.priority::int AS priority, nullif(i.max_attempts, '')::int AS max_attempts,
          NULL::bigint AS parent_id, NULL::text AS dedup_key, NULL::text AS group_key, $7::jsonb AS trace_context,
          NULL::text AS partition_key, i.ord,
          coalesce(nullif(i.run_at_in, '')::timestamptz, now() + i.delay_ms::bigint * interval '1 millisecond') AS due_at
   FROM unnest(string_to_array($1, ','), string_to_array($3, ','), string_to_array($4, ','), string_to_array($5, ','), string_to_array($6, ','))
          WITH ORDINALITY AS i(queue, priority, delay_ms, run_at_in, max_attempts, ord)
-  JOIN jsonb_array_elements($2::jsonb) WITH ORDINALITY AS e(payload, ord) USING (ord)
+  JOIN json_array_elements($2::json) WITH ORDINALITY AS e(payload, ord) USING (ord)
 ), inserted AS (
   INSERT INTO ${s}.task (${TASK_COLUMNS})
   SELECT ${INPUT_VALUES} FROM input ORDER BY ord

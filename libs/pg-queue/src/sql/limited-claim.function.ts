@@ -12,9 +12,11 @@ export const LIMITER_RECHECK_MS = 250;
 /** The most partitions with room one round of a partitioned claim offers (see claimPartitioned). */
 const MAX_ROUND = 1000;
 /**
- * How soon a partitioned claim whose round offered nothing claims again: every partition of its
- * round had room but only tasks a running task of their group holds back. The cursor moved past
- * them; the partitions after them may have work that no notification announces.
+ * How soon a partitioned claim that took nothing claims again when it could not look at every
+ * partition: its walk reached MAX_WALK, or its round filled with partitions whose due tasks
+ * another transaction holds locked (SKIP LOCKED passed over them). The cursor moved past them; the
+ * partitions after them may have work that no notification announces. Not at once: a queue whose
+ * partitions are all at their limit would claim in a loop.
  */
 export const BLOCKED_ROUND_RECHECK_MS = 250;
 /** The most partitions one partitioned claim walks; a longer round goes on in the next claim. */
@@ -218,16 +220,14 @@ BEGIN
   claimed := v_claimed;
   -- No room left under a rule that counts every running task of the queue (see RefillPolicy.slotFreed).
   limit_full := coalesce(p_global - v_running - v_taken <= 0, false) OR coalesce(p_lim_concurrency - v_lim_running - v_taken <= 0, false);
-  -- When to claim again: the next due task, the rate window, a full partition's window, a round
-  -- cut short by MAX_WALK or a full round that offered less than it had room for (at once; after
-  -- BLOCKED_ROUND_RECHECK_MS when it offered nothing, so that a queue whose due tasks wait behind
-  -- their groups does not spin), and the limiter, only when it is what cut the claim (an idle queue
-  -- must not poll).
+  -- When to claim again: the next due task, the rate window, a full partition's window, a walk cut
+  -- short by MAX_WALK or a full round that took less than it had room for (at once when it took
+  -- some, else after BLOCKED_ROUND_RECHECK_MS), and the limiter, only when it is what cut the claim
+  -- (an idle queue must not poll).
   next_due_in_ms := least(
     v_next_due, v_rate_wait,
     CASE WHEN p_prate_max IS NOT NULL AND v_taken < v_take THEN v_partition_frees END,
-    CASE WHEN v_taken < v_take AND (v_walk_cut OR (v_round_full AND v_taken > 0)) THEN 0 END,
-    CASE WHEN v_round_full AND v_taken = 0 THEN ${BLOCKED_ROUND_RECHECK_MS} END,
+    CASE WHEN v_taken < v_take AND (v_walk_cut OR v_round_full) THEN CASE WHEN v_taken > 0 THEN 0 ELSE ${BLOCKED_ROUND_RECHECK_MS} END END,
     CASE WHEN p_limiter IS NOT NULL AND v_lim_take < p_want AND v_taken >= v_lim_take THEN v_lim_wait END);
 END $fn$`;
   },

@@ -263,7 +263,8 @@ const unpartitionedTask = `t.queue = $1 AND t.state = 'pending' AND t.partition_
 /**
  * A walked partition `w.p`: its room under the rules (`c.cap`: its concurrency limit less its
  * running tasks, and its rate window's room), then, only when that is above 0, its highest pending
- * priority (`x.top`) and its room (`r.room`, 0 when nothing is due or it is paused: pause.sql.ts,
+ * priority (`x.top`) and its room (`r.room`, 0 when no task is due that its group lets run, so
+ * that a partition the round counts offers a task; or when it is paused: pause.sql.ts,
  * the per-partition probe only while the queue has a paused partition; or backed off:
  * backoff.sql.ts, a probe of the tiny backoff table). A partition at its limit, as many are when
  * slots free one at a time, costs the walk no probe of its tasks.
@@ -287,8 +288,9 @@ function visit(s: string): string {
                 WHEN w.p <> '' AND ${hasPausedPartition(s)}
                      AND EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = w.p) THEN 0
                 WHEN ${partitionBackedOff(s, 'w.p')} THEN 0
-                WHEN (CASE WHEN w.p = '' THEN (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now() ORDER BY t.priority, t.run_at, t.id LIMIT 1) IS NOT NULL
-                           ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT w.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now()) END)
+                WHEN (CASE WHEN w.p = '' THEN (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now() AND ${groupFirst(s)}
+                                               ORDER BY t.priority, t.run_at, t.id LIMIT 1) IS NOT NULL
+                           ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT w.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now() AND ${groupFirst(s)}) END)
            THEN c.cap
            ELSE 0 END AS room
     OFFSET 0
