@@ -4,13 +4,15 @@ import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, idList, notifyCte, taskInput, 
 
 /**
  * Inserting tasks. One statement serves one task or thousands: rows arrive as one JSON array
- * (taskInput), so a bulk enqueue is one round trip. The NOTIFY is sent once per distinct queue and
+ * (taskInput), or, for plain rows, as columns (insertManyLean), so a bulk enqueue is one round
+ * trip. The NOTIFY is sent once per distinct queue and
  * Postgres delivers it only when the surrounding transaction commits, so a worker never wakes for a
  * task it cannot see yet (and never for one that was rolled back). Its payload is the queue name,
  * plus `@<epoch ms>` when the earliest new task is not yet due, so idle workers can set a timer.
  *
- * Parameters (all statements): $1 the rows (JSON: queue, payload, priority, run_at_in — NULL =
- * now + delay_ms —, delay_ms, max_attempts, parent_id, dedup_key, group_key), $2 notify channel.
+ * Parameters (all statements but insertManyLean): $1 the rows (JSON: queue, payload, priority,
+ * run_at_in — NULL = now + delay_ms —, delay_ms, max_attempts, parent_id, dedup_key, group_key),
+ * $2 notify channel.
  */
 export type { ConflictMode } from '../core/task-row';
 

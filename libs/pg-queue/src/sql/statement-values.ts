@@ -125,7 +125,6 @@ export function taskRowsJson(rows: NewTaskRow[]): string {
   return `${json}]`;
 }
 
-
 /**
  * The rows for insertManyLean (enqueue.sql.ts) as its first seven parameters, when every row is a
  * plain one: no parent, group, partition or dedup key, and one trace context for all (an
