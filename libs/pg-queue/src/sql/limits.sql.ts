@@ -48,7 +48,7 @@ export function limitStatements(schema: string) {
      *   stalls before the commit has its session ended by the server, which releases the lock.
      * - jit off: planned from row estimates, the partitioned claim's cost passes jit_above_cost on
      *   a backlog of some thousands, and compiling it took ~80 ms of a ~4 ms claim (see JIT_OFF).
-     * - plan_cache_mode force_generic_plan, for the function's statements but two: with the batch
+     * - plan_cache_mode force_generic_plan, for the function's statements but one: with the batch
      *   size known, a custom plan's estimate is always below the generic plan's, so the claim was
      *   planned anew at every call (1.5 ms, more than its run in bench scenario 9); its generic plan
      *   is the same plan (it still walks task_claim_idx at 500 000 pending tasks, and for a small
@@ -104,7 +104,7 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
      * wrapping around once. '' stands for the tasks without a partition: a partition of their own,
      * ahead of every key (a partition key is never ''). Each partition visited gets its `room`:
      * what its concurrency ($6 minus its running tasks) and its rate window ($9 per $10 ms) leave,
-     * 0 when none of its tasks is due. The walk ends once $8 partitions with room were found, after
+     * 0 when none of its due tasks may start (groupFirst). The walk ends once $8 partitions with room were found, after
      * $11 partitions, or when it is back at the cursor: partitions with nothing to offer (delayed
      * tasks only, full, out of rate) are passed over without using up the round.
      *
