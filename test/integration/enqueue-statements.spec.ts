@@ -5,9 +5,8 @@
  */
 import type { NewTaskRow } from '../../libs/pg-queue/src/sql/statement-values';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
-import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
+import { schemaDatabase } from '../support/schema-database';
 import { taskRow } from '../support/task-rows';
-import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
 const RUN_AT = new Date('2031-02-03T04:05:06.789Z');
 const TRACE = JSON.stringify({ traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' });
@@ -25,17 +24,11 @@ function rows(queue: string, given: Partial<NewTaskRow> = {}): NewTaskRow[] {
 }
 
 describe('plain enqueue statements', () => {
-  let db: TestDatabase;
+  const t = schemaDatabase();
   const repo = new TaskRepository('pgqueue', 'archive');
 
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    await installSchema(db.prisma(), 'pgqueue');
-  });
-  afterAll(() => db.drop());
-
   async function stored(ids: string[]) {
-    return db.sql(
+    return t.db.sql(
       `SELECT t.queue, t.payload, t.priority, t.max_attempts, t.trace_context,
               CASE WHEN t.run_at = $2::timestamptz THEN 'runAt' ELSE (extract(epoch FROM t.run_at - t.created_at) * 1000)::int::text END AS due
        FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, ord) JOIN pgqueue.task t ON t.id = x.id ORDER BY x.ord`,
@@ -52,7 +45,7 @@ describe('plain enqueue statements', () => {
   ];
 
   it('store every field alike, ids in input order, through the lean statement when the rows allow it', async () => {
-    const prisma = db.prisma();
+    const prisma = t.db.prisma();
     // The statements sent, by which of the two they are.
     const sent: string[] = [];
     const watched = new Proxy(prisma, {
@@ -77,7 +70,7 @@ describe('plain enqueue statements', () => {
   });
 
   it('one row, as enqueue() sends it', async () => {
-    const [id] = await repo.insert(db.prisma(), [taskRow('es.one', { payloadJson: JSON.stringify({ one: true }), priority: 2, maxAttempts: 1 })]);
+    const [id] = await repo.insert(t.db.prisma(), [taskRow('es.one', { payloadJson: JSON.stringify({ one: true }), priority: 2, maxAttempts: 1 })]);
     expect(await stored([id])).toEqual([{ queue: 'es.one', payload: { one: true }, priority: 2, max_attempts: 1, trace_context: null, due: '0' }]);
   });
 });

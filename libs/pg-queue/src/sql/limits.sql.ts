@@ -1,8 +1,8 @@
-import { claimFrom, groupFirst } from './claim.sql';
+import { claimFrom } from './claim.sql';
 import { quoteIdent } from './identifiers';
 import { marked } from './fragments.sql';
-import { partitionBackedOff } from './backoff.sql';
-import { hasPausedPartition, queueNotPaused } from './pause.sql';
+import { queueNotPaused } from './pause.sql';
+import { keyAfter, offer, visit } from './partition-walk.sql';
 import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
 import { nextTurns, resumedThenWalk, TAKEN_OFFERS, turnOf, weighed } from './weights.sql';
 
@@ -104,9 +104,10 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
      * wrapping around once. '' stands for the tasks without a partition: a partition of their own,
      * ahead of every key (a partition key is never ''). Each partition visited gets its `room`:
      * what its concurrency ($6 minus its running tasks) and its rate window ($9 per $10 ms) leave,
-     * 0 when none of its due tasks may start (groupFirst). The walk ends once $8 partitions with room were found, after
-     * $11 partitions, or when it is back at the cursor: partitions with nothing to offer (delayed
-     * tasks only, full, out of rate) are passed over without using up the round.
+     * 0 when none of its due tasks may start (groupFirst; see visit in partition-walk.sql.ts). The
+     * walk ends once $8 partitions with room were found, after $11 partitions, or when it is back
+     * at the cursor: partitions with nothing to offer (delayed tasks only, held back by their group,
+     * full, out of rate) are passed over without using up the round.
      *
      * Each partition with room offers its first due tasks, as many as its room; the claim takes
      * them by rank, then by place in the round: the first task of every partition before the second
@@ -242,69 +243,4 @@ SET partition_cursor = EXCLUDED.partition_cursor, partition_turns = EXCLUDED.par
     room_wanted = coalesce($5::boolean, q.room_wanted)
 RETURNING CASE WHEN $5::boolean IS FALSE THEN pg_notify($6, '${ROOM_NOTICE}' || $1) END`,
   });
-}
-
-/** The first partition key of the queue's pending tasks after `after` (and up to `upTo`): one probe of task_partition_idx. */
-function keyAfter(s: string, after: string, upTo?: string): string {
-  return `SELECT min(t.partition_key) AS p FROM ${s}.task t
-          WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > ${after}${upTo ? ` AND t.partition_key <= ${upTo}` : ''}`;
-}
-
-/**
- * Task `t` is a pending task of the walked partition `alias` (p, top): keyed partitions within
- * their claim-order range up to (their highest priority `top`, now), an index range bound, so that
- * their delayed tasks of their least urgent priority are never read; '' for no partition.
- * Two conditions, not one CASE: each is an index condition of its own query branch.
- */
-const keyedTask = (alias: string) =>
-  `t.queue = $1 AND t.state = 'pending' AND t.partition_key = ${alias}.p AND (t.priority, t.run_at) <= (${alias}.top, now())`;
-const unpartitionedTask = `t.queue = $1 AND t.state = 'pending' AND t.partition_key IS NULL`;
-
-/**
- * A walked partition `w.p`: its room under the rules (`c.cap`: its concurrency limit less its
- * running tasks, and its rate window's room), then, only when that is above 0, its highest pending
- * priority (`x.top`) and its room (`r.room`, 0 when no task is due that its group lets run, so
- * that a partition the round counts offers a task; or when it is paused: pause.sql.ts,
- * the per-partition probe only while the queue has a paused partition; or backed off:
- * backoff.sql.ts, a probe of the tiny backoff table). A partition at its limit, as many are when
- * slots free one at a time, costs the walk no probe of its tasks.
- */
-function visit(s: string): string {
-  // OFFSET 0 keeps each LATERAL a subquery of its own, evaluated once per partition: flattened,
-  // the room expression would be computed again for the filter on it. Tasks without a partition
-  // are looked for in claim order (LIMIT 1, task_claim_idx), which a generic plan reads as one
-  // queue's index range: as an EXISTS it chose a scan of the whole table.
-  // For a queue whose tasks all have partitions this reads its pending tasks, once per lap.
-  return `CROSS JOIN LATERAL (
-    SELECT greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = w.p), 0),
-                          coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), $6)), 0) AS cap OFFSET 0
-  ) c
-  CROSS JOIN LATERAL (
-    SELECT CASE WHEN c.cap > 0 THEN (SELECT max(m.priority) FROM ${s}.task m WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = w.p) END AS top
-    OFFSET 0
-  ) x
-  CROSS JOIN LATERAL (
-    SELECT CASE WHEN c.cap = 0 THEN 0
-                WHEN w.p <> '' AND ${hasPausedPartition(s)}
-                     AND EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = w.p) THEN 0
-                WHEN ${partitionBackedOff(s, 'w.p')} THEN 0
-                WHEN (CASE WHEN w.p = '' THEN (SELECT 1 FROM ${s}.task t WHERE ${unpartitionedTask} AND t.run_at <= now() AND ${groupFirst(s)}
-                                               ORDER BY t.priority, t.run_at, t.id LIMIT 1) IS NOT NULL
-                           ELSE EXISTS (SELECT 1 FROM ${s}.task t, (SELECT w.p, x.top) pt WHERE ${keyedTask('pt')} AND t.run_at <= now() AND ${groupFirst(s)}) END)
-           THEN c.cap
-           ELSE 0 END AS room
-    OFFSET 0
-  ) r`;
-}
-
-/** The due tasks partition `w` offers, in claim order, at most its room. */
-function offer(s: string): string {
-  const branch = (gate: string, where: string) => `(
-    SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM ${s}.task t
-    WHERE ${gate} AND ${where} AND t.run_at <= now() AND ${groupFirst(s)}
-    ORDER BY t.priority, t.run_at, t.id
-    LIMIT w.room)`;
-  return `${branch(`w.p <> ''`, keyedTask('w'))}
-    UNION ALL
-    ${branch(`w.p = ''`, unpartitionedTask)}`;
 }
