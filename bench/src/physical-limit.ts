@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Client } from 'pg';
 import { DEFAULT_HANDLER_OPTIONS } from '../../libs/pg-queue/src/pg-queue.options';
-import { claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimedRows, claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
 import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
@@ -57,7 +57,7 @@ export async function runBatch(c: Client, mode: 'lease' | 'transactional', worke
     text: STATEMENTS.claim,
     values: [QUEUE, LIMIT_BATCH, workerId, DEFAULT_HANDLER_OPTIONS.leaseMs, DEFAULT_HANDLER_OPTIONS.maxAttempts, newClaimId()],
   });
-  const rows = JSON.parse(res0.rows[0].claimed) as { id: string; lease_token: string; payload: unknown }[];
+  const rows = claimedRows(res0.rows[0].claimed, QUEUE);
   if (rows.length === 0) return { claimed: 0, completed: 0 };
   const leases = leaseParams(rows.map((r) => ({ id: r.id, token: r.lease_token })));
   const handleAndComplete = async () => {

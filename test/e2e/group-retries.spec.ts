@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { Client } from 'pg';
 import { TaskHandler, type Task } from '@app/pg-queue';
-import { claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimedRows, claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { drainQueue } from '@app/pg-queue/testing';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
@@ -110,8 +110,8 @@ describe('per-group order with retries (issue 12 item 5): one at a time per grou
       const rival = await client();
       await rival.query('BEGIN');
       const { rows } = await rival.query(claimStatements('pgqueue').claim, ['gr.race', 10, 'rival', 60_000, 5, newClaimId()]);
-      const [q] = JSON.parse(rows[0].claimed) as { id: string; lease_token: string; payload: Job }[];
-      expect(q.payload.name).toBe('q');
+      const [q] = claimedRows(rows[0].claimed, 'gr.race');
+      expect((q.payload as Job).name).toBe('q');
       await late.query('COMMIT');
       // This app's worker claims now: its snapshot shows p first and nothing of g1 running.
       const drained = drainQueue(qa.app, 'gr.race');

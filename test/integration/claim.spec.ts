@@ -72,6 +72,41 @@ describe('claim statement', () => {
     expect(Number(t.left_s)).toBeGreaterThan(25);
   });
 
+  it('returns each claimed row with every field as stored (the plain claim sends rows as arrays)', async () => {
+    const [parent] = await repo.insert(db.prisma(), [row(0)]);
+    const runAt = new Date(Date.now() - 5_000);
+    const [id] = await repo.insert(db.prisma(), [
+      row(1, { priority: 3, runAt, maxAttempts: 7, parentId: parent, dedupKey: 'd-1', groupKey: 'g-1', traceContext: JSON.stringify({ traceparent: '00-abc-def-01' }) }),
+    ]);
+    const [plain] = await repo.insert(db.prisma(), [row(2, { priority: 4 })]);
+    const { rows } = await repo.claim(db.prisma(), 'claim.q', 10, 'w', 30_000, 5);
+    const [stored] = await db.sql(
+      `SELECT (extract(epoch FROM run_at) * 1000)::float8 AS run_at_ms, (extract(epoch FROM created_at) * 1000)::float8 AS created_at_ms, lease_token::text
+       FROM pgqueue.task WHERE id = $1`,
+      [id],
+    );
+    const claimed = rows.find((r) => r.id === id);
+    expect(claimed).toEqual({
+      id,
+      queue: 'claim.q',
+      payload: { n: 1 },
+      priority: 3,
+      // Epoch ms to the microsecond: the claim computes them in float8, this query in numeric.
+      run_at_ms: expect.closeTo(stored.run_at_ms, 3),
+      attempt: 1,
+      max_attempts: 7,
+      created_at_ms: expect.closeTo(stored.created_at_ms, 3),
+      lease_token: stored.lease_token,
+      parent_id: parent,
+      group_key: 'g-1',
+      dedup_key: 'd-1',
+      trace_context: { traceparent: '00-abc-def-01' },
+    });
+    expect(claimed!.run_at_ms).toBe(runAt.getTime());
+    // A task that set no limit takes the claiming handler's (5), and its optional fields are null.
+    expect(rows.find((r) => r.id === plain)).toMatchObject({ priority: 4, max_attempts: 5, parent_id: null, group_key: null, dedup_key: null, trace_context: null });
+  });
+
   it('installs the schema once however many instances start at the same moment', async () => {
     const fresh = await createTestDatabase();
     try {

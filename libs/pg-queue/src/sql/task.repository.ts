@@ -1,6 +1,6 @@
 import { isRootClient } from '../prisma-adapter';
 import type { SqlExecutor } from '../types';
-import { claimStatements, newClaimId } from './claim.sql';
+import { claimStatements, claimedRows, newClaimId } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
 import { DependencyRepository } from './dependencies.repository';
 import { TaskInserter } from './insert.repository';
@@ -19,7 +19,6 @@ import {
   type BackOff,
   type BatchBackend,
   type Claim,
-  type ClaimedRow,
   type CompleteResult,
   type FailedState,
   type Failure,
@@ -80,7 +79,7 @@ export class TaskRepository {
     const [res] = await db.$queryRawUnsafe<{ claimed: string; next_due_in_ms: number | null; db_now_ms: number; paused: boolean | null }[]>(
       this.claimSql.claim, queue, limit, workerId, leaseMs, maxAttempts, claimId,
     );
-    return { rows: JSON.parse(res.claimed) as ClaimedRow[], nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms, paused: res.paused === true };
+    return { rows: claimedRows(res.claimed, queue), nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms, paused: res.paused === true };
   }
 
   /** The leases of `queue` that the claims `claimIds` took and that are still held (see claimedWith). */
