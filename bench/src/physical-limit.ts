@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Client } from 'pg';
 import { DEFAULT_HANDLER_OPTIONS } from '../../libs/pg-queue/src/pg-queue.options';
-import { claimedRows, claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimedRows, claimSql, claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
 import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
@@ -41,6 +41,7 @@ export interface BatchResult {
 
 const STATEMENTS = {
   ...claimStatements(SCHEMA),
+  claim: claimSql(claimStatements(SCHEMA), LIMIT_BATCH),
   complete: completeStatements(SCHEMA, 'archive').complete,
 };
 const CHANNEL = notifyChannel(SCHEMA);

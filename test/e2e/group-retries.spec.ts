@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { Client } from 'pg';
 import { TaskHandler, type Task } from '@app/pg-queue';
-import { claimedRows, claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimSql, claimStatements, claimedRows, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { drainQueue } from '@app/pg-queue/testing';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
@@ -109,7 +109,7 @@ describe('per-group order with retries (issue 12 item 5): one at a time per grou
       // A rival worker's claim of q, its statement's window held open by a transaction.
       const rival = await client();
       await rival.query('BEGIN');
-      const { rows } = await rival.query(claimStatements('pgqueue').claim, ['gr.race', 10, 'rival', 60_000, 5, newClaimId()]);
+      const { rows } = await rival.query(claimSql(claimStatements('pgqueue'), 10), ['gr.race', 10, 'rival', 60_000, 5, newClaimId()]);
       const [q] = claimedRows(rows[0].claimed, 'gr.race');
       expect((q.payload as Job).name).toBe('q');
       await late.query('COMMIT');

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { TaskHandler, type Task } from '@app/pg-queue';
 import { drainQueue } from '@app/pg-queue/testing';
-import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimSql, claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
 import { bootQueueApp, deferred, nextEvents, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -66,7 +66,7 @@ describe('ordering, delays and dedup keys', () => {
                   SELECT 'other.q', '{}', g % 10 FROM generate_series(1, 50000) g`);
     await db.sql('ANALYZE pgqueue.task');
     // The real claim statement (group check included), planned with parameters.
-    await db.sql(`PREPARE claim_plan(text, int, text, int, int, text) AS ${claimStatements('pgqueue').claim}`);
+    await db.sql(`PREPARE claim_plan(text, int, text, int, int, text) AS ${claimSql(claimStatements('pgqueue'), 10)}`);
     const plan = (await db.sql(`EXPLAIN EXECUTE claim_plan('order.q', 10, 'w', 1000, 5, '0123456789abcdef')`)).map((r) => r['QUERY PLAN']).join('\n');
     await db.sql('DEALLOCATE claim_plan');
     expect(plan).toMatch(/Index Scan using task_claim_idx/);

@@ -13,7 +13,7 @@ import { PgQueueDashboardModule, PgQueueModule, TaskHandler, TaskQueue, WorkerOr
 import { PgQueueHealthIndicator, PgQueueHealthModule } from '@app/pg-queue/health';
 import { PgQueueMetricsModule, QueueMetrics } from '@app/pg-queue/metrics';
 import type { PrismaClient } from '../../src/generated/prisma/client';
-import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimSql, claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { bootQueueApp, deferred, nextEvents, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -236,12 +236,12 @@ describe('pause and resume', () => {
   it("costs an unpaused queue's claim two probes of queue_pause and nothing per task; a paused queue's claim reads no task (EXPLAIN ANALYZE, generic plan)", async () => {
     const qa = await boot({ autoStart: false });
     for (let i = 0; i < 50; i++) await qa.queue.enqueue('pause.plan', { i });
-    const claimSql = claimStatements('pgqueue').claim;
+    const claimText = claimSql(claimStatements('pgqueue'), 10);
     const explain = async () => {
       await db.sql('BEGIN');
       try {
         await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
-        await db.sql(`PREPARE claim_probe (text, int, text, int, int, text) AS ${claimSql}`);
+        await db.sql(`PREPARE claim_probe (text, int, text, int, int, text) AS ${claimText}`);
         const rows = await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE claim_probe ('pause.plan', 10, 'w', 30000, 3, '0123456789abcdef')`);
         return rows.map((r) => r['QUERY PLAN']).join('\n');
       } finally {

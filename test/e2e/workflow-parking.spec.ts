@@ -10,7 +10,7 @@
  */
 import { Injectable } from '@nestjs/common';
 import { Workflow, type WorkflowContext } from '@app/pg-queue';
-import { claimStatements } from '@app/pg-queue/sql/claim.sql';
+import { claimSql, claimStatements } from '@app/pg-queue/sql/claim.sql';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
@@ -54,7 +54,7 @@ describe('parked workflows', () => {
     await db.sql('BEGIN');
     try {
       await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
-      await db.sql(`PREPARE idle_claim (text, int, text, int, int, text) AS ${claimStatements('pgqueue').claim}`);
+      await db.sql(`PREPARE idle_claim (text, int, text, int, int, text) AS ${claimSql(claimStatements('pgqueue'), 10)}`);
       const [row] = await db.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
         `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE idle_claim('${queue}', 10, 'probe', 30000, 5, '0123456789abcdef')`,
       );

@@ -4,7 +4,7 @@
  * backoff table, like the pause check), and the due time a short claim reports.
  */
 import type { BackOff, NewTaskRow } from '../../libs/pg-queue/src/sql/statement-values';
-import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimSql, claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
 import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
@@ -39,7 +39,7 @@ describe('back-offs in the claim', () => {
     await db.sql('BEGIN');
     try {
       await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
-      await db.sql(`PREPARE measured AS ${claimStatements('pgqueue').claim}`);
+      await db.sql(`PREPARE measured AS ${claimSql(claimStatements('pgqueue'), 10)}`);
       const [r] = await db.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE measured('${queue}', 10, 'w', 60000, 5, '0123456789abcdef')`);
       return r['QUERY PLAN'][0].Plan;
     } finally {

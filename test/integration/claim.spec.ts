@@ -1,7 +1,10 @@
 import type { NewTaskRow } from '../../libs/pg-queue/src/sql/statement-values';
+import { CLAIM_MAX } from '../../libs/pg-queue/src/core/task-rules';
+import { claimSql, claimStatements, newClaimId } from '../../libs/pg-queue/src/sql/claim.sql';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { schemaMigrations } from '../../libs/pg-queue/src/sql/schema.sql';
+import { planNodes, type PlanNode } from '../support/plan-nodes';
 import { taskRow } from '../support/task-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -105,6 +108,48 @@ describe('claim statement', () => {
     expect(claimed!.run_at_ms).toBe(runAt.getTime());
     // A task that set no limit takes the claiming handler's (5), and its optional fields are null.
     expect(rows.find((r) => r.id === plain)).toMatchObject({ priority: 4, max_attempts: 5, parent_id: null, group_key: null, dedup_key: null, trace_context: null });
+  });
+
+  it('is planned once per connection, whatever the claim takes: its prepared statement settles on the generic plan', async () => {
+    await repo.insert(db.prisma(), Array.from({ length: 3000 }, (_, i) => row(i)));
+    await db.sql('ANALYZE pgqueue.task');
+    const statements = claimStatements('pgqueue');
+    const plans: Record<number, { generic: number; custom: number }> = {};
+    for (const take of [1, 10, 50, 100, 500, 1000]) {
+      await db.sql(`PREPARE claim_probe (text, int, text, bigint, int, text) AS ${claimSql(statements, take)}`);
+      try {
+        // Rolled back: every execution finds the same backlog.
+        for (let i = 0; i < 8; i++) {
+          await db.sql('BEGIN');
+          await db.sql(`EXECUTE claim_probe ('claim.q', ${take}, 'w', 60000, 5, '${newClaimId()}')`);
+          await db.sql('ROLLBACK');
+        }
+        [plans[take]] = await db.sql(`SELECT generic_plans::int AS generic, custom_plans::int AS custom FROM pg_prepared_statements WHERE name = 'claim_probe'`);
+      } finally {
+        await db.sql('DEALLOCATE claim_probe');
+      }
+    }
+    // The plan cache tries five custom plans, then keeps the generic one if it costs no more.
+    for (const take of Object.keys(plans)) expect([take, plans[Number(take)]]).toEqual([take, { generic: 3, custom: 5 }]);
+  });
+
+  it('locks only the rows it takes, not the ceiling it picks them under (generic plan, EXPLAIN ANALYZE)', async () => {
+    await repo.insert(db.prisma(), Array.from({ length: 300 }, (_, i) => row(i)));
+    await db.sql('BEGIN');
+    try {
+      await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
+      await db.sql(`PREPARE claim_locks (text, int, text, bigint, int, text) AS ${claimSql(claimStatements('pgqueue'), 3)}`);
+      const [r] = await db.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_locks ('claim.q', 3, 'w', 60000, 5, '0123456789abcdef')`);
+      const locking = planNodes(r['QUERY PLAN'][0].Plan).filter((n) => n['Node Type'] === 'LockRows');
+      expect(locking.map((n) => n['Actual Rows'])).toEqual([3]);
+    } finally {
+      await db.sql('ROLLBACK');
+      await db.sql('DEALLOCATE ALL');
+    }
+  });
+
+  it('refuses a claim larger than a claim may be', () => {
+    expect(() => claimSql(claimStatements('pgqueue'), CLAIM_MAX + 1)).toThrow(`a claim takes at most ${CLAIM_MAX} tasks, asked for ${CLAIM_MAX + 1}`);
   });
 
   it('installs the schema once however many instances start at the same moment', async () => {

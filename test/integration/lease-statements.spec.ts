@@ -1,4 +1,4 @@
-import { claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
+import { claimSql, claimStatements } from '../../libs/pg-queue/src/sql/claim.sql';
 import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { maintainStatements } from '../../libs/pg-queue/src/sql/maintain.sql';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
@@ -29,7 +29,7 @@ describe('lease statements', () => {
     const finish = completeStatements('pgqueue', 'archive');
     const leases = [`'1,2,3'`, `'${Array(3).fill('00000000-0000-4000-8000-000000000000').join(',')}'`];
     const cases: [string, string, string[], string[]][] = [
-      ['claim', claim.claim, ['text', 'int', 'text', 'float8', 'int', 'text'], [`'plan.q'`, '500', `'w'`, '60000', '5', `'0123456789abcdef'`]],
+      ['claim', claimSql(claim, 500), ['text', 'int', 'text', 'float8', 'int', 'text'], [`'plan.q'`, '500', `'w'`, '60000', '5', `'0123456789abcdef'`]],
       ['lockLeases', claim.lockLeases, ['text', 'text', 'text', 'text'], [...leases, `'1000'`, `'1000'`]],
       ['complete', finish.complete, ['text', 'text', 'text', 'text', 'text', 'text', 'text'], [...leases, `'[]'`, `'ch'`, `'1,2,3'`, `'0,0,0'`, `'{}'`]],
       ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]', 'text', 'boolean', 'bigint[]'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`, `'ch'`, 'false', `'{5,NULL,7}'`]],

@@ -1,3 +1,4 @@
+import { CLAIM_MAX } from './core/task-rules';
 import { HandlerConfigurationError } from './errors';
 import { isOptionsObject, rejectUnknownOptions } from './option-keys';
 import type { BackoffOptions, HandlerMode, RateLimit } from './types';
@@ -121,7 +122,7 @@ export function resolveHandlerOptions(path: string, base: HandlerOptions, over?:
   };
   if (merged.mode !== 'transactional' && merged.mode !== 'lease') fail('mode', `expected 'transactional' or 'lease', got ${JSON.stringify(merged.mode)}`);
   int('concurrency', 1, 1000);
-  int('batchSize', 1, 1000);
+  int('batchSize', 1, CLAIM_MAX);
   int('maxAttempts', 1, 1_000_000);
   int('timeoutMs', 1);
   int('leaseMs', 100);

@@ -24,6 +24,9 @@ export function isPriority(value: unknown): value is number {
   return typeof value === 'number' && Number.isInteger(value) && value >= PRIORITY_MIN && value <= PRIORITY_MAX;
 }
 
+/** The most tasks one claim takes: the handler option batchSize's ceiling (the plain claim's plan relies on it, see claim.sql.ts). */
+export const CLAIM_MAX = 1000;
+
 /** The heaviest partition weight (the CHECK on partition_weight says the same). */
 export const WEIGHT_MAX = 1000;
 

@@ -4,6 +4,7 @@ import { quoteIdent } from './identifiers';
 import { backOffEndsInMs, notBackedOff } from './backoff.sql';
 import { partitionNotPaused, queueNotPaused } from './pause.sql';
 import type { ClaimedRow } from './statement-values';
+import { CLAIM_MAX } from '../core/task-rules';
 
 /**
  * Claiming work. A claim is its own committed statement: it takes a lease (locked_by, a
@@ -147,15 +148,8 @@ SELECT coalesce(json_agg(${rows}), '[]')::text AS claimed,
 FROM claimed c`;
 }
 
-/**
- * The plain claim: the queue's first due tasks in claim order. `rowsAs`: how its rows come back
- * (see claimFrom). claimStatements sends them as arrays; claim_limited, which runs this text for a
- * queue without partitions, keeps the objects its earlier releases returned.
- */
-export function plainClaim(s: string, rowsAs: 'objects' | 'arrays'): string {
-  return claimFrom(
-    s,
-    `
+/** The queue's first due tasks in claim order, at most `limit` of them, locked: the plain claim's choice. */
+const firstDue = (s: string, limit: string | number) => `
   SELECT t.id FROM ${s}.task t
   WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
     -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
@@ -163,16 +157,53 @@ export function plainClaim(s: string, rowsAs: 'objects' | 'arrays'): string {
     AND (SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
     AND ${claimable(s)}
   ORDER BY t.priority, t.run_at, t.id
-  LIMIT $2
-  FOR UPDATE OF t SKIP LOCKED`,
-    { rowsAs },
-  );
+  LIMIT ${limit}
+  FOR UPDATE OF t SKIP LOCKED`;
+
+/**
+ * The plain claim as claim_limited runs it for a queue without partitions: the text its releases
+ * pinned, rows as objects (instances of those releases read them). Planned once per claim there
+ * (the function sets force_generic_plan).
+ */
+export const plainClaimInFunction = (s: string): string => claimFrom(s, firstDue(s, '$2'));
+
+/**
+ * The ceilings of the plain claim's statements: a claim of n rows runs the first at least n (see
+ * plainClaim, claimSql).
+ */
+const CLAIM_TIERS = [10, 100, CLAIM_MAX];
+
+/**
+ * The plain claim an instance sends, for claims of at most `ceiling` rows: it picks up to
+ * `ceiling` due tasks and takes the first $2 of them. Same rows as `LIMIT $2` alone, but a plan
+ * the plan cache keeps. A LIMIT that is a parameter is costed as a tenth of the rows below it, so
+ * with `LIMIT $2` alone the generic plan looked like reading a tenth of the queue and every
+ * execution of the prepared statement was planned anew: ~1 ms, five times the run of a claim of
+ * one. Under a ceiling a tier's claims take at least about a tenth of (CLAIM_TIERS), the generic
+ * plan costs no more than theirs and is kept after five executions.
+ * No ORDER BY outside: the rows come in the inner scan's order, and a sort there would pull, and
+ * lock, all `ceiling` rows before the first is taken (claim.spec checks that a claim locks only
+ * what it takes).
+ */
+function plainClaim(s: string, ceiling: number): string {
+  return claimFrom(s, `
+  SELECT p.id FROM (${firstDue(s, ceiling)}
+  ) p
+  LIMIT $2`, { rowsAs: 'arrays' });
+}
+
+/** The plain claim's statement for a claim of `limit` rows (see plainClaim). */
+export function claimSql(statements: { claimUpTo: Readonly<Record<number, string>> }, limit: number): string {
+  const ceiling = CLAIM_TIERS.find((c) => limit <= c);
+  if (ceiling === undefined) throw new RangeError(`pg-queue: a claim takes at most ${CLAIM_MAX} tasks, asked for ${limit}`);
+  return statements.claimUpTo[ceiling];
 }
 
 export function claimStatements(schema: string) {
   const s = quoteIdent(schema);
   return marked({
-    claim: plainClaim(s, 'arrays'),
+    /** The plain claim by ceiling (see claimSql). */
+    claimUpTo: Object.fromEntries(CLAIM_TIERS.map((c) => [c, plainClaim(s, c)])) as Readonly<Record<number, string>>,
 
     /**
      * The leases that claims of queue $1 took and still hold, by the claims' ids ($2, comma-

@@ -1,5 +1,5 @@
 import { AGING_LEVELS, agingStatements } from './aging.sql';
-import { plainClaim } from './claim.sql';
+import { plainClaimInFunction } from './claim.sql';
 import { STATEMENT_MARKER } from './fragments.sql';
 import { LIMITER_LOCK_NAMESPACE, limiterStatements } from './limiter.sql';
 import { LIMIT_LOCK_NAMESPACE, limitStatements } from './limits.sql';
@@ -74,8 +74,7 @@ export const limitedClaim: RuntimeFunctionDefinition = {
     const lockPrefix = `'${schema}.'`; // a schema name is a lower-case identifier (validateSchemaName)
     const limits = limitStatements(schema);
     const limiter = limiterStatements(schema);
-    // The objects its releases have returned (instances of those read this function's result).
-    const claim = `${STATEMENT_MARKER}${plainClaim(s, 'objects')}`;
+    const claim = `${STATEMENT_MARKER}${plainClaimInFunction(s)}`;
     const aging = agingStatements(schema).claim;
     // The statements' parameters, by position, as the function's variables.
     const claimArgs = ['p_queue', 'v_take', 'p_worker', 'p_lease_ms', 'p_max_attempts'];

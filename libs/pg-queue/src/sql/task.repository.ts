@@ -1,6 +1,6 @@
 import { isRootClient } from '../prisma-adapter';
 import type { SqlExecutor } from '../types';
-import { claimStatements, claimedRows, newClaimId } from './claim.sql';
+import { claimSql, claimStatements, claimedRows, newClaimId } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
 import { DependencyRepository } from './dependencies.repository';
 import { TaskInserter } from './insert.repository';
@@ -77,7 +77,7 @@ export class TaskRepository {
    */
   async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number, claimId: string = newClaimId()): Promise<Claim> {
     const [res] = await db.$queryRawUnsafe<{ claimed: string; next_due_in_ms: number | null; db_now_ms: number; paused: boolean | null }[]>(
-      this.claimSql.claim, queue, limit, workerId, leaseMs, maxAttempts, claimId,
+      claimSql(this.claimSql, limit), queue, limit, workerId, leaseMs, maxAttempts, claimId,
     );
     return { rows: claimedRows(res.claimed, queue), nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms, paused: res.paused === true };
   }
