@@ -110,6 +110,35 @@ describe('claim statement', () => {
     expect(rows.find((r) => r.id === plain)).toMatchObject({ priority: 4, max_attempts: 5, parent_id: null, group_key: null, dedup_key: null, trace_context: null });
   });
 
+  it('reads due times to the millisecond, also those whose float8 seconds times 1000 fall just below it', async () => {
+    // Due times where date_part('epoch') * 1000 gives ….9998 (2004; about 3 % of the milliseconds of 2001-2042).
+    const dues = [1073762039718, 1073775039725, 1073788039732, 1073801039739, 1073866039774];
+    await repo.insert(db.prisma(), dues.map((ms, i) => row(i, { runAt: new Date(ms) })));
+    const { rows } = await repo.claim(db.prisma(), 'claim.q', 10, 'w', 30_000, 5);
+    expect(rows.map((r) => r.run_at_ms).sort()).toEqual(dues);
+  });
+
+  it('walks task_claim_idx in order on its generic plans beside many small queues and a large one', async () => {
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'small.' || (g % 2000), '{}' FROM generate_series(1, 4000) g`);
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'claim.big', '{}' FROM generate_series(1, 30000)`);
+    await db.sql('ANALYZE pgqueue.task');
+    for (const take of [1, 50, 500]) {
+      await db.sql('BEGIN');
+      try {
+        await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
+        await db.sql(`PREPARE claim_skew (text, int, text, bigint, int, text) AS ${claimSql(claimStatements('pgqueue'), take)}`);
+        const [r] = await db.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_skew ('claim.big', ${take}, 'w', 60000, 5, '0123456789abcdef')`);
+        const plan = planNodes(r['QUERY PLAN'][0].Plan);
+        const taskReads = plan.filter((n) => n['Relation Name'] === 'task' && n['Alias'] === 't');
+        expect([take, taskReads.map((n) => [n['Node Type'], n['Index Name'], n['Actual Rows']])]).toEqual([take, [['Index Scan', 'task_claim_idx', take]]]);
+        expect(plan.filter((n) => n['Node Type'] === 'Sort')).toEqual([]);
+      } finally {
+        await db.sql('ROLLBACK');
+        await db.sql('DEALLOCATE ALL');
+      }
+    }
+  });
+
   it('is planned once per connection, whatever the claim takes: its prepared statement settles on the generic plan', async () => {
     await repo.insert(db.prisma(), Array.from({ length: 3000 }, (_, i) => row(i)));
     await db.sql('ANALYZE pgqueue.task');

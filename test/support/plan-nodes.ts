@@ -2,6 +2,8 @@
 export interface PlanNode {
   'Node Type': string;
   'Relation Name'?: string;
+  Alias?: string;
+  'Index Name'?: string;
   'Actual Rows': number;
   'Actual Loops': number;
   Plans?: PlanNode[];

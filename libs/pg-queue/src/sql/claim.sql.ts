@@ -52,8 +52,12 @@ export const newClaimId = (): string => randomBytes(8).toString('hex');
 export const claimIdOf = (token: string): string => token.replace(/-/g, '').slice(0, 16);
 
 const EPOCH_MS = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8`;
-/** The same as float8 arithmetic throughout: extract() computes in numeric, ~1 µs a value. */
-const EPOCH_MS_FLOAT = (column: string) => `(date_part('epoch', ${column}) * 1000)`;
+/**
+ * The same in float8 throughout (extract() computes in numeric, ~1 µs a value), rounded to the
+ * microsecond first: date_part's seconds times 1000 can land a unit in the last place below a
+ * whole millisecond (about a quarter of them in some years), and a Date would read it 1 ms early.
+ */
+const EPOCH_MS_FLOAT = (column: string) => `(round(date_part('epoch', ${column}) * 1000000) / 1000)`;
 
 /**
  * The fields of a claimed row, in the order of each row's array when a claim returns its rows as
@@ -113,7 +117,8 @@ export function claimFrom(
 ): string {
   // Objects, as claim_limited has returned them since its first release (instances of older
   // releases read its result during a rolling deploy); arrays where each instance sends the text
-  // itself (see above), with the epoch in float8 as well.
+  // itself (see above), with the epoch in float8 as well. The arrays carry no partition.
+  if (rowsAs === 'arrays' && partitioned) throw new Error('claimFrom: rows as arrays carry no partition_key (CLAIMED_FIELDS)');
   const epochMs = rowsAs === 'arrays' ? EPOCH_MS_FLOAT : EPOCH_MS;
   const rows = rowsAs === 'arrays' ? `json_build_array(${CLAIMED_FIELDS.map((f) => `c.${f}`).join(', ')})` : 'c';
   return `
@@ -162,8 +167,8 @@ const firstDue = (s: string, limit: string | number) => `
 
 /**
  * The plain claim as claim_limited runs it for a queue without partitions: the text its releases
- * pinned, rows as objects (instances of those releases read them). Planned once per claim there
- * (the function sets force_generic_plan).
+ * pinned, rows as objects (instances of those releases read them). The function keeps one
+ * generic plan per connection for it (it sets force_generic_plan).
  */
 export const plainClaimInFunction = (s: string): string => claimFrom(s, firstDue(s, '$2'));
 
@@ -179,8 +184,9 @@ const CLAIM_TIERS = [10, 100, CLAIM_MAX];
  * the plan cache keeps. A LIMIT that is a parameter is costed as a tenth of the rows below it, so
  * with `LIMIT $2` alone the generic plan looked like reading a tenth of the queue and every
  * execution of the prepared statement was planned anew: ~1 ms, five times the run of a claim of
- * one. Under a ceiling a tier's claims take at least about a tenth of (CLAIM_TIERS), the generic
- * plan costs no more than theirs and is kept after five executions.
+ * one. A tier's claims take at least a tenth of its ceiling (CLAIM_TIERS), so its generic plan
+ * costs no more than their custom ones and is kept after five executions. Still an ordered walk
+ * of task_claim_idx beside many small queues and a large one (claim.spec).
  * No ORDER BY outside: the rows come in the inner scan's order, and a sort there would pull, and
  * lock, all `ceiling` rows before the first is taken (claim.spec checks that a claim locks only
  * what it takes).

@@ -39,7 +39,7 @@ export class TaskRepository {
   readonly workflows: WorkflowRepository;
   /** Progress and logs (task-report.sql.ts). */
   readonly reports: TaskReportRepository;
-  private readonly claimSql;
+  private readonly claimTexts;
   private readonly completeSql;
   /** The same, for statements run outside a transaction (lease mode): row-lock waits bounded. */
   private readonly completeSqlOutside;
@@ -50,7 +50,7 @@ export class TaskRepository {
 
   constructor(readonly schema: string, retention: FinishedRetention) {
     this.archives = retention === 'archive';
-    this.claimSql = claimStatements(schema);
+    this.claimTexts = claimStatements(schema);
     this.completeSql = completeStatements(schema, retention);
     this.completeSqlOutside = completeStatements(schema, retention, ROW_LOCK_WAIT_MS);
     this.maintainSql = maintainStatements(schema);
@@ -77,19 +77,19 @@ export class TaskRepository {
    */
   async claim(db: SqlExecutor, queue: string, limit: number, workerId: string, leaseMs: number, maxAttempts: number, claimId: string = newClaimId()): Promise<Claim> {
     const [res] = await db.$queryRawUnsafe<{ claimed: string; next_due_in_ms: number | null; db_now_ms: number; paused: boolean | null }[]>(
-      claimSql(this.claimSql, limit), queue, limit, workerId, leaseMs, maxAttempts, claimId,
+      claimSql(this.claimTexts, limit), queue, limit, workerId, leaseMs, maxAttempts, claimId,
     );
     return { rows: claimedRows(res.claimed, queue), nextDueInMs: res.next_due_in_ms, dbNowMs: res.db_now_ms, paused: res.paused === true };
   }
 
   /** The leases of `queue` that the claims `claimIds` took and that are still held (see claimedWith). */
   async claimedWith(db: SqlExecutor, queue: string, claimIds: string[]): Promise<Lease[]> {
-    return db.$queryRawUnsafe<Lease[]>(this.claimSql.claimedWith, queue, claimIds.join(','));
+    return db.$queryRawUnsafe<Lease[]>(this.claimTexts.claimedWith, queue, claimIds.join(','));
   }
 
   /** The ids among `leases` (just claimed) whose group has another running task (see claim.sql.ts). */
   async groupRivals(db: SqlExecutor, leases: Lease[]): Promise<Set<string>> {
-    const [res] = await db.$queryRawUnsafe<{ ids: string }[]>(this.claimSql.groupRivals, ...leaseParams(leases));
+    const [res] = await db.$queryRawUnsafe<{ ids: string }[]>(this.claimTexts.groupRivals, ...leaseParams(leases));
     return new Set(parseIds(res.ids));
   }
 
@@ -100,7 +100,7 @@ export class TaskRepository {
   async lockLeases(tx: SqlExecutor, leases: Lease[], limits: { idleMs: number; statementMs: number }): Promise<{ held: Set<string>; backend: BatchBackend }> {
     assertOneLeasePerTask(leases);
     const [res] = await tx.$queryRawUnsafe<{ ids: string; backend_pid: number; xact_id: string }[]>(
-      this.claimSql.lockLeases,
+      this.claimTexts.lockLeases,
       ...leaseParams(leases),
       String(Math.ceil(limits.idleMs)),
       String(Math.ceil(limits.statementMs)),
