@@ -6,7 +6,7 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import type { Client } from 'pg';
 import { PgQueueModule, RateLimitedError, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type HandlerOptions, type Task } from '@app/pg-queue';
 import { PrismaClient } from '../../src/generated/prisma/client';
-import type { StatementStats } from './child-main';
+import type { StatementStats } from './statement-stats';
 import { QUEUE, chunks, poolSize, waitFor } from './common';
 
 /**

@@ -5,7 +5,7 @@ import type { Client } from 'pg';
 import { QUEUE, checkpoint, prefill, waitFor, type Payload } from './common';
 import { CORES, backendMs, machineCpu, serverCpu } from './cpu';
 import { PgQueueTarget } from './targets/pg-queue';
-import type { RunResult, RunSpec } from './child-main';
+import type { RunResult, RunSpec } from './run-spec';
 
 /**
  * Scenario 10: one backlog drained by 1, 2 or 4 worker processes (pg-queue, either mode, the drain

@@ -13,12 +13,12 @@
 import { performance } from 'node:perf_hooks';
 import type { Client } from 'pg';
 import { sleep, waitFor } from './common';
-import type { RunResult, RunSpec } from './child-main';
+import type { RunResult, RunSpec } from './run-spec';
 import type { ServerTotals } from './scale';
 
 export type WorkflowGroup = 'drain' | 'wakeup';
 
-/** What the run reads from pg_stat_statements (child-main's StatementStats). */
+/** What the run reads from pg_stat_statements (statement-stats.ts). */
 export interface WorkflowProbe {
   reset(): Promise<void>;
   totals(): Promise<ServerTotals>;
