@@ -19,8 +19,9 @@ import { CLAIM_MAX } from '../core/task-rules';
  * than gen_random_uuid() per row, too.
  *
  * Lock decisions:
- * - `FOR UPDATE SKIP LOCKED` in a CTE: concurrent claimers take disjoint rows without waiting on
- *   each other; the CTE keeps the LIMIT applied before the UPDATE (an optimisation fence).
+ * - `FOR UPDATE SKIP LOCKED` in the `next` CTE: concurrent claimers take disjoint rows without
+ *   waiting on each other; the LIMIT applies before the UPDATE (a subquery with LIMIT or FOR
+ *   UPDATE is never merged into the query around it) and only the rows taken are locked.
  * - The UPDATE finds the chosen rows as `id = ANY (ARRAY (SELECT id FROM next))`: a primary-key
  *   lookup per row. Joining `FROM next` let the planner hash-join against a sequential scan of the
  *   whole table, which cost as much as the rest of the claim at 20 000 pending tasks.
@@ -55,7 +56,7 @@ const EPOCH_MS = (column: string) => `(extract(epoch FROM ${column}) * 1000)::fl
 /**
  * The same in float8 throughout (extract() computes in numeric, ~1 µs a value), rounded to the
  * microsecond first: date_part's seconds times 1000 can land a unit in the last place below a
- * whole millisecond (about a quarter of them in some years), and a Date would read it 1 ms early.
+ * whole millisecond (about 3 % of the milliseconds of 2001-2042), and a Date would read it 1 ms early.
  */
 const EPOCH_MS_FLOAT = (column: string) => `(round(date_part('epoch', ${column}) * 1000000) / 1000)`;
 
