@@ -9,15 +9,8 @@ import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository'
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { taskRow } from '../support/task-rows';
+import { analyzedGenericPlan, planNodes, type PlanNode } from '../support/plan-nodes';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
-
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Actual Loops': number;
-  Plans?: PlanNode[];
-}
-const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
 
 describe('back-offs in the claim', () => {
   let db: TestDatabase;
@@ -35,19 +28,9 @@ describe('back-offs in the claim', () => {
   beforeEach(() => db.sql('TRUNCATE pgqueue.task, pgqueue.task_archive, pgqueue.backoff'));
 
   /** EXPLAIN ANALYZE of the plain claim as its prepared statement settles on it (generic), rolled back. */
-  async function claimPlan(queue: string): Promise<PlanNode> {
-    await db.sql('BEGIN');
-    try {
-      await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
-      await db.sql(`PREPARE measured AS ${claimSql(claimStatements('pgqueue'), 10)}`);
-      const [r] = await db.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE measured('${queue}', 10, 'w', 60000, 5, '0123456789abcdef')`);
-      return r['QUERY PLAN'][0].Plan;
-    } finally {
-      await db.sql('ROLLBACK');
-      await db.sql('DEALLOCATE ALL');
-    }
-  }
-  const backoffProbes = (plan: PlanNode) => nodes(plan).filter((n) => n['Relation Name'] === 'backoff').map((n) => n['Actual Loops']);
+  const claimPlan = (queue: string): Promise<PlanNode> =>
+    analyzedGenericPlan(db, claimSql(claimStatements('pgqueue'), 10), [`'${queue}'`, '10', `'w'`, '60000', '5', `'0123456789abcdef'`]);
+  const backoffProbes = (plan: PlanNode) => planNodes(plan).filter((n) => n['Relation Name'] === 'backoff').map((n) => n['Actual Loops']);
 
   it('a queue that never backs off pays one probe of the backoff table per claim, however many rows it claims', async () => {
     await repo.insert(db.prisma(), Array.from({ length: 50 }, (_, i) => row('bc.plain', { partitionKey: `p${i % 5}` })));

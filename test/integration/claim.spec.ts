@@ -4,7 +4,7 @@ import { claimSql, claimStatements, newClaimId } from '../../libs/pg-queue/src/s
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { schemaMigrations } from '../../libs/pg-queue/src/sql/schema.sql';
-import { planNodes, type PlanNode } from '../support/plan-nodes';
+import { analyzedGenericPlan, planNodes } from '../support/plan-nodes';
 import { taskRow } from '../support/task-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 
@@ -123,19 +123,10 @@ describe('claim statement', () => {
     await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'claim.big', '{}' FROM generate_series(1, 30000)`);
     await db.sql('ANALYZE pgqueue.task');
     for (const take of [1, 50, 500]) {
-      await db.sql('BEGIN');
-      try {
-        await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
-        await db.sql(`PREPARE claim_skew (text, int, text, bigint, int, text) AS ${claimSql(claimStatements('pgqueue'), take)}`);
-        const [r] = await db.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_skew ('claim.big', ${take}, 'w', 60000, 5, '0123456789abcdef')`);
-        const plan = planNodes(r['QUERY PLAN'][0].Plan);
-        const taskReads = plan.filter((n) => n['Relation Name'] === 'task' && n['Alias'] === 't');
-        expect([take, taskReads.map((n) => [n['Node Type'], n['Index Name'], n['Actual Rows']])]).toEqual([take, [['Index Scan', 'task_claim_idx', take]]]);
-        expect(plan.filter((n) => n['Node Type'] === 'Sort')).toEqual([]);
-      } finally {
-        await db.sql('ROLLBACK');
-        await db.sql('DEALLOCATE ALL');
-      }
+      const plan = planNodes(await analyzedGenericPlan(db, claimSql(claimStatements('pgqueue'), take), [`'claim.big'`, String(take), `'w'`, '60000', '5', `'0123456789abcdef'`]));
+      const taskReads = plan.filter((n) => n['Relation Name'] === 'task' && n['Alias'] === 't');
+      expect([take, taskReads.map((n) => [n['Node Type'], n['Index Name'], n['Actual Rows']])]).toEqual([take, [['Index Scan', 'task_claim_idx', take]]]);
+      expect(plan.filter((n) => n['Node Type'] === 'Sort')).toEqual([]);
     }
   });
 
@@ -164,17 +155,9 @@ describe('claim statement', () => {
 
   it('locks only the rows it takes, not the ceiling it picks them under (generic plan, EXPLAIN ANALYZE)', async () => {
     await repo.insert(db.prisma(), Array.from({ length: 300 }, (_, i) => row(i)));
-    await db.sql('BEGIN');
-    try {
-      await db.sql('SET LOCAL plan_cache_mode = force_generic_plan');
-      await db.sql(`PREPARE claim_locks (text, int, text, bigint, int, text) AS ${claimSql(claimStatements('pgqueue'), 3)}`);
-      const [r] = await db.sql<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim_locks ('claim.q', 3, 'w', 60000, 5, '0123456789abcdef')`);
-      const locking = planNodes(r['QUERY PLAN'][0].Plan).filter((n) => n['Node Type'] === 'LockRows');
-      expect(locking.map((n) => n['Actual Rows'])).toEqual([3]);
-    } finally {
-      await db.sql('ROLLBACK');
-      await db.sql('DEALLOCATE ALL');
-    }
+    const plan = await analyzedGenericPlan(db, claimSql(claimStatements('pgqueue'), 3), [`'claim.q'`, '3', `'w'`, '60000', '5', `'0123456789abcdef'`]);
+    const locking = planNodes(plan).filter((n) => n['Node Type'] === 'LockRows');
+    expect(locking.map((n) => n['Actual Rows'])).toEqual([3]);
   });
 
   it('refuses a claim larger than a claim may be', () => {
