@@ -1,6 +1,6 @@
 import { PrismaPg } from '@prisma/adapter-pg';
-import { Pool } from 'pg';
-import type { PgQueueModuleOptions, TaskEvent } from '@app/pg-queue';
+import { Client, Pool } from 'pg';
+import { WorkerOrchestrator, type PgQueueModuleOptions, type TaskEvent } from '@app/pg-queue';
 import { PrismaClient } from '../../src/generated/prisma/client';
 import { killFixtureProcesses, startFixtureProcess } from '../support/fixture-process';
 import { withHeldTransactions } from '../support/held-transactions';
@@ -227,6 +227,78 @@ describe('connection faults', () => {
         await app.kill();
       }
     }, 60_000);
+  });
+
+  /** Starts the startup fixture on `url`; its one line of failure and how the process ended. */
+  async function failedStartup(url: string, installSchema: boolean): Promise<{ message: string; exit: unknown }> {
+    const app = startFixtureProcess('startup-app', [JSON.stringify({ url, installSchema })]);
+    try {
+      const line = await app.line('STARTUP FAILED', 30_000);
+      const exit = await within(app.exited, 15_000, 'still running 15 s after the failure');
+      return { message: JSON.parse(line.slice('STARTUP FAILED '.length)) as string, exit };
+    } finally {
+      await app.kill();
+    }
+  }
+
+  describe('a server that turns connections away at startup', () => {
+    it('a role over its connection limit: one line naming the server and the limit', async () => {
+      const role = `capped_${process.pid}`;
+      const db = await createTestDatabase();
+      try {
+        await db.sql(`CREATE ROLE ${role} LOGIN CONNECTION LIMIT 0`);
+        const u = new URL(db.url);
+        u.username = role;
+        expect(await failedStartup(u.toString(), false)).toEqual({
+          message: `pg-queue: PostgreSQL at ${u.hostname}:${u.port} refused the connection (at startup): too many connections for role "${role}"`,
+          exit: { code: 1, signal: null },
+        });
+      } finally {
+        await db.sql(`DROP ROLE IF EXISTS ${role}`);
+        await db.drop();
+      }
+    }, 60_000);
+
+    // What a replacement process meets when it starts during a restart or failover.
+    it.each([
+      ['installs the schema', true],
+      ['installSchema: false', false],
+    ])('a server shutting down (%s): one line naming the server and its state', async (_, installSchema) => {
+      const cluster = await startOwnCluster('shutdown');
+      const session = new Client({ connectionString: cluster.url });
+      try {
+        await session.connect(); // keeps the smart shutdown from completing while the app starts
+        await cluster.beginSmartShutdown();
+        await waitFor('the server to refuse new connections', () => cluster.sql('SELECT 1').then(() => false, (err: { code?: string }) => err.code === '57P03'), { timeoutMs: 30_000, everyMs: 50 });
+        expect(await failedStartup(cluster.url, installSchema)).toEqual({
+          message: `pg-queue: PostgreSQL at 127.0.0.1:${cluster.port} is not accepting connections (at startup): the database system is shutting down`,
+          exit: { code: 1, signal: null },
+        });
+      } finally {
+        await session.end().catch(() => undefined);
+        await cluster.stop();
+      }
+    }, 90_000);
+
+    it('a server that begins shutting down after module init: start() fails with the same one line', async () => {
+      const cluster = await startOwnCluster('shutdown');
+      const session = new Client({ connectionString: cluster.url });
+      let api: QueueApp | null = null;
+      try {
+        await session.connect();
+        api = await bootQueueApp(cluster.prisma(), [], { autoStart: false }); // init checked the database
+        await cluster.beginSmartShutdown();
+        await waitFor('the server to refuse new connections', () => cluster.sql('SELECT 1').then(() => false, (err: { code?: string }) => err.code === '57P03'), { timeoutMs: 30_000, everyMs: 50 });
+        // The app's pooled connections end, so that start() needs a new one.
+        await session.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'");
+        const failure = await api.app.get(WorkerOrchestrator).start().then(() => 'started', (err: Error) => err.message);
+        expect(failure).toMatch(new RegExp(`^pg-queue: PostgreSQL at 127\\.0\\.0\\.1:${cluster.port} (is not accepting connections \\(at startup\\): the database system is shutting down|ended the connection \\(at startup\\): terminating connection due to administrator command)$`));
+      } finally {
+        await api?.close().catch(() => undefined);
+        await session.end().catch(() => undefined);
+        await cluster.stop();
+      }
+    }, 90_000);
   });
 
   describe('LISTEN connection unreachable at startup, reachable later', () => {

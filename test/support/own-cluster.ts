@@ -3,13 +3,16 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../../src/generated/prisma/client';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
-const { startLocalPostgres } = require('../../scripts/local-postgres.js') as {
+const { startLocalPostgres, runAsync } = require('../../scripts/local-postgres.js') as {
   startLocalPostgres: (o: { label?: string; settings?: Record<string, string | number> }) => Promise<{
     url: string;
     port: number;
+    dataDir: string;
+    bin: string;
     stop: () => void;
     restart: (mode?: string) => Promise<void>;
   }>;
+  runAsync: (bin: string, args: string[]) => Promise<string>;
 };
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { migrate } = require('../../scripts/migrate.js') as { migrate: (url: string) => Promise<string[]> };
@@ -27,6 +30,11 @@ export interface OwnCluster {
   sql<T = any>(text: string, values?: unknown[]): Promise<T[]>;
   /** pg_ctl restart -m fast on the same port and data directory; resolves once it accepts connections. */
   restart(): Promise<void>;
+  /**
+   * pg_ctl stop -m smart, not waited for: the server refuses new connections ("the database system
+   * is shutting down") until its last session ends, then stops for good.
+   */
+  beginSmartShutdown(): Promise<void>;
   /** Disconnects the Prisma clients and removes the cluster. */
   stop(): Promise<void>;
 }
@@ -60,6 +68,7 @@ export async function startOwnCluster(label: string): Promise<OwnCluster> {
       }
     },
     restart: () => pg.restart('fast'),
+    beginSmartShutdown: () => runAsync(`${pg.bin}/pg_ctl`, ['-D', pg.dataDir, '-m', 'smart', '-W', 'stop']).then(() => undefined),
     async stop() {
       await Promise.all(clients.map((c) => c.$disconnect().catch(() => undefined)));
       pg.stop();

@@ -19,6 +19,12 @@ describe('startupConnectionError', () => {
     expect(err?.message).toBe('pg-queue: TLS connection to PostgreSQL failed (self-signed certificate) at startup; is the server running and the connection string right?');
   });
 
+  it('names a server state that turns connections away (SQLSTATE 57P0x), in the server\'s words', () => {
+    const err = startupConnectionError(prismaError({ kind: 'postgres', code: '57P03', message: 'the database system is starting up' }), {});
+    expect(err?.message).toBe('pg-queue: PostgreSQL is not accepting connections (at startup): the database system is starting up');
+    expect(startupConnectionError(prismaError({ kind: 'postgres', code: '42601', message: 'syntax error' }), {})).toBeNull();
+  });
+
   it('leaves any other error alone', () => {
     expect(startupConnectionError(prismaError({ kind: 'TableDoesNotExist', table: 'x' }), {})).toBeNull();
     expect(startupConnectionError(new Error('plain'), {})).toBeNull();

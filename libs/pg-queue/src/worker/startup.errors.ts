@@ -9,8 +9,21 @@ const UNREACHABLE: Record<string, string> = {
   TlsConnectionError: 'TLS connection to PostgreSQL failed',
 };
 
+/**
+ * Server states that turn a connection away (SQLSTATE class 57, operator intervention): what a
+ * process starting during a restart, failover or shutdown meets.
+ */
+const SERVER_STATE: Record<string, string> = {
+  '57P01': 'ended the connection', // admin_shutdown (a fast shutdown or pg_terminate_backend)
+  '57P02': 'ended the connection', // crash_shutdown
+  '57P03': 'is not accepting connections', // cannot_connect_now (starting up, shutting down, recovering)
+};
+
 interface AdapterCause {
   kind?: string;
+  /** kind 'postgres' (any error the adapter does not name): the SQLSTATE and the server's words. */
+  code?: string;
+  message?: string;
   host?: string;
   port?: number;
   db?: string;
@@ -20,7 +33,8 @@ interface AdapterCause {
 
 /**
  * The one-line startup error for a database that cannot be used (unreachable, no such database,
- * role refused), naming where it was looked for; null for any other error. Prisma's driver adapter
+ * role refused, connections turned away: too many, or the server shutting down or starting up),
+ * naming where it was looked for; null for any other error. Prisma's driver adapter
  * reports these as `meta.driverAdapterError.cause` ({ kind: 'DatabaseNotReachable', host, port },
  * { kind: 'DatabaseDoesNotExist', db }, { kind: 'DatabaseAccessDenied', originalMessage }); the
  * server's address and role, when the cause lacks them, come from the client's adapter config.
@@ -47,6 +61,10 @@ export function startupConnectionError(err: unknown, prisma: unknown): PgQueueEr
   } else if (cause.kind === 'DatabaseAccessDenied' || cause.kind === 'AuthenticationFailed') {
     const role = server?.user ? ` role ${JSON.stringify(server.user)}` : ' the connection';
     message = `PostgreSQL${at} refused${role} (at startup): ${cause.originalMessage ?? 'access denied'}`;
+  } else if (cause.kind === 'TooManyConnections') {
+    message = `PostgreSQL${at} refused the connection (at startup): ${cause.originalMessage ?? 'too many connections'}`;
+  } else if (cause.kind === 'postgres' && cause.code && cause.code in SERVER_STATE) {
+    message = `PostgreSQL${at} ${SERVER_STATE[cause.code]} (at startup): ${cause.message ?? cause.originalMessage ?? cause.code}`;
   } else {
     return null;
   }

@@ -164,7 +164,7 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
       this.presence.start();
     } catch (err) {
       await this.shutdown(); // Nest calls no destroy hook after a failed bootstrap: nothing may stay open
-      throw err;
+      throw startupConnectionError(err, this.options.prisma) ?? err;
     }
   }
 
