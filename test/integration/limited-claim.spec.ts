@@ -66,6 +66,31 @@ describe('limited claims', () => {
     }
   });
 
+  it("under globalConcurrency count as free the running tasks the caller says ended (their endings not yet written), and only those", async () => {
+    const prisma = db.prisma(2);
+    try {
+      const repo = new LimitsRepository('pgqueue');
+      const limits = { globalConcurrency: 2, partitionConcurrency: null, rateLimit: null };
+      await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'rc.ending', '{}' FROM generate_series(1, 10)`);
+      await db.sql(`INSERT INTO pgqueue.task (queue, payload) SELECT 'rc.other', '{}' FROM generate_series(1, 2)`);
+      const first = await repo.claim(prisma, 'rc.ending', 10, 'w', 60_000, 5, limits);
+      const elsewhere = await new TaskRepository('pgqueue', 'archive').claim(prisma, 'rc.other', 2, 'w', 60_000, 5);
+      const tokens = (c: { rows: { lease_token: string }[] }) => c.rows.map((r) => r.lease_token);
+      const sizes = {
+        first: first.rows.length,
+        full: (await repo.claim(prisma, 'rc.ending', 10, 'w', 60_000, 5, limits)).rows.length,
+        // tokens of another queue's running tasks and a made-up one free nothing here
+        strangers: (await repo.claim(prisma, 'rc.ending', 10, 'w', 60_000, 5, limits, undefined, [...tokens(elsewhere), '00000000-0000-0000-0000-000000000001'])).rows.length,
+        oneEnding: (await repo.claim(prisma, 'rc.ending', 10, 'w', 60_000, 5, limits, undefined, tokens(first).slice(0, 1))).rows.length,
+      };
+      expect(sizes).toEqual({ first: 2, full: 0, strangers: 0, oneEnding: 1 });
+      // The rows still say running until their endings are written: three, for a limit of two.
+      expect((await db.sql("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'rc.ending' AND state = 'running'"))[0].n).toBe(3);
+    } finally {
+      await prisma.$disconnect();
+    }
+  });
+
   it('say what to run when the database has no claim_limited (a schema installed by hand from an older release)', async () => {
     const prisma = db.prisma(1);
     try {

@@ -57,13 +57,15 @@ const UNLIMITED = 1_000_000;
  * (globalConcurrency), rateMax/rateMs (queue-wide rate limit), partition (partitionConcurrency),
  * partitionRateMax/partitionRateMs (rate limit per partition), agingMs (priorityAgingMs), weights
  * (partitionWeights, a JSON object), limiter (its name), limiterConcurrency,
- * limiterRateMax/limiterRateMs. The locks are named `${schema}.${queue}` and `${schema}.${limiter}`.
+ * limiterRateMax/limiterRateMs, ending (lease tokens of the caller's tasks whose handler has ended
+ * and whose ending is not written yet: not counted as running under `global`; a caller that sends
+ * none, or a body of an earlier release, counts them, which takes less, never more). The locks are named `${schema}.${queue}` and `${schema}.${limiter}`.
  * Returns the claim's rows (JSON text), when to claim again (ms; NULL: on a wake-up only), the
  * database's clock, whether the queue is paused as a whole, the isolation level, and whether the
  * claim left no room under the global or the limiter's concurrency (`full`).
  */
 /** claim_limited's release: every change of its text raises it (runtime-functions.ts). */
-export const LIMITED_CLAIM_RELEASE = 3;
+export const LIMITED_CLAIM_RELEASE = 4;
 
 export const limitedClaim: RuntimeFunctionDefinition = {
   name: 'claim_limited',
@@ -100,6 +102,7 @@ DECLARE
   p_lim_rate_max integer := (p_rules->>'limiterRateMax')::integer;
   p_lim_rate_ms bigint := CASE WHEN p_rules->>'limiterRateMax' IS NOT NULL THEN (p_rules->>'limiterRateMs')::bigint ELSE 0 END;
   p_channel text := p_rules->>'channel';
+  p_ending uuid[] := ARRAY(SELECT jsonb_array_elements_text(coalesce(p_rules->'ending', '[]'))::uuid);
   v_partitioned boolean := p_partition IS NOT NULL OR p_prate_max IS NOT NULL;
   v_aging_levels integer := ${AGING_LEVELS};
   v_unlimited integer := coalesce(p_partition, ${UNLIMITED});
@@ -137,7 +140,7 @@ BEGIN
          r.room_wanted, r.due, r.paused, r.backed_off_ms
     INTO v_running, v_window_count, v_window_frees, v_cursor, v_turns, v_partition_frees, v_room_db_now,
          v_room_wanted, v_due, v_paused_all, v_backed_off
-    FROM (${bindParams(limits.room, ['p_queue', 'p_rate_ms', 'p_prate_max', 'p_prate_ms', 'p_limiter'])}) r;
+    FROM (${bindParams(limits.room, ['p_queue', 'p_rate_ms', 'p_prate_max', 'p_prate_ms', 'p_limiter', 'p_ending'])}) r;
   claimed := '[]';
   db_now_ms := v_room_db_now;
   -- Paused as a whole (pause.sql.ts): nothing to claim, nothing to record; a resume wakes the workers.

@@ -55,8 +55,18 @@ export class LimitsRepository {
   }
 
   /** Claims up to `want` tasks of `queue` within its limits; the arguments are those of TaskRepository.claim. */
-  async claim(prisma: PrismaClientLike, queue: string, want: number, workerId: string, leaseMs: number, maxAttempts: number, limits: QueueLimits, claimId: string = newClaimId()): Promise<Claim> {
-    const rules = this.rulesOf(limits);
+  async claim(
+    prisma: PrismaClientLike,
+    queue: string,
+    want: number,
+    workerId: string,
+    leaseMs: number,
+    maxAttempts: number,
+    limits: QueueLimits,
+    claimId: string = newClaimId(),
+    ending: readonly string[] = [],
+  ): Promise<Claim> {
+    const rules = ending.length === 0 ? this.rulesOf(limits) : `${this.rulesOf(limits).slice(0, -1)},"ending":${JSON.stringify(ending)}}`;
     // READ COMMITTED whatever the database's default: each statement of claim_limited must see the
     // claims that committed before the lock was granted (see limits.sql.ts, read-committed.ts).
     const res = await readCommittedCall(prisma, { maxWait: 5_000, timeout: LIMITED_CLAIM_BOUNDS.transactionMs }, async (db: SqlExecutor) => {

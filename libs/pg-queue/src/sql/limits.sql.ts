@@ -64,7 +64,10 @@ export function limitStatements(schema: string) {
 FROM ${s}.claim_limited($1::text, $2::int, $3::text, $4::bigint, $5::int, $6::text, $7::jsonb)`,
 
     /**
-     * What the queue-wide rules leave room for: its running tasks, and the claims inside the rate
+     * What the queue-wide rules leave room for: its running tasks but those whose handler ended
+     * at the caller ($6: their rows say running until their endings are written, a round trip
+     * later; counted, a lease worker under a full limit could claim only after that write, which
+     * made a claim and a completion one after the other per cycle), and the claims inside the rate
      * window with when its oldest step leaves it; also the round's cursor and the database's clock.
      * The window is read and written by clock_timestamp(), not now(): the claim's transaction may
      * have waited for the queue's lock, and its start would date these claims too early and let
@@ -77,11 +80,12 @@ FROM ${s}.claim_limited($1::text, $2::int, $3::text, $4::bigint, $5::int, $6::te
      * And how long the queue, or its named limiter ($5), stays backed off (backoff.sql.ts; NULL:
      * not backed off): the claim then stops here too.
      * Parameters: $1 queue, $2 rate window in ms (0: no queue-wide rate limit), $3 per-partition
-     * rate limit (NULL: none), $4 its window in ms, $5 the queue's limiter (NULL: none).
+     * rate limit (NULL: none), $4 its window in ms, $5 the queue's limiter (NULL: none), $6 the
+     * lease tokens of the caller's ended tasks (uuid[]; empty: none).
      */
     room: `
 WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
-SELECT (SELECT count(*) FROM ${s}.task WHERE queue = $1 AND state = 'running')::int AS running,
+SELECT (SELECT count(*) FROM ${s}.task WHERE queue = $1 AND state = 'running' AND lease_token <> ALL ($6::uuid[]))::int AS running,
        ${windowCount('q.rate_at', 'q.rate_n', '$2', 'c.now')} AS window_count,
        ${windowFreesInMs('q.rate_at', 'q.rate_n', '$2', 'c.now')} AS window_frees_in_ms,
        q.partition_cursor AS cursor, coalesce(q.partition_turns, 0) AS turns,

@@ -86,6 +86,16 @@ export class LeaseRunner {
     }
   }
 
+  /**
+   * Lease tokens of the attempts whose handler has ended here and whose ending is not written yet:
+   * their rows still say running, but their slots are free (see QueueClaimer.claim).
+   */
+  ending(): string[] {
+    const tokens: string[] = [];
+    for (const a of this.active) if (a.finished) tokens.push(a.lease.token);
+    return tokens;
+  }
+
   /** Attempts held here: running, or claimed and about to run. */
   held(): Attempt[] {
     return [...this.active];

@@ -26,6 +26,12 @@ export class QueueClaimer {
   readonly roomLimited: boolean;
   /** A concurrency rule counts every running task of the queue: its globalConcurrency, or its limiter's concurrency. */
   readonly countsAllRunning: boolean;
+  /**
+   * The only concurrency rule is the queue's globalConcurrency: a claim counts the tasks whose
+   * handler ended here as free before their endings are written (see claim), so a slot freed here
+   * can be claimed at once.
+   */
+  readonly endingFrees: boolean;
   /** The last claim left no room under such a rule (see RefillPolicy.slotFreed). */
   limitFull = false;
   lastClaimAt: number | null = null;
@@ -45,11 +51,14 @@ export class QueueClaimer {
     private readonly deps: WorkerDeps,
     /** The worker's timer: the queue's next task is due in `ms`. */
     private readonly wakeIn: (ms: number) => void,
+    /** Lease tokens of tasks whose handler ended here and whose ending is not written yet (LeaseRunner.ending). */
+    private readonly ending: () => string[] = () => [],
   ) {
     this.limited = hasFlowControl(handler.options);
     const limiter = handler.options.limiter === null ? undefined : deps.limiters.get(handler.options.limiter);
     this.countsAllRunning = handler.options.globalConcurrency !== null || (limiter?.concurrency ?? null) !== null;
     this.roomLimited = this.countsAllRunning || handler.options.partitionConcurrency !== null;
+    this.endingFrees = handler.options.mode === 'lease' && handler.options.globalConcurrency !== null && handler.options.partitionConcurrency === null && (limiter?.concurrency ?? null) === null;
   }
 
   /**
@@ -131,7 +140,7 @@ export class QueueClaimer {
     const { queue, options: o } = this.handler;
     const sentAt = Date.now();
     const claim = this.limited
-      ? await this.deps.limits.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o, claimId)
+      ? await this.deps.limits.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, o, claimId, this.endingFrees ? this.ending() : [])
       : await this.deps.repo.claim(this.deps.prisma, queue, limit, this.deps.workerId, o.leaseMs, o.maxAttempts, claimId);
     this.deps.clock.observe(claim.dbNowMs, sentAt, Date.now());
     this.sawPaused = claim.paused === true;

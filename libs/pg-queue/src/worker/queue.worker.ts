@@ -71,7 +71,7 @@ export class QueueWorker {
     const o = handler.options;
     this.timers = new WakeTimers(() => this.wake(), pollIntervalMs);
     const wakeIn = (ms: number) => this.wakeIn(ms);
-    this.claimer = new QueueClaimer(handler, deps, wakeIn);
+    this.claimer = new QueueClaimer(handler, deps, wakeIn, () => this.lease?.ending() ?? []);
     this.refill = new RefillPolicy(this.claimer, () => this.fill(), () => void this.wakeSeq++, () => this.state === 'running');
     this.claimCeiling = claimCeiling(o.batchSize, deps.rowLimits.maxPayloadBytes);
     this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);

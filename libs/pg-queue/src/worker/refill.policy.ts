@@ -26,14 +26,15 @@ export class RefillPolicy {
    * have room), it claims now.
    */
   slotFreed(): void {
-    if (!(this.claimer.countsAllRunning && this.claimer.limitFull)) this.now();
+    if (this.claimer.endingFrees) this.wake();
+    if (this.claimer.endingFrees || !(this.claimer.countsAllRunning && this.claimer.limitFull)) this.now();
   }
 
   /** Work ended, its outcome written (see AttemptSlots). */
   ended(ranGroupTask: boolean): void {
     // A finished group task lets the next of its group run, an ending under a concurrency rule frees
     // room: no NOTIFY says either. The room is this worker's to take; if it does not claim, it hands it on.
-    if (ranGroupTask || this.claimer.roomLimited) this.wake();
+    if (ranGroupTask || (this.claimer.roomLimited && !this.claimer.endingFrees)) this.wake();
     if (this.claimer.roomLimited && !this.claiming()) this.claimer.announceFreedRoom();
     this.now();
   }
