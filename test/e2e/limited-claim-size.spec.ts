@@ -99,7 +99,7 @@ describe('a limited lease queue', () => {
     expect({ claims: claims.length <= TASKS / CONCURRENCY + 5, single: single <= 2 }).toEqual({ claims: true, single: true });
   }, 60_000);
 
-  it('under a global limit, claims once the burst of endings is written: few claims that find the limit still full', async () => {
+  it('under a global limit, claims once for a burst of endings: few claims that find the limit still full', async () => {
     const claims = await drain('lcs.global', 500);
     // Before, the first written ending started a claim, and as the others came in meanwhile another
     // claim followed it, finding the limit full again (18-26 % of the claims in 6 runs before; 7-10

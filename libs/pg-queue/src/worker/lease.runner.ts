@@ -87,8 +87,9 @@ export class LeaseRunner {
   }
 
   /**
-   * Lease tokens of the attempts whose handler has ended here and whose ending is not written yet:
-   * their rows still say running, but their slots are free (see QueueClaimer.claim).
+   * Lease tokens of the attempts whose handler has ended here (returned, or given up on: a timeout
+   * or a cancel) and whose ending is not written yet: their rows still say running, but their
+   * slots are free, as the worker's own slots are (see QueueClaimer.claim).
    */
   ending(): string[] {
     const tokens: string[] = [];

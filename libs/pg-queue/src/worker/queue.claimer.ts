@@ -21,7 +21,8 @@ export class QueueClaimer {
   readonly limited: boolean;
   /**
    * The queue has a concurrency rule (global or per partition): an ending frees room that only a
-   * claim sees, so the worker claims again after each (a rate limit's room frees with time).
+   * claim sees, so the worker claims again after each (a rate limit's room frees with time), or,
+   * where endingFrees, when its handler returns.
    */
   readonly roomLimited: boolean;
   /** A concurrency rule counts every running task of the queue: its globalConcurrency, or its limiter's concurrency. */
