@@ -49,6 +49,14 @@ class NoOp {
   }
 }
 
+/** A queue under a named limiter (booted with LIMITERS only). */
+@Injectable()
+class LimiterNoOp {
+  @TaskHandler('lcs.limiter', { mode: 'lease', concurrency: 5, limiter: 'lcs.five' })
+  async run(): Promise<void> {}
+}
+const LIMITERS = { 'lcs.five': { concurrency: 5 } };
+
 describe('a limited lease queue', () => {
   let db: TestDatabase;
   let qa: QueueApp | null = null;
@@ -62,8 +70,8 @@ describe('a limited lease queue', () => {
   });
 
   /** Drains `queue`'s TASKS no-op tasks; returns what each limited claim wanted and took. */
-  async function drain(queue: string, tasks: number): Promise<{ want: number; took: number }[]> {
-    qa = await bootQueueApp(db.prisma(), [NoOp], { autoStart: false });
+  async function drain(queue: string, tasks: number, withLimiter = false): Promise<{ want: number; took: number }[]> {
+    qa = await bootQueueApp(db.prisma(), withLimiter ? [LimiterNoOp] : [NoOp], { autoStart: false, ...(withLimiter ? { limiters: LIMITERS } : {}) });
     await qa.queue.enqueueMany(Array.from({ length: tasks }, (_, n) => ({ queue, payload: { n } })));
     const claims: { want: number; took: number }[] = [];
     const claim = LimitsRepository.prototype.claim;
@@ -113,6 +121,11 @@ describe('a limited lease queue', () => {
     // is written: a claim in between found no room (half the claims, in 3 runs before) unless it
     // says which of its tasks ended (LeaseRunner.ending).
     expect(foundFull('lcs.equal', claims)).toBeLessThanOrEqual(claims.length / 10);
+  }, 60_000);
+
+  it("under a named limiter's concurrency its own slots can fill, claims when an ending is written (the limiter counts every queue's running tasks, written or not): no claim finds the limit full", async () => {
+    const claims = await drain('lcs.limiter', 300, true);
+    expect(foundFull('lcs.limiter', claims)).toBeLessThanOrEqual(claims.length / 10);
   }, 60_000);
 
   it.each([
