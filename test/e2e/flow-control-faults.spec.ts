@@ -149,6 +149,15 @@ describe('flow control in production conditions', () => {
     try {
       const a = await boot({ workerId: 'big-a', shutdownTimeoutMs: 2000 }, viaProxy);
       const b = await boot({ workerId: 'big-b', autoStart: false });
+      // A's start-up claims (an empty queue) are over before the stall is armed, or the stall would
+      // catch one of them, whose small reply never blocks (seen once under load): A listens, has
+      // claimed, and has not claimed again for 300 ms. Its next claim is the one B's tasks wake.
+      const lastClaim = async () => (await a.app.get(WorkerOrchestrator).health()).workers.find((w) => w.queue === 'fcf.big')?.lastClaimAt?.getTime() ?? null;
+      await waitFor("A's start-up claims to be over", async () => {
+        const before = await lastClaim();
+        await pause(300);
+        return a.app.get(WorkerOrchestrator).listening && before !== null && before === (await lastClaim());
+      }, { timeoutMs: 15_000 });
       // The claim's call (its rules name replyMs) of fcf.big reaches the server; then A's network dies.
       const stalled = proxy.stallAfter('fcf.big', 'replyMs');
       // 60 tasks of 250 kB: a reply of 15 MB, more than the sockets' buffers hold.

@@ -57,9 +57,10 @@ const UNLIMITED = 1_000_000;
  * (globalConcurrency), rateMax/rateMs (queue-wide rate limit), partition (partitionConcurrency),
  * partitionRateMax/partitionRateMs (rate limit per partition), agingMs (priorityAgingMs), weights
  * (partitionWeights, a JSON object), limiter (its name), limiterConcurrency,
- * limiterRateMax/limiterRateMs, ending (lease tokens of the caller's tasks whose handler has ended
- * and whose ending is not written yet: not counted as running under `global`; an instance of an earlier
- * release sends none and counts them, which takes less, never more). The locks are named `${schema}.${queue}` and `${schema}.${limiter}`.
+ * limiterRateMax/limiterRateMs, ending (lease tokens of the caller's tasks whose handler has
+ * ended and whose ending is not written yet: not counted as running under `global`; an instance
+ * of an earlier release sends none and counts them, which takes less, never more). The locks are
+ * named `${schema}.${queue}` and `${schema}.${limiter}`.
  * Returns the claim's rows (JSON text), when to claim again (ms; NULL: on a wake-up only), the
  * database's clock, whether the queue is paused as a whole, the isolation level, and whether the
  * claim left no room under the global or the limiter's concurrency (`full`).
