@@ -1,6 +1,7 @@
 import { Client } from 'pg';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../../src/generated/prisma/client';
+import { waitFor } from './wait-for';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { startLocalPostgres, runAsync } = require('../../scripts/local-postgres.js') as {
@@ -31,8 +32,9 @@ export interface OwnCluster {
   /** pg_ctl restart -m fast on the same port and data directory; resolves once it accepts connections. */
   restart(): Promise<void>;
   /**
-   * pg_ctl stop -m smart, not waited for: the server refuses new connections ("the database system
-   * is shutting down") until its last session ends, then stops for good.
+   * pg_ctl stop -m smart, not waited for; resolves once the server refuses new connections ("the
+   * database system is shutting down", 57P03), which it does until its last session ends, then
+   * stops for good.
    */
   beginSmartShutdown(): Promise<void>;
   /** Disconnects the Prisma clients and removes the cluster. */
@@ -50,7 +52,7 @@ export async function startOwnCluster(label: string): Promise<OwnCluster> {
   const url = u.toString();
   await migrate(url);
   const clients: PrismaClient[] = [];
-  return {
+  const cluster: OwnCluster = {
     url,
     port: pg.port,
     prisma(poolSize = 10) {
@@ -68,10 +70,14 @@ export async function startOwnCluster(label: string): Promise<OwnCluster> {
       }
     },
     restart: () => pg.restart('fast'),
-    beginSmartShutdown: () => runAsync(`${pg.bin}/pg_ctl`, ['-D', pg.dataDir, '-m', 'smart', '-W', 'stop']).then(() => undefined),
+    async beginSmartShutdown() {
+      await runAsync(`${pg.bin}/pg_ctl`, ['-D', pg.dataDir, '-m', 'smart', '-W', 'stop']);
+      await waitFor('the server to refuse new connections', () => cluster.sql('SELECT 1').then(() => false, (err: { code?: string }) => err.code === '57P03'), { timeoutMs: 30_000, everyMs: 50 });
+    },
     async stop() {
       await Promise.all(clients.map((c) => c.$disconnect().catch(() => undefined)));
       pg.stop();
     },
   };
+  return cluster;
 }

@@ -66,6 +66,7 @@ export class LimitsRepository {
     claimId: string = newClaimId(),
     ending: readonly string[] = [],
   ): Promise<Claim> {
+    // The queue's rules are built once (rulesOf); a claim's endings are appended to that object's text.
     const rules = ending.length === 0 ? this.rulesOf(limits) : `${this.rulesOf(limits).slice(0, -1)},"ending":${JSON.stringify(ending)}}`;
     // READ COMMITTED whatever the database's default: each statement of claim_limited must see the
     // claims that committed before the lock was granted (see limits.sql.ts, read-committed.ts).
