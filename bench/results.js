@@ -62,9 +62,19 @@ function loadAll(dir) {
     .sort((a, b) => a.num - b.num);
 }
 
+/** The label of the i-th run (0: A): A … Z, then AA, AB, …, as spreadsheet columns. */
+function letterAt(i) {
+  return (i >= 26 ? letterAt(Math.floor(i / 26) - 1) : '') + String.fromCharCode(65 + (i % 26));
+}
+
+const indexOfLetter = (letter) => [...letter].reduce((n, c) => n * 26 + (c.charCodeAt(0) - 64), 0) - 1;
+
 /**
- * The distinct runs behind the saved scenarios, oldest first, lettered A, B, …; each with the
- * scenarios it supplied and the header lines of its latest saved scenario (load at its end).
+ * The distinct runs behind the saved scenarios, oldest first, each with its letter, the scenarios
+ * it supplied and the header lines of its latest saved scenario (load at its end). A run's letter
+ * is given once, when its first scenario is saved (nextLetter), and kept, so that text naming
+ * "run F" stays true when other runs are replaced; files saved without one get the first letters
+ * no run holds, in date order.
  */
 function runsOf(records) {
   const byId = new Map();
@@ -75,7 +85,23 @@ function runsOf(records) {
     if ((r.run.savedAt ?? '') >= (e.savedAt ?? '')) Object.assign(e, { lines: r.run.lines, savedAt: r.run.savedAt, minutes: r.run.minutes });
     byId.set(r.run.id, e);
   }
-  return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : 1)).map((e, i) => ({ ...e, letter: String.fromCharCode(65 + i) }));
+  const runs = [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : 1));
+  const taken = new Set(runs.map((e) => e.letter).filter(Boolean));
+  let free = 0;
+  return runs.map((e) => {
+    if (e.letter) return e;
+    while (taken.has(letterAt(free))) free++;
+    taken.add(letterAt(free));
+    return { ...e, letter: letterAt(free) };
+  });
 }
 
-module.exports = { outPaths, scratchResultsDir, scenarioRecord, save, loadAll, runsOf };
+/** The letter of run `id` among the records saved in `dir`: the one it has, else the one after every letter given so far. */
+function nextLetter(dir, id) {
+  const runs = runsOf(loadAll(dir));
+  const mine = runs.find((r) => r.id === id);
+  if (mine) return mine.letter;
+  return letterAt(runs.reduce((max, r) => Math.max(max, indexOfLetter(r.letter)), -1) + 1);
+}
+
+module.exports = { outPaths, scratchResultsDir, scenarioRecord, save, loadAll, runsOf, nextLetter };

@@ -68,8 +68,12 @@ async function main() {
   // Each scenario is saved as soon as it ends, so a run cut short keeps what it measured.
   const resultsDir = WRITE ? saved.outPaths().results : saved.scratchResultsDir(startedAt);
   if (WRITE && env.BENCH_LIBS) log(`BENCH_LIBS with BENCH_WRITE: ${ONLY.join(', ')} will be saved with these libraries' rows only (a scenario's file is replaced whole, so that its ratios come from one run)`);
+  const runId = new Date(startedAt).toISOString();
+  // Given before this run saves anything (a run it replaces whole does not hand its letter on).
+  const letter = saved.nextLetter(resultsDir, runId);
   const runInfo = () => ({
-    id: new Date(startedAt).toISOString(),
+    id: runId,
+    letter,
     date: new Date(startedAt).toISOString().slice(0, 10),
     command: m.command,
     quick: QUICK,

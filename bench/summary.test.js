@@ -84,3 +84,25 @@ test('a rebuild keeps the sections of scenarios that did not run and adds the on
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a run keeps its letter when runs before it are replaced; a new run takes the next one', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pgqueue-bench-letters-'));
+  try {
+    const lettered = (record, id) => ({ ...record, run: { ...run(id), letter: saved.nextLetter(dir, id) } });
+    saved.save(dir, lettered(enqueue, '2026-11-20T10:00:00.000Z'));
+    saved.save(dir, lettered(drain, '2026-11-21T10:00:00.000Z'));
+    assert.deepStrictEqual(saved.runsOf(saved.loadAll(dir)).map((r) => r.letter), ['A', 'B']);
+    // Enqueue again: its file (run A's only one) is replaced; B stays B, the new run is C.
+    saved.save(dir, lettered(enqueue, '2026-11-25T10:00:00.000Z'));
+    assert.deepStrictEqual(saved.runsOf(saved.loadAll(dir)).map((r) => [r.date, r.letter]), [['2026-11-21', 'B'], ['2026-11-25', 'C']]);
+    // A run that saved one scenario keeps its letter for the next one.
+    assert.strictEqual(saved.nextLetter(dir, '2026-11-25T10:00:00.000Z'), 'C');
+    // Files saved without letters take the first free ones, in date order; after Z comes AA.
+    const legacy = saved.runsOf([{ ...enqueue, run: run('2026-11-19T10:00:00.000Z') }, { ...drain, run: { ...run('2026-11-26T10:00:00.000Z'), letter: 'Z' } }]);
+    assert.deepStrictEqual(legacy.map((r) => r.letter), ['A', 'Z']);
+    saved.save(dir, { ...drain, run: { ...run('2026-11-26T10:00:00.000Z'), letter: 'Z' } });
+    assert.strictEqual(saved.nextLetter(dir, '2026-11-27T10:00:00.000Z'), 'AA');
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
