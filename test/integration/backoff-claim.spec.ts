@@ -18,7 +18,7 @@ describe('back-offs in the claim', () => {
   const row = (queue: string, over: Partial<NewTaskRow> = {}): NewTaskRow => taskRow(queue, over);
   const dbNowMs = async () => Number((await db.sql<{ ms: number }>('SELECT (extract(epoch FROM now()) * 1000)::float8 AS ms'))[0].ms);
   const backOff = async (lease: { id: string; token: string }, scope: BackOff['scope'], ms: number): Promise<boolean> =>
-    repo.backOff(db.prisma(), { ...lease, untilMs: (await dbNowMs()) + ms, scope, limiter: scope === 'limiter' ? 'lim' : null, reason: 'RateLimitedError: 429' });
+    (await repo.backOff(db.prisma(), [{ ...lease, untilMs: (await dbNowMs()) + ms, scope, limiter: scope === 'limiter' ? 'lim' : null, reason: 'RateLimitedError: 429' }])).has(lease.id);
 
   beforeAll(async () => {
     db = await createTestDatabase();

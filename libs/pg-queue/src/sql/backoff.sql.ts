@@ -50,14 +50,16 @@ export const queueBackedOff = (s: string, queue: string) =>
 /**
  * The CTE `scoped` that records a back-off's scope for the leases `released` gave back (columns
  * id, queue, partition_key, state, run_at), and `expired` that deletes a few ended rows.
- * Parameters: $5 scope ('task', 'queue', 'partition', 'limiter'), $6 the limiter's name, $7 reason.
+ * Parameters: $4 the back-offs by task id (backOffsJson: scope 'task', 'queue', 'partition' or
+ * 'limiter', the limiter's name, the reason).
  */
 export function backOffScopeCtes(s: string): string {
   return `scoped AS (
   INSERT INTO ${s}.backoff (scope, name, partition_key, until, task_id, reason)
-  SELECT $5, CASE WHEN $5 = 'limiter' THEN $6 ELSE r.queue END,
-         CASE WHEN $5 = 'partition' THEN coalesce(r.partition_key, '') ELSE '' END, r.run_at, r.id, $7
-  FROM released r WHERE $5 <> 'task' AND r.state = 'pending'
+  SELECT b.scope, CASE WHEN b.scope = 'limiter' THEN b.limiter ELSE r.queue END,
+         CASE WHEN b.scope = 'partition' THEN coalesce(r.partition_key, '') ELSE '' END, r.run_at, r.id, b.reason
+  FROM released r CROSS JOIN LATERAL jsonb_to_record($4::jsonb -> r.id::text) AS b(scope text, limiter text, reason text)
+  WHERE b.scope <> 'task' AND r.state = 'pending'
   RETURNING 1
 ), expired AS (
   DELETE FROM ${s}.backoff WHERE id IN (

@@ -170,12 +170,13 @@ SELECT id::text AS id, state, (SELECT count(*) FROM notified)::int AS notified, 
     release: releasing(null),
 
     /**
-     * A back-off (backoff.sql.ts): the lease goes back like a release (no attempt counted, no error
-     * recorded), due at $4 (epoch ms, the database's clock as the worker estimates it), and its
-     * scope is recorded from the rows given back, so a stale attempt sets nothing.
-     * Parameters: as release, $4 end (epoch ms), $5 scope, $6 limiter, $7 reason.
+     * Back-offs (backoff.sql.ts): each lease goes back like a release (no attempt counted, no
+     * error recorded), due at its end (epoch ms, the database's clock as the worker estimates it),
+     * and its scope is recorded from the rows given back, so a stale attempt sets nothing. A batch
+     * in one statement: a burst of 429s ends many attempts at once.
+     * Parameters: as release, $4 the back-offs by task id (JSON object, see backOffsJson).
      */
-    backOff: releasing('to_timestamp($4::float8 / 1000)', backOffScopeCtes(s)),
+    backOff: releasing(`to_timestamp((($4::jsonb -> t.id::text) ->> 'untilMs')::float8 / 1000)`, backOffScopeCtes(s)),
 
     /**
      * An attempt with follow-ups that have dependencies inside a caller's transaction

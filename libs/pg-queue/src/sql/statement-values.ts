@@ -88,6 +88,13 @@ export interface BackOff extends Lease {
   reason: string;
 }
 
+/** $4 of the back-off statement (complete.sql.ts): each back-off by its task's id. */
+export function backOffsJson(backOffs: BackOff[]): string {
+  const byId: Record<string, { untilMs: number; scope: BackOff['scope']; limiter: string | null; reason: string }> = {};
+  for (const b of backOffs) byId[b.id] = { untilMs: b.untilMs, scope: b.scope, limiter: b.limiter, reason: b.reason };
+  return JSON.stringify(byId);
+}
+
 export interface Failure extends Lease {
   error: string;
   delayMs: number;

@@ -13,6 +13,7 @@ import { WorkflowRepository } from './workflow.repository';
 import { CompletionRepository } from './completion.repository';
 import {
   assertOneLeasePerTask,
+  backOffsJson,
   leaseParams,
   oneLeasePerTask,
   parseIds,
@@ -158,15 +159,22 @@ export class TaskRepository {
   }
 
   /**
-   * Gives a lease back as a back-off (backoff.sql.ts): due at its end, uncounted, and its scope
-   * recorded; true when the lease was still held (else nothing changed). Outside a transaction a
-   * row a business transaction holds is waited for at most ROW_LOCK_WAIT_MS (then it throws).
+   * Gives leases back as back-offs (backoff.sql.ts), in one statement: each due at its end,
+   * uncounted, and its scope recorded; returns the ids given back (a lease no longer held changes
+   * nothing). Outside a transaction a row a business transaction holds is waited for at most
+   * ROW_LOCK_WAIT_MS: the others are written, and that lease's id goes in `held`, for the caller
+   * to write again.
    */
-  async backOff(db: SqlExecutor, b: BackOff): Promise<boolean> {
-    const [res] = await db.$queryRawUnsafe<{ released_ids: string }[]>(
-      this.statementsFor(db).backOff, ...leaseParams([b]), this.channel, b.untilMs, b.scope, b.limiter, b.reason,
-    );
-    return parseIds(res.released_ids).includes(b.id);
+  async backOff(db: SqlExecutor, backOffs: BackOff[], held?: Set<string>): Promise<Set<string>> {
+    const released = new Set<string>();
+    if (backOffs.length === 0) return released;
+    assertOneLeasePerTask(backOffs);
+    const stillHeld = await byLeaseWhenHeld(backOffs, async (part) => {
+      const [res] = await db.$queryRawUnsafe<{ released_ids: string }[]>(this.statementsFor(db).backOff, ...leaseParams(part), this.channel, backOffsJson(part));
+      for (const id of parseIds(res.released_ids)) released.add(id);
+    });
+    for (const b of stillHeld) held?.add(b.id);
+    return released;
   }
 
   /**

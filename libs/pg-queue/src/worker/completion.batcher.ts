@@ -1,4 +1,4 @@
-import { oneLeasePerTask, type FailedState, type Failure, type NewTaskRow, type RanLease } from '../sql/statement-values';
+import { oneLeasePerTask, type BackOff, type FailedState, type Failure, type NewTaskRow, type RanLease } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
@@ -23,7 +23,8 @@ const HELD_RETRY_MS = 500;
 
 /**
  * Lease mode finishes tasks one by one as their handlers return; this collects the outcomes and
- * writes them in one statement each (complete, fail). Group-commit style: while a completion
+ * writes them in one statement each (complete, fail, back off: a burst of 429s ends many attempts
+ * at once, and one statement each held a pool connection each while their commits queued). Group-commit style: while a completion
  * statement is in flight the next outcomes accumulate (up to the batch size), so batches grow with
  * load and an idle queue pays no delay. Every entry is still fenced by its own lease token, so one
  * lost lease never blocks its neighbours, nor does a row that a business transaction holds: the
@@ -33,6 +34,7 @@ const HELD_RETRY_MS = 500;
 export class CompletionBatcher {
   private completions: Completion[] = [];
   private failures: (Pending<FailedState | null> & { failure: Failure })[] = [];
+  private backOffs: (Pending<boolean> & { backOff: BackOff })[] = [];
   private scheduled = false;
   private readonly inFlight = new Set<Promise<void>>();
   /** Outcomes waiting to be written again (a business transaction held their row). */
@@ -62,6 +64,14 @@ export class CompletionBatcher {
     });
   }
 
+  /** Resolves with whether the lease was given back as a back-off (false: the lease was lost). */
+  backOff(backOff: BackOff): Promise<boolean> {
+    return new Promise((resolve, reject) => {
+      this.backOffs.push({ backOff, resolve, reject });
+      this.schedule();
+    });
+  }
+
   /**
    * Writes whatever is queued and waits for every write in flight. Outcomes whose row is still
    * held get one more try, then are rejected: their leases expire and the tasks run again.
@@ -69,7 +79,7 @@ export class CompletionBatcher {
   async flush(): Promise<void> {
     this.giveUpHeld();
     try {
-      while (this.completions.length + this.failures.length + this.inFlight.size > 0) {
+      while (this.queued + this.inFlight.size > 0) {
         this.write();
         await Promise.allSettled([...this.inFlight]);
       }
@@ -88,8 +98,12 @@ export class CompletionBatcher {
     }
   }
 
+  private get queued(): number {
+    return this.completions.length + this.failures.length + this.backOffs.length;
+  }
+
   private schedule(): void {
-    if (this.completions.length + this.failures.length >= this.maxBatch) {
+    if (this.queued >= this.maxBatch) {
       this.write();
       return;
     }
@@ -106,8 +120,10 @@ export class CompletionBatcher {
     // One lease per task per statement (see complete.sql.ts): a second lease of a task waits for the next write.
     const [completions = [], ...laterCompletions] = oneLeasePerTask(this.completions, (c) => c.lease.id);
     const [failures = [], ...laterFailures] = oneLeasePerTask(this.failures, (f) => f.failure.id);
+    const [backOffs = [], ...laterBackOffs] = oneLeasePerTask(this.backOffs, (b) => b.backOff.id);
     this.completions = laterCompletions.flat();
     this.failures = laterFailures.flat();
+    this.backOffs = laterBackOffs.flat();
     if (completions.length > 0) {
       this.track(async () => {
         const res = await this.repo.complete(this.db, completions.map((c) => c.lease), completions.flatMap((c) => c.followUps));
@@ -132,6 +148,16 @@ export class CompletionBatcher {
           else f.resolve(states.get(f.failure.id) ?? null);
         }
       }, failures);
+    }
+    if (backOffs.length > 0) {
+      this.track(async () => {
+        const held = new Set<string>();
+        const released = await this.repo.backOff(this.db, backOffs.map((b) => b.backOff), held);
+        for (const b of backOffs) {
+          if (held.has(b.backOff.id)) this.later(b, () => this.backOffs.push(b));
+          else b.resolve(released.has(b.backOff.id));
+        }
+      }, backOffs);
     }
   }
 
@@ -161,7 +187,7 @@ export class CompletionBatcher {
     this.inFlight.add(p);
     void p.finally(() => {
       this.inFlight.delete(p);
-      if (this.inFlight.size === 0 && this.completions.length + this.failures.length > 0) this.write();
+      if (this.inFlight.size === 0 && this.queued > 0) this.write();
     });
   }
 }

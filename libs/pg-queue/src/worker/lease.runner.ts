@@ -143,7 +143,7 @@ export class LeaseRunner {
       // A back-off the handler asked for (RateLimitedError): given back uncounted, due later, its scope recorded.
       const backOff = result.kind === 'error' ? backOffOf(result.error, a, this.handler, this.deps) : null;
       if (backOff !== null && !(backOff instanceof Error)) {
-        const held = await this.deps.repo.backOff(this.deps.prisma, backOff);
+        const held = await this.batcher.backOff(backOff);
         publishOutcome(this.deps, a, held ? 'backed-off' : 'lost');
         if (held) this.wakeIn(this.deps.clock.msUntil(backOff.untilMs));
         return;

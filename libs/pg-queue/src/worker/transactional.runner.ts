@@ -214,8 +214,11 @@ export class TransactionalRunner {
       }
     }
     if (failures.length > 0) for (const [id, state] of await this.deps.repo.fail(tx, failures, this.handler.options.retryBlocksGroup)) outcomes.set(id, state);
-    // Back-offs commit with the batch; their handlers' writes were rolled back (a rare path: one statement each).
-    for (const b of backOffs) outcomes.set(b.id, (await this.deps.repo.backOff(tx, b)) ? 'backed-off' : 'lost');
+    // Back-offs commit with the batch, in one statement; their handlers' writes were rolled back.
+    if (backOffs.length > 0) {
+      const released = await this.deps.repo.backOff(tx, backOffs);
+      for (const b of backOffs) outcomes.set(b.id, released.has(b.id) ? 'backed-off' : 'lost');
+    }
     return outcomes;
   }
 
