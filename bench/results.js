@@ -73,8 +73,8 @@ const indexOfLetter = (letter) => [...letter].reduce((n, c) => n * 26 + (c.charC
  * The distinct runs behind the saved scenarios, oldest first, each with its letter, the scenarios
  * it supplied and the header lines of its latest saved scenario (load at its end). A run's letter
  * is given once, when its first scenario is saved (nextLetter), and kept, so that text naming
- * "run F" stays true when other runs are replaced; files saved without one get the first letters
- * no run holds, in date order.
+ * "run F" stays true when other runs are replaced; files saved without one get the letters after
+ * the last one given, in date order.
  */
 function runsOf(records) {
   const byId = new Map();
@@ -86,14 +86,9 @@ function runsOf(records) {
     byId.set(r.run.id, e);
   }
   const runs = [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : 1));
-  const taken = new Set(runs.map((e) => e.letter).filter(Boolean));
-  let free = 0;
-  return runs.map((e) => {
-    if (e.letter) return e;
-    while (taken.has(letterAt(free))) free++;
-    taken.add(letterAt(free));
-    return { ...e, letter: letterAt(free) };
-  });
+  // Files saved without a letter come after every letter given (an unused one may be a replaced run's).
+  let next = runs.reduce((max, e) => (e.letter ? Math.max(max, indexOfLetter(e.letter)) : max), -1) + 1;
+  return runs.map((e) => (e.letter ? e : { ...e, letter: letterAt(next++) }));
 }
 
 /** The letter of run `id` among the records saved in `dir`: the one it has, else the one after every letter given so far. */

@@ -97,9 +97,9 @@ test('a run keeps its letter when runs before it are replaced; a new run takes t
     assert.deepStrictEqual(saved.runsOf(saved.loadAll(dir)).map((r) => [r.date, r.letter]), [['2026-11-21', 'B'], ['2026-11-25', 'C']]);
     // A run that saved one scenario keeps its letter for the next one.
     assert.strictEqual(saved.nextLetter(dir, '2026-11-25T10:00:00.000Z'), 'C');
-    // Files saved without letters take the first free ones, in date order; after Z comes AA.
-    const legacy = saved.runsOf([{ ...enqueue, run: run('2026-11-19T10:00:00.000Z') }, { ...drain, run: { ...run('2026-11-26T10:00:00.000Z'), letter: 'Z' } }]);
-    assert.deepStrictEqual(legacy.map((r) => r.letter), ['A', 'Z']);
+    // Files saved without letters take the ones after the last given (A may be a replaced run's); after Z comes AA.
+    const legacy = saved.runsOf([{ ...enqueue, run: run('2026-11-19T10:00:00.000Z') }, { ...drain, run: { ...run('2026-11-26T10:00:00.000Z'), letter: 'C' } }]);
+    assert.deepStrictEqual(legacy.map((r) => r.letter), ['D', 'C']);
     saved.save(dir, { ...drain, run: { ...run('2026-11-26T10:00:00.000Z'), letter: 'Z' } });
     assert.strictEqual(saved.nextLetter(dir, '2026-11-27T10:00:00.000Z'), 'AA');
   } finally {

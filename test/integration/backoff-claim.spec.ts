@@ -82,6 +82,42 @@ describe('back-offs in the claim', () => {
     expect(await db.sql('SELECT state, locked_by FROM pgqueue.task WHERE id = $1', [t1.id])).toEqual([{ state: 'running', locked_by: 'w2' }]);
   });
 
+  it('one statement for a batch: each lease gets its own end, scope, limiter and reason; a stale one sets nothing', async () => {
+    const ids = await repo.insert(db.prisma(), ['a', 'b', null, null, null].map((p) => row('bc.mix', p ? { partitionKey: p } : {})));
+    const leases = (await repo.claim(db.prisma(), 'bc.mix', 5, 'w', 60_000, 5)).rows;
+    const byId = new Map(leases.map((l) => [l.id, l]));
+    const [pa, pb, tq, tl, stale] = ids.map((id) => ({ id, token: byId.get(id)!.lease_token }));
+    // The last lease is taken over (as after an expiry and a new claim).
+    await db.sql('UPDATE pgqueue.task SET lease_token = gen_random_uuid() WHERE id = $1', [stale.id]);
+    const now = await dbNowMs();
+    const asked: [typeof pa, BackOff['scope'], number, string | null][] = [
+      [pa, 'partition', 5_000, null], [pb, 'task', 6_000, null], [tq, 'queue', 7_000, null], [tl, 'limiter', 8_000, 'lim, "quoted"'], [stale, 'queue', 9_000, null],
+    ];
+    const backOffs: BackOff[] = asked.map(([l, scope, ms, limiter], i) => ({ ...l, untilMs: now + ms, scope, limiter, reason: `429 #${i}, {"json": true}` }));
+    const released = await repo.backOff(db.prisma(), backOffs);
+    expect([...released].sort()).toEqual([pa.id, pb.id, tq.id, tl.id].sort());
+    const rows = await db.sql<{ scope: string; name: string; partition_key: string; reason: string; in_ms: number }>(
+      "SELECT scope, name, partition_key, reason, round(extract(epoch FROM until - now()) * 1000 / 1000)::int * 1000 AS in_ms FROM pgqueue.backoff ORDER BY until",
+    );
+    expect(rows).toEqual([
+      { scope: 'partition', name: 'bc.mix', partition_key: 'a', reason: '429 #0, {"json": true}', in_ms: 5_000 },
+      { scope: 'queue', name: 'bc.mix', partition_key: '', reason: '429 #2, {"json": true}', in_ms: 7_000 },
+      { scope: 'limiter', name: 'lim, "quoted"', partition_key: '', reason: '429 #3, {"json": true}', in_ms: 8_000 },
+    ]);
+    // Each given-back task is due at its own end, uncounted; the stale lease's task is untouched.
+    const tasks = await db.sql<{ id: string; state: string; attempt: number; in_ms: number }>(
+      'SELECT id::text, state, attempt, round(extract(epoch FROM run_at - now()))::int * 1000 AS in_ms FROM pgqueue.task WHERE id = ANY($1::bigint[]) ORDER BY id',
+      [ids],
+    );
+    expect(tasks).toEqual([
+      { id: pa.id, state: 'pending', attempt: 0, in_ms: 5_000 },
+      { id: pb.id, state: 'pending', attempt: 0, in_ms: 6_000 },
+      { id: tq.id, state: 'pending', attempt: 0, in_ms: 7_000 },
+      { id: tl.id, state: 'pending', attempt: 0, in_ms: 8_000 },
+      { id: stale.id, state: 'running', attempt: 1, in_ms: expect.any(Number) },
+    ].sort((x, y) => Number(x.id) - Number(y.id)));
+  });
+
   it('limited claims: a partitioned claim gives a backed-off partition no room; a queue backed off claims nothing and says until when', async () => {
     const limits = new LimitsRepository('pgqueue');
     const rules = { globalConcurrency: null, partitionConcurrency: 5, rateLimit: null };

@@ -34,6 +34,7 @@ describe('lease statements', () => {
       ['complete', finish.complete, ['text', 'text', 'text', 'text', 'text', 'text', 'text'], [...leases, `'[]'`, `'ch'`, `'1,2,3'`, `'0,0,0'`, `'{}'`]],
       ['fail', finish.fail, ['text', 'text', 'text[]', 'bigint[]', 'boolean[]', 'text', 'boolean', 'bigint[]'], [...leases, `'{a,b,c}'`, `'{1,2,3}'`, `'{f,f,f}'`, `'ch'`, 'false', `'{5,NULL,7}'`]],
       ['release', finish.release, ['text', 'text', 'text'], [...leases, `'ch'`]],
+      ['backOff', finish.backOff, ['text', 'text', 'text', 'jsonb'], [...leases, `'ch'`, `'{}'`]],
       ['heartbeat', finish.heartbeat, ['text', 'text', 'float8'], [...leases, '60000']],
       ['rescueExpired', maintainStatements('pgqueue').rescueExpired, ['int', 'text'], ['100', `'ch'`]],
     ];

@@ -4,7 +4,7 @@ import type { ResolvedLimiters } from '../limiter.options';
 import type { BackOff } from '../sql/statement-values';
 import type { Attempt } from './attempt';
 import type { DatabaseClock } from './database.clock';
-import { truncateUtf8 } from './error-text';
+import { storableText, truncateUtf8 } from './error-text';
 
 /** What resolving a back-off needs of the worker (see WorkerDeps). */
 export interface BackOffDeps {
@@ -25,8 +25,10 @@ export function backOffOf(error: unknown, a: Attempt, handler: RegisteredHandler
   const { limiters, maxErrorBytes, clock } = deps;
   // Dated from the handler's end on the database's clock: the statement that records it may wait for a connection.
   const sinceEndMs = a.ranUntil > 0 ? performance.now() - a.ranUntil : 0;
-  // The reason as the operator reads it (no stack: nothing failed).
-  const base = { ...a.lease, untilMs: clock.now() - sinceEndMs + error.retryAfterMs, reason: truncateUtf8(error.message, maxErrorBytes) };
+  // The reason as the operator reads it (no stack: nothing failed), storable in jsonb: a burst's
+  // back-offs go in one JSON parameter, which one unstorable reason would fail for all of them.
+  const reason = truncateUtf8(storableText(error.message), maxErrorBytes);
+  const base = { ...a.lease, untilMs: clock.now() - sinceEndMs + error.retryAfterMs, reason };
   if (asked === 'task' || asked === 'queue' || asked === 'partition') return { ...base, scope: asked, limiter: null };
   if (!limiters.has(asked)) {
     return new PgQueueError(`pg-queue: RateLimitedError names scope ${JSON.stringify(asked)}, which is neither 'task', 'partition', 'queue' nor a limiter of the module option limiters`);
