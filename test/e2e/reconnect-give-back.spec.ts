@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
-import { TaskHandler, type Task, type TaskContext } from '@app/pg-queue';
+import { RateLimitedError, TaskHandler, type LeaseTaskContext, type Task, type TaskContext } from '@app/pg-queue';
 import { WorkerOrchestrator } from '../../libs/pg-queue/src/worker/worker.orchestrator';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient, type Prisma } from '../../src/generated/prisma/client';
-import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { StallProxy } from '../support/stall-proxy';
 import { queueStates } from '../support/task-ledger';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -34,31 +34,39 @@ class CutHandlers {
   }
 }
 
-describe('an instance cut off from the database gives back what ended meanwhile once it reconnects', () => {
-  let db: TestDatabase;
-  let proxy: StallProxy;
-  /** The instance's pool, through the proxy. */
-  let prisma: PrismaClient;
-  let worker: QueueApp;
-
+/**
+ * For a describe: a database, a proxy in front of it (what the tests cut), and the instance's
+ * Prisma pool through the proxy; the worker a test boots is closed after it.
+ */
+function behindProxy(poolMax: number) {
+  const env = {} as { db: TestDatabase; proxy: StallProxy; prisma: PrismaClient; worker?: QueueApp };
   beforeAll(async () => {
-    db = await createTestDatabase();
-    proxy = new StallProxy(Number(new URL(db.url).port));
-    await proxy.start();
-    prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: proxy.url(db.url), max: TASKS + 6 }) });
+    env.db = await createTestDatabase();
+    env.proxy = new StallProxy(Number(new URL(env.db.url).port));
+    await env.proxy.start();
+    env.prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: env.proxy.url(env.db.url), max: poolMax }) });
   });
   afterAll(async () => {
-    await worker?.close();
-    await prisma?.$disconnect();
-    await proxy?.close();
-    await db?.drop();
+    await env.worker?.close();
+    await env.prisma?.$disconnect();
+    await env.proxy?.close();
+    await env.db?.drop();
   });
+  return env;
+}
+
+/** What the instance owes the database (OwedOutcomes). */
+const owedBy = (worker: QueueApp) => (worker.app.get(WorkerOrchestrator) as unknown as { deps: { owed: { size: number } } }).deps.owed.size;
+
+describe('an instance cut off from the database gives back what ended meanwhile once it reconnects', () => {
+  const env = behindProxy(TASKS + 6);
 
   it('transactional attempts that failed with the connection: failed and retried seconds after it is back, each write once', async () => {
+    const { db, proxy, prisma } = env;
     // Its rescuer would write what is owed too, but not within this test: only the reconnect can.
-    worker = await bootQueueApp(prisma, [CutHandlers], { databaseUrl: proxy.url(db.url), workerId: 'cut', rescueIntervalMs: LEASE_MS, pollIntervalMs: 500 });
+    const worker = (env.worker = await bootQueueApp(prisma, [CutHandlers], { databaseUrl: proxy.url(db.url), workerId: 'cut', rescueIntervalMs: LEASE_MS, pollIntervalMs: 500 }));
     const handlers = worker.app.get(CutHandlers);
-    const owed = () => (worker.app.get(WorkerOrchestrator) as unknown as { deps: { owed: { size: number } } }).deps.owed.size;
+    const owed = () => owedBy(worker);
 
     await worker.queue.enqueueMany(Array.from({ length: TASKS }, (_, i) => ({ queue: 'cut.tx' as const, payload: { customer: `cut-${i}` } })));
     await waitFor('every first attempt inside its statement', () => handlers.started === TASKS);
@@ -85,5 +93,48 @@ describe('an instance cut off from the database gives back what ended meanwhile 
     // The cut attempt counted as a failure (its error recorded), the second one did the work.
     const rows = await db.sql("SELECT attempt, last_error FROM pgqueue.task_archive WHERE queue = 'cut.tx'");
     expect(rows.map((r) => r.attempt)).toEqual(Array(TASKS).fill(2));
+  }, 90_000);
+});
+
+/** Its attempt waits until the connection is cut, then meets a 429 that asks for 30 s. */
+const backOffGate = deferred();
+let backOffCalls = 0;
+
+@Injectable()
+class CutBackOffHandlers {
+  @TaskHandler('cut.backoff', { mode: 'lease', leaseMs: LEASE_MS })
+  async backOff(_task: Task, _ctx: LeaseTaskContext) {
+    backOffCalls++;
+    await backOffGate.promise;
+    throw new RateLimitedError({ retryAfterMs: 30_000, scope: 'queue', reason: 'downstream 429' });
+  }
+}
+
+describe('a back-off that could not be written while cut off', () => {
+  const env = behindProxy(6);
+  afterAll(() => backOffGate.resolve());
+
+  it('is written as a back-off once the connection is back: its end and scope kept, not a release due at once', async () => {
+    const { db, proxy, prisma } = env;
+    const worker = (env.worker = await bootQueueApp(prisma, [CutBackOffHandlers], { databaseUrl: proxy.url(db.url), workerId: 'cut-bo', rescueIntervalMs: LEASE_MS, pollIntervalMs: 500 }));
+    const owed = () => owedBy(worker);
+    const [id] = await worker.queue.enqueueMany([{ queue: 'cut.backoff' as const, payload: {} }]);
+    await waitFor('the attempt running', () => backOffCalls === 1);
+
+    const port = proxy.port;
+    await proxy.close();
+    backOffGate.resolve(); // the 429 comes while the database cannot be reached
+    await waitFor('the back-off owed to the database', () => owed() === 1, { timeoutMs: 30_000 });
+
+    await proxy.start(port);
+    await waitFor('what was owed written', () => owed() === 0, { timeoutMs: 30_000 });
+    const [task] = await db.sql<{ state: string; attempt: number; due_in_s: number }>(
+      'SELECT state, attempt, extract(epoch FROM run_at - now())::float8 AS due_in_s FROM pgqueue.task WHERE id = $1',
+      [id],
+    );
+    // Released, it would be due at once and run again against a downstream still saying 429.
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    expect({ calls: backOffCalls, state: task.state, attempt: task.attempt, dueLater: task.due_in_s > 5 }).toEqual({ calls: 1, state: 'pending', attempt: 0, dueLater: true });
+    expect(await db.sql("SELECT scope, name, reason FROM pgqueue.backoff")).toEqual([{ scope: 'queue', name: 'cut.backoff', reason: 'downstream 429' }]);
   }, 90_000);
 });

@@ -24,9 +24,9 @@ const HELD_RETRY_MS = 500;
 /**
  * Lease mode finishes tasks one by one as their handlers return; this collects the outcomes and
  * writes them in one statement each (complete, fail, back off: a burst of 429s ends many attempts
- * at once, and one statement each held a pool connection each while their commits queued). Group-commit style: while a completion
- * statement is in flight the next outcomes accumulate (up to the batch size), so batches grow with
- * load and an idle queue pays no delay. Every entry is still fenced by its own lease token, so one
+ * at once, and a statement each took a pool connection each while their commits queued).
+ * Group-commit style: while a completion statement is in flight the next outcomes accumulate (up
+ * to the batch size), so batches grow with load and an idle queue pays no delay. Every entry is still fenced by its own lease token, so one
  * lost lease never blocks its neighbours, nor does a row that a business transaction holds: the
  * statement gives up on it within its bound, the rest are written, and that outcome is written
  * again every HELD_RETRY_MS until the row is free (or, at shutdown, left to its lease).

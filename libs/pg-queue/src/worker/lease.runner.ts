@@ -5,7 +5,7 @@ import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Task, TaskHandlerFn } from '../types';
 import type { Attempt } from './attempt';
 import { backOffOf } from './back-off.request';
-import type { Failure } from '../sql/statement-values';
+import type { BackOff, Failure } from '../sql/statement-values';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced, type InvokeOutcome } from './handler.invoker';
@@ -119,6 +119,7 @@ export class LeaseRunner {
   private async record(a: Attempt, result: InvokeOutcome | { kind: 'parked' }): Promise<void> {
     if (result.kind === 'parked') return; // a workflow recorded its park (workflow.runner.ts)
     let failure: Failure | null = null;
+    let backedOff: BackOff | null = null;
     try {
       // Why a handler that returned still fails: a result that cannot be stored, follow-ups that cannot go in.
       let notCompleted: Error | null = result.kind === 'ok' ? keepResult(a, result.value, this.deps.rowLimits) : null;
@@ -143,6 +144,7 @@ export class LeaseRunner {
       // A back-off the handler asked for (RateLimitedError): given back uncounted, due later, its scope recorded.
       const backOff = result.kind === 'error' ? backOffOf(result.error, a, this.handler, this.deps) : null;
       if (backOff !== null && !(backOff instanceof Error)) {
+        backedOff = backOff;
         const held = await this.batcher.backOff(backOff);
         publishOutcome(this.deps, a, held ? 'backed-off' : 'lost');
         if (held) this.wakeIn(this.deps.clock.msUntil(backOff.untilMs));
@@ -155,9 +157,10 @@ export class LeaseRunner {
       if (state === 'pending') this.wakeIn(failure.delayMs);
     } catch (err) {
       // Could not record the outcome (the database could not be reached): owed, written once it
-      // answers (see OwedOutcomes), fenced; a completion is owed as a release, so the task runs
-      // again (at-least-once) instead of waiting out its lease.
+      // answers (see OwedOutcomes), fenced; a back-off keeps its end and scope; a completion is
+      // owed as a release, so the task runs again (at-least-once) instead of waiting out its lease.
       if (failure) this.deps.owed?.fail([failure], this.handler.options.retryBlocksGroup);
+      else if (backedOff) this.deps.owed?.backOff([backedOff]);
       else this.deps.owed?.release([a.lease]);
       this.deps.logger.error(`could not record task ${a.task.id} of "${a.task.queue}" (written once the database answers): ${(err as Error).message}`);
     }

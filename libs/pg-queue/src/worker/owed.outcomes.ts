@@ -1,7 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import { claimIdOf } from '../sql/claim.sql';
 import { LIMITED_CLAIM_BOUNDS } from '../sql/limits.repository';
-import type { Failure, Lease } from '../sql/statement-values';
+import type { BackOff, Failure, Lease } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
@@ -16,8 +16,10 @@ const LOST_CLAIM_WINDOW_MS = LIMITED_CLAIM_BOUNDS.transactionMs;
 const MAX_LOST_CLAIMS = 1000;
 
 /**
- * What this instance owes the database: attempts that ended here (given back uncounted, or failed)
- * while the database could not be reached, so that their release or failure was never written;
+ * What this instance owes the database: attempts that ended here (given back uncounted, backed
+ * off, or failed) while the database could not be reached, so that their release, back-off or
+ * failure was never written (a back-off keeps its end and scope: released instead, its task would
+ * run again at once against a downstream that asked for a pause);
  * and claims whose answer never came (the connection broke, maybe after the commit), whose rows
  * it holds without knowing them: found by the claims' ids (claimedWith) and given back
  * uncounted.
@@ -30,6 +32,7 @@ const MAX_LOST_CLAIMS = 1000;
 export class OwedOutcomes {
   private readonly releases = new Map<string, Lease>();
   private readonly failures = new Map<string, { failure: Failure; retryBlocksGroup: boolean }>();
+  private readonly backOffs = new Map<string, BackOff>();
   /** Failed claims by claim id: their queue, when they failed, and whether their rows were looked for since. */
   private readonly claims = new Map<string, { queue: string; at: number; lookedFor: boolean }>();
   private settling: Promise<number> | null = null;
@@ -39,6 +42,10 @@ export class OwedOutcomes {
 
   release(leases: readonly Lease[]): void {
     for (const l of leases) this.releases.set(l.token, { id: l.id, token: l.token });
+  }
+
+  backOff(backOffs: readonly BackOff[]): void {
+    for (const b of backOffs) this.backOffs.set(b.token, b);
   }
 
   fail(failures: readonly Failure[], retryBlocksGroup: boolean): void {
@@ -64,7 +71,7 @@ export class OwedOutcomes {
 
   /** Attempts whose outcome is owed (failed claims not counted: most took nothing). */
   get size(): number {
-    return this.releases.size + this.failures.size;
+    return this.releases.size + this.failures.size + this.backOffs.size;
   }
 
   /** Writes what is owed (one call at a time); resolves with how many were written (fenced ones included). Never throws. */
@@ -88,6 +95,13 @@ export class OwedOutcomes {
         await repo.release(db, releases);
         for (const l of releases) this.releases.delete(l.token);
         written += releases.length;
+      }
+      const backOffs = [...this.backOffs.values()];
+      if (backOffs.length > 0) {
+        // A row a business transaction holds is given up on here too: its lease runs out.
+        await repo.backOff(db, backOffs);
+        for (const b of backOffs) this.backOffs.delete(b.token);
+        written += backOffs.length;
       }
       for (const blocks of [true, false]) {
         const owed = [...this.failures.values()].filter((f) => f.retryBlocksGroup === blocks).map((f) => f.failure);
