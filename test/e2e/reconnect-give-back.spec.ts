@@ -111,8 +111,10 @@ class CutBackOffHandlers {
 }
 
 describe('a back-off that could not be written while cut off', () => {
-  const env = behindProxy(6);
+  // Before the worker closes (afterAll hooks run in the order declared): a handler still waiting
+  // at the gate would hold its shutdown.
   afterAll(() => backOffGate.resolve());
+  const env = behindProxy(6);
 
   it('is written as a back-off once the connection is back: its end and scope kept, not a release due at once', async () => {
     const { db, proxy, prisma } = env;

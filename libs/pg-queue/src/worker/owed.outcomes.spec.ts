@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import type { Lease } from '../sql/statement-values';
+import type { BackOff, Lease } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 import { OwedOutcomes } from './owed.outcomes';
@@ -48,5 +48,32 @@ describe('OwedOutcomes: failed claims', () => {
     expect(asked).toHaveLength(1);
     expect(asked[0].claimIds).toHaveLength(1000);
     expect(asked[0].claimIds[0]).toBe((500).toString(16).padStart(16, '0'));
+  });
+});
+
+describe('OwedOutcomes: back-offs', () => {
+  const logger = { warn: () => undefined } as unknown as Logger;
+  const db = {} as SqlExecutor;
+  const backOff = (id: string): BackOff => ({ id, token: `00000000-0000-4000-8000-00000000000${id}`, untilMs: 5_000, scope: 'queue', limiter: null, reason: '429' });
+
+  it('writes them as back-offs, and keeps one whose row a business transaction holds for the next settle', async () => {
+    const owed = new OwedOutcomes(logger);
+    owed.backOff([backOff('1'), backOff('2')]);
+    expect(owed.size).toBe(2);
+    const written: BackOff[][] = [];
+    let holding = new Set(['2']);
+    const repo = {
+      backOff: async (_db: SqlExecutor, backOffs: BackOff[], held?: Set<string>) => {
+        written.push(backOffs);
+        for (const b of backOffs) if (holding.has(b.id)) held?.add(b.id);
+        return new Set(backOffs.filter((b) => !holding.has(b.id)).map((b) => b.id));
+      },
+      release: async () => new Set(),
+    } as unknown as TaskRepository;
+    expect(await owed.settle(db, repo)).toBe(1);
+    expect(owed.size).toBe(1);
+    holding = new Set();
+    expect(await owed.settle(db, repo)).toBe(1);
+    expect({ size: owed.size, written: written.map((w) => w.map((b) => b.id)) }).toEqual({ size: 0, written: [['1', '2'], ['2']] });
   });
 });

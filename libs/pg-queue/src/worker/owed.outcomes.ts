@@ -98,10 +98,13 @@ export class OwedOutcomes {
       }
       const backOffs = [...this.backOffs.values()];
       if (backOffs.length > 0) {
-        // A row a business transaction holds is given up on here too: its lease runs out.
-        await repo.backOff(db, backOffs);
-        for (const b of backOffs) this.backOffs.delete(b.token);
-        written += backOffs.length;
+        // One whose row a business transaction holds stays owed: dropped, its lease would run out
+        // into a counted attempt, and a back-off is never counted. A lease taken over meanwhile
+        // matches nothing and is done with.
+        const held = new Set<string>();
+        await repo.backOff(db, backOffs, held);
+        for (const b of backOffs) if (!held.has(b.id)) this.backOffs.delete(b.token);
+        written += backOffs.length - held.size;
       }
       for (const blocks of [true, false]) {
         const owed = [...this.failures.values()].filter((f) => f.retryBlocksGroup === blocks).map((f) => f.failure);
