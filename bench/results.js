@@ -69,6 +69,9 @@ function letterAt(i) {
 
 const indexOfLetter = (letter) => [...letter].reduce((n, c) => n * 26 + (c.charCodeAt(0) - 64), 0) - 1;
 
+/** The index of the last letter the runs hold (-1: none). */
+const lastLetterIndex = (runs) => runs.reduce((max, r) => (r.letter ? Math.max(max, indexOfLetter(r.letter)) : max), -1);
+
 /**
  * The distinct runs behind the saved scenarios, oldest first, each with its letter, the scenarios
  * it supplied and the header lines of its latest saved scenario (load at its end). A run's letter
@@ -87,7 +90,7 @@ function runsOf(records) {
   }
   const runs = [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : 1));
   // Files saved without a letter come after every letter given (an unused one may be a replaced run's).
-  let next = runs.reduce((max, e) => (e.letter ? Math.max(max, indexOfLetter(e.letter)) : max), -1) + 1;
+  let next = lastLetterIndex(runs) + 1;
   return runs.map((e) => (e.letter ? e : { ...e, letter: letterAt(next++) }));
 }
 
@@ -96,7 +99,7 @@ function nextLetter(dir, id) {
   const runs = runsOf(loadAll(dir));
   const mine = runs.find((r) => r.id === id);
   if (mine) return mine.letter;
-  return letterAt(runs.reduce((max, r) => Math.max(max, indexOfLetter(r.letter)), -1) + 1);
+  return letterAt(lastLetterIndex(runs) + 1);
 }
 
 module.exports = { outPaths, scratchResultsDir, scenarioRecord, save, loadAll, runsOf, nextLetter };
