@@ -32,6 +32,11 @@ export interface OwnCluster {
   /** pg_ctl restart -m fast on the same port and data directory; resolves once it accepts connections. */
   restart(): Promise<void>;
   /**
+   * pg_ctl restart -m immediate: the server dies as in a crash (what its WAL buffers held and had
+   * not written is gone) and recovers from its WAL; resolves once it accepts connections.
+   */
+  crash(): Promise<void>;
+  /**
    * pg_ctl stop -m smart, not waited for; resolves once the server refuses new connections ("the
    * database system is shutting down", 57P03), which it does until its last session ends, then
    * stops for good.
@@ -41,8 +46,9 @@ export interface OwnCluster {
   stop(): Promise<void>;
 }
 
-export async function startOwnCluster(label: string): Promise<OwnCluster> {
-  const pg = await startLocalPostgres({ label, settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' } });
+/** `settings` override the defaults, which give up durability for speed (no spec crashes the machine). */
+export async function startOwnCluster(label: string, settings: Record<string, string | number> = {}): Promise<OwnCluster> {
+  const pg = await startLocalPostgres({ label, settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off', ...settings } });
   const admin = new Client({ connectionString: pg.url });
   await admin.connect();
   await admin.query('CREATE DATABASE app');
@@ -70,6 +76,7 @@ export async function startOwnCluster(label: string): Promise<OwnCluster> {
       }
     },
     restart: () => pg.restart('fast'),
+    crash: () => pg.restart('immediate'),
     async beginSmartShutdown() {
       await runAsync(`${pg.bin}/pg_ctl`, ['-D', pg.dataDir, '-m', 'smart', '-W', 'stop']);
       await waitFor('the server to refuse new connections', () => cluster.sql('SELECT 1').then(() => false, (err: { code?: string }) => err.code === '57P03'), { timeoutMs: 30_000, everyMs: 50 });
