@@ -196,21 +196,8 @@ function plainClaim(s: string, ceiling: number): string {
   return claimFrom(s, `
   SELECT p.id FROM (${firstDue(s, ceiling)}
   ) p
-  LIMIT $2`, { rowsAs: 'arrays', extra: `${CLAIM_COMMITS_ASYNC} AS commits_async` });
+  LIMIT $2`, { rowsAs: 'arrays' });
 }
-
-/**
- * A claim's transaction commits without waiting for its WAL flush (`synchronous_commit = off`,
- * for that transaction alone). The flush was most of a claim's round trip (a limited queue's
- * cycle is that round trip; a wake-up waits for one), and a claim is the one write the queue can
- * lose without harm: a crash of the database can take back only the claims of its last moments
- * (the WAL writer flushes every wal_writer_delay, 200 ms by default), never one that a later
- * commit flushed (the WAL is flushed in order), so never a claim whose completion, failure or
- * transactional handler's writes were kept. A claim taken back leaves its task pending again,
- * that attempt uncounted, and its lease completes nothing (claim-crash.spec.ts); process crashes
- * lose nothing (the server still flushes). Evaluated once, in the statement's result.
- */
-export const CLAIM_COMMITS_ASYNC = `(SELECT set_config('synchronous_commit', 'off', true))`;
 
 /** The plain claim's statement for a claim of `limit` rows (see plainClaim). */
 export function claimSql(statements: { claimUpTo: Readonly<Record<number, string>> }, limit: number): string {

@@ -66,7 +66,7 @@ const UNLIMITED = 1_000_000;
  * claim left no room under the global or the limiter's concurrency (`full`).
  */
 /** claim_limited's release: every change of its text raises it (runtime-functions.ts). */
-export const LIMITED_CLAIM_RELEASE = 5;
+export const LIMITED_CLAIM_RELEASE = 4;
 
 export const limitedClaim: RuntimeFunctionDefinition = {
   name: 'claim_limited',
@@ -134,7 +134,6 @@ BEGIN
           set_config('idle_in_transaction_session_timeout', (p_rules->>'idleMs') || 'ms', true),
           set_config('tcp_user_timeout', p_rules->>'replyMs', true),
           set_config('jit', 'off', true),
-          set_config('synchronous_commit', 'off', true), -- a claim commits without its WAL flush (claim.sql.ts: CLAIM_COMMITS_ASYNC)
           set_config('plan_cache_mode', 'force_generic_plan', true);
   PERFORM pg_advisory_xact_lock(${LIMIT_LOCK_NAMESPACE}, hashtext(${lockPrefix} || p_queue));
 
