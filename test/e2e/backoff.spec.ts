@@ -14,6 +14,7 @@ import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { queueStates } from '../support/task-ledger';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
+import { SETTLE_GRACE_MS } from '../../libs/pg-queue/src/worker/transaction.limits';
 
 const now = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -295,5 +296,56 @@ describe('a burst of 429s', () => {
     expect({ rejected, atMostOneATransaction: statements >= 1 && statements <= transactions, batched: transactions < 20 }).toEqual({
       rejected: 20, atMostOneATransaction: true, batched: true,
     });
+  });
+});
+
+/** Runs of bo.whole's handler, by the kind of task. */
+const wholeRuns: { kind: string; at: number }[] = [];
+
+@Injectable()
+class WholeRollbackHandlers {
+  // One transaction of two: the first task meets a 429, the second outlives its timeout and its
+  // grace (it ignores its abort signal), which rolls the whole transaction back (RollbackAll).
+  @TaskHandler('bo.whole', { concurrency: 1, batchSize: 2, timeoutMs: 300 })
+  async whole(task: Task<{ kind: 'warm-up' | 'limited' | 'stuck' }>) {
+    wholeRuns.push({ kind: task.payload.kind, at: now() });
+    if (task.payload.kind === 'limited') throw new RateLimitedError({ retryAfterMs: 30_000, scope: 'task' });
+    if (wholeRuns.filter((r) => r.kind === 'stuck').length === 1) await sleep(300 + SETTLE_GRACE_MS + 700);
+  }
+}
+
+describe('a back-off in a transaction that another attempt rolls back whole', () => {
+  let db: TestDatabase;
+  let qa: QueueApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    qa = await bootQueueApp(db.prisma(6), [WholeRollbackHandlers], { databaseUrl: db.url });
+  });
+  afterAll(async () => {
+    await qa.close();
+    await db.drop();
+  });
+
+  // The downstream asked for 30 s: the attempt that heard it is given back until then, not run
+  // again at once with its neighbours (it would call the downstream that asked for the pause).
+  it('keeps its back-off instead of running again at once', async () => {
+    // A first transaction gives the worker its pace: from then on a claim takes two tasks (batchSize).
+    const [warmUp] = await qa.queue.enqueueMany([{ queue: 'bo.whole', payload: { kind: 'warm-up' } }]);
+    await waitFor('the warm-up task done', async () => (await qa.queue.get(warmUp))?.state === 'done', { timeoutMs: 30_000, everyMs: 20 });
+    await qa.queue.pause('bo.whole');
+    const [limited, stuck] = await qa.queue.enqueueMany([
+      { queue: 'bo.whole', payload: { kind: 'limited' } },
+      { queue: 'bo.whole', payload: { kind: 'stuck' } },
+    ]);
+    await qa.queue.resume('bo.whole');
+    await waitFor('the stuck task to run again', () => wholeRuns.filter((r) => r.kind === 'stuck').length === 2, { timeoutMs: 30_000, everyMs: 20 });
+    await waitFor('the stuck task done', async () => (await qa.queue.get(stuck))?.state === 'done', { timeoutMs: 30_000, everyMs: 20 });
+    expect(wholeRuns.filter((r) => r.kind === 'limited').length).toBe(1);
+    const [row] = await db.sql<{ state: string; attempt: number; last_error: string | null; wait_s: number }>(
+      'SELECT state, attempt, last_error, extract(epoch FROM run_at - now())::float8 AS wait_s FROM pgqueue.task WHERE id = $1',
+      [limited],
+    );
+    expect({ state: row.state, attempt: row.attempt, last_error: row.last_error, waits: row.wait_s > 25 }).toEqual({ state: 'pending', attempt: 0, last_error: null, waits: true });
   });
 });

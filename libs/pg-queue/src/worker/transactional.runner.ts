@@ -246,7 +246,14 @@ export class TransactionalRunner {
       const failures = err.culprits.map((a) => failureOf(a, reasonOf(a), this.handler, this.deps.maxErrorBytes));
       const states = await this.recordOutsideTransaction(failures);
       for (const [i, a] of err.culprits.entries()) this.announceFailures([a], states, failures[i].error);
-      return attempts.filter((a) => !err.culprits.includes(a));
+      // An attempt that met a back-off asked for a pause of the downstream: written now, on its own,
+      // not run again at once with the others.
+      const backedOff = attempts.flatMap((a): [Attempt, BackOff][] => {
+        const r = results.get(a);
+        return r && !r.ok && r.backOff && !err.culprits.includes(a) ? [[a, r.backOff]] : [];
+      });
+      await this.backOffOutsideTransaction(backedOff);
+      return attempts.filter((a) => !err.culprits.includes(a) && !backedOff.some(([b]) => b === a));
     }
     // The transaction itself failed (no pool connection in time, lock or connection lost, commit
     // refused, ...): the attempts that ran failed with that error; the ones that never reached
@@ -281,6 +288,29 @@ export class TransactionalRunner {
       this.deps.owed?.fail(failures, this.handler.options.retryBlocksGroup);
       this.deps.logger.error(`could not record failed attempts (recorded once the database answers): ${(err as Error).message}`);
       return null;
+    }
+  }
+
+  /**
+   * Back-offs whose transaction rolled back, each due at its end. A row a business transaction
+   * holds, or a database that does not answer, leaves it owed (OwedOutcomes), not lost.
+   */
+  private async backOffOutsideTransaction(backedOff: [Attempt, BackOff][]): Promise<void> {
+    if (backedOff.length === 0) return;
+    const backOffs = backedOff.map(([, b]) => b);
+    const held = new Set<string>();
+    let released: Set<string> | null = null;
+    try {
+      released = await this.deps.repo.backOff(this.deps.prisma, backOffs, held);
+    } catch (err) {
+      this.deps.logger.error(`could not record back-offs (recorded once the database answers): ${(err as Error).message}`);
+    }
+    const owed = backOffs.filter((b) => released === null || held.has(b.id));
+    if (owed.length > 0) this.deps.owed?.backOff(owed);
+    for (const [a, b] of backedOff) {
+      const outcome: Outcome = released?.has(b.id) || owed.includes(b) ? 'backed-off' : 'lost';
+      publishOutcome(this.deps, a, outcome);
+      if (outcome === 'backed-off') this.wakeIn(this.deps.clock.msUntil(b.untilMs));
     }
   }
 
