@@ -349,3 +349,49 @@ describe('a back-off in a transaction that another attempt rolls back whole', ()
     expect({ state: row.state, attempt: row.attempt, last_error: row.last_error, waits: row.wait_s > 25 }).toEqual({ state: 'pending', attempt: 0, last_error: null, waits: true });
   });
 });
+
+/** Records a cancel request without its notification, as when the `!cancel` notice is late. */
+let requestCancel: (id: string) => Promise<unknown> = async () => undefined;
+
+@Injectable()
+class CancelledBackOffHandlers {
+  // Its cancel is requested while it runs, and it meets a 429 before any abort could reach it.
+  @TaskHandler('bo.cancel', { mode: 'lease' })
+  async lease(task: Task, _ctx: LeaseTaskContext) {
+    await requestCancel(task.id);
+    throw new RateLimitedError({ retryAfterMs: 30_000, scope: 'task' });
+  }
+
+  @TaskHandler('bo.cancel.tx')
+  async tx(task: Task) {
+    await requestCancel(task.id);
+    throw new RateLimitedError({ retryAfterMs: 30_000, scope: 'task' });
+  }
+}
+
+describe('a back-off of a task whose cancel was requested while it ran', () => {
+  let db: TestDatabase;
+  let qa: QueueApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    requestCancel = (id) => db.sql('INSERT INTO pgqueue.task_cancel (task_id) VALUES ($1)', [id]);
+    qa = await bootQueueApp(db.prisma(6), [CancelledBackOffHandlers], { databaseUrl: db.url });
+  });
+  afterAll(async () => {
+    await qa.close();
+    await db.drop();
+  });
+
+  // The back-off's statement ends such a task cancelled (complete.sql.ts, releasing): the event
+  // and its count say so, not backed-off.
+  it.each(['bo.cancel', 'bo.cancel.tx'])('%s: the task ends cancelled, and its event says cancelled', async (queue) => {
+    const events: TaskEvent[] = [];
+    const sub = qa.queue.events$.subscribe((e) => events.push(e));
+    const id = await qa.queue.enqueue(queue, {});
+    await waitFor('the task cancelled', async () => (await qa.queue.get(id))?.state === 'cancelled', { timeoutMs: 30_000, everyMs: 20 });
+    await waitFor("the attempt's outcome published", () => events.some((e) => e.taskId === id && e.type !== 'claimed'), { timeoutMs: 5_000, everyMs: 20 });
+    sub.unsubscribe();
+    expect(events.filter((e) => e.taskId === id && e.type !== 'claimed').map((e) => e.type)).toEqual(['cancelled']);
+  });
+});

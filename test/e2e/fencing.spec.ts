@@ -93,7 +93,7 @@ describe('fencing: a worker that lost its lease changes nothing', () => {
 
     expect(await repo.heartbeat(prisma, staleLease, 60_000)).toEqual(new Map());
     expect(await repo.fail(prisma, [{ ...staleLease[0], error: 'x', delayMs: 0, fatal: true }])).toEqual(new Map());
-    expect(await repo.release(prisma, staleLease)).toEqual(new Set());
+    expect([...(await repo.release(prisma, staleLease))]).toEqual([]);
     await expect(
       prisma.$transaction(async (tx) => {
         expect((await repo.lockLeases(tx, staleLease, { idleMs: 1000, statementMs: 1000 })).held).toEqual(new Set());

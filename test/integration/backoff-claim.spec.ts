@@ -32,6 +32,19 @@ describe('back-offs in the claim', () => {
     analyzedGenericPlan(db, claimSql(claimStatements('pgqueue'), 10), [`'${queue}'`, '10', `'w'`, '60000', '5', `'0123456789abcdef'`]);
   const backoffProbes = (plan: PlanNode) => planNodes(plan).filter((n) => n['Relation Name'] === 'backoff').map((n) => n['Actual Loops']);
 
+  it('a release or back-off of a task whose cancel was requested while it ran ends it cancelled, and says so', async () => {
+    const ids = await repo.insert(db.prisma(), [row('bc.cancel'), row('bc.cancel'), row('bc.cancel')]);
+    const leases = (await repo.claim(db.prisma(), 'bc.cancel', 3, 'w', 60_000, 5)).rows.map((r) => ({ id: r.id, token: r.lease_token }));
+    await db.sql('INSERT INTO pgqueue.task_cancel (task_id) VALUES ($1), ($2)', [ids[0], ids[1]]);
+    const released = await repo.release(db.prisma(), [leases[0], leases[2]]);
+    expect({ released: [...released].sort(), cancelled: [...released.cancelled] }).toEqual({ released: [ids[0], ids[2]].sort(), cancelled: [ids[0]] });
+    const until = (await dbNowMs()) + 60_000;
+    const backedOff = await repo.backOff(db.prisma(), [{ ...leases[1], untilMs: until, scope: 'task', limiter: null, reason: '429' }]);
+    expect({ released: [...backedOff], cancelled: [...backedOff.cancelled] }).toEqual({ released: [ids[1]], cancelled: [ids[1]] });
+    const states = await db.sql<{ id: string; state: string }>('SELECT id::text, state FROM pgqueue.task WHERE queue = $1 ORDER BY id', ['bc.cancel']);
+    expect(states.map((t) => t.state)).toEqual(['cancelled', 'cancelled', 'pending']);
+  });
+
   it('a queue that never backs off pays one probe of the backoff table per claim, however many rows it claims', async () => {
     await repo.insert(db.prisma(), Array.from({ length: 50 }, (_, i) => row('bc.plain', { partitionKey: `p${i % 5}` })));
     // Another queue's back-offs are in the table: they do not make this queue's rows pay.

@@ -67,6 +67,7 @@ WITH released AS (
 ${toldCte(s, "SELECT id, state, queue, watched FROM released WHERE state = 'cancelled'", '$3')},
 ${notifyCte("SELECT queue, run_at FROM released WHERE state = 'pending'", '$3')}
 SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
+       (SELECT ${idList('id')} FROM released WHERE state = 'cancelled') AS cancelled_ids,
        (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts,
        (SELECT count(*) FROM told)::int AS told`;
   return marked({

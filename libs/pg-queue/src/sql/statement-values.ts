@@ -185,6 +185,26 @@ export function parseIds(list: string): string[] {
   return list === '' ? [] : list.split(',');
 }
 
+/** A release's or back-off's result row (complete.sql.ts, releasing): every lease given back, and those of them ended cancelled. */
+export interface GivenBackRow {
+  released_ids: string;
+  cancelled_ids: string;
+}
+
+/**
+ * The ids of the leases a release or back-off gave back; `cancelled` holds those among them whose
+ * cancel was requested while they ran, which the statement ended cancelled instead of due again.
+ */
+export class GivenBack extends Set<string> {
+  readonly cancelled = new Set<string>();
+
+  /** Adds what one statement gave back (its result rows). */
+  addRows([row]: GivenBackRow[]): void {
+    for (const id of parseIds(row.released_ids)) this.add(id);
+    for (const id of parseIds(row.cancelled_ids)) this.cancelled.add(id);
+  }
+}
+
 /**
  * The finishing statements fence by id and token set (HELD, see complete.sql.ts), which
  * identifies each lease only while a statement carries at most one lease per task.

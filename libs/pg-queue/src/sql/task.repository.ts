@@ -14,6 +14,7 @@ import { CompletionRepository } from './completion.repository';
 import {
   assertOneLeasePerTask,
   backOffsJson,
+  GivenBack,
   leaseParams,
   oneLeasePerTask,
   parseIds,
@@ -23,6 +24,7 @@ import {
   type CompleteResult,
   type FailedState,
   type Failure,
+  type GivenBackRow,
   type Lease,
   type NewTaskRow,
   type RanLease,
@@ -147,13 +149,12 @@ export class TaskRepository {
   }
 
   /** Gives leases back uncounted; returns the ids given back (a row a business transaction holds is not: its lease expires). */
-  async release(db: SqlExecutor, leases: Lease[]): Promise<Set<string>> {
-    const released = new Set<string>();
+  async release(db: SqlExecutor, leases: Lease[]): Promise<GivenBack> {
+    const released = new GivenBack();
     if (leases.length === 0) return released;
     assertOneLeasePerTask(leases);
     await byLeaseWhenHeld(leases, async (part) => {
-      const [res] = await db.$queryRawUnsafe<{ released_ids: string }[]>(this.statementsFor(db).release, ...leaseParams(part), this.channel);
-      for (const id of parseIds(res.released_ids)) released.add(id);
+      released.addRows(await db.$queryRawUnsafe<GivenBackRow[]>(this.statementsFor(db).release, ...leaseParams(part), this.channel));
     });
     return released;
   }
@@ -165,13 +166,12 @@ export class TaskRepository {
    * ROW_LOCK_WAIT_MS: the others are written, and that lease's id goes in `held`, for the caller
    * to write again.
    */
-  async backOff(db: SqlExecutor, backOffs: BackOff[], held?: Set<string>): Promise<Set<string>> {
-    const released = new Set<string>();
+  async backOff(db: SqlExecutor, backOffs: BackOff[], held?: Set<string>): Promise<GivenBack> {
+    const released = new GivenBack();
     if (backOffs.length === 0) return released;
     assertOneLeasePerTask(backOffs);
     const stillHeld = await byLeaseWhenHeld(backOffs, async (part) => {
-      const [res] = await db.$queryRawUnsafe<{ released_ids: string }[]>(this.statementsFor(db).backOff, ...leaseParams(part), this.channel, backOffsJson(part));
-      for (const id of parseIds(res.released_ids)) released.add(id);
+      released.addRows(await db.$queryRawUnsafe<GivenBackRow[]>(this.statementsFor(db).backOff, ...leaseParams(part), this.channel, backOffsJson(part)));
     });
     for (const b of stillHeld) held?.add(b.id);
     return released;

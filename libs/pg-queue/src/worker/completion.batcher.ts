@@ -1,6 +1,14 @@
-import { oneLeasePerTask, type BackOff, type FailedState, type Failure, type NewTaskRow, type RanLease } from '../sql/statement-values';
+import { oneLeasePerTask, type BackOff, type FailedState, type Failure, type GivenBack, type NewTaskRow, type RanLease } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
+
+/** What became of a lease given back as a back-off: given back, ended cancelled (its cancel was requested while it ran), or lost. */
+export type BackOffOutcome = 'backed-off' | 'cancelled' | 'lost';
+
+/** What a back-off statement made of the lease of task `id` (TaskRepository.backOff). */
+export function backOffOutcome(given: GivenBack, id: string): BackOffOutcome {
+  return given.cancelled.has(id) ? 'cancelled' : given.has(id) ? 'backed-off' : 'lost';
+}
 
 interface Pending<T> {
   resolve: (value: T) => void;
@@ -34,7 +42,7 @@ const HELD_RETRY_MS = 500;
 export class CompletionBatcher {
   private completions: Completion[] = [];
   private failures: (Pending<FailedState | null> & { failure: Failure })[] = [];
-  private backOffs: (Pending<boolean> & { backOff: BackOff })[] = [];
+  private backOffs: (Pending<BackOffOutcome> & { backOff: BackOff })[] = [];
   private scheduled = false;
   private readonly inFlight = new Set<Promise<void>>();
   /** Outcomes waiting to be written again (a business transaction held their row). */
@@ -64,8 +72,8 @@ export class CompletionBatcher {
     });
   }
 
-  /** Resolves with whether the lease was given back as a back-off (false: the lease was lost). */
-  backOff(backOff: BackOff): Promise<boolean> {
+  /** Resolves with what became of the lease: given back as a back-off, ended cancelled (a cancel was requested), or lost. */
+  backOff(backOff: BackOff): Promise<BackOffOutcome> {
     return new Promise((resolve, reject) => {
       this.backOffs.push({ backOff, resolve, reject });
       this.schedule();
@@ -155,7 +163,7 @@ export class CompletionBatcher {
         const released = await this.repo.backOff(this.db, backOffs.map((b) => b.backOff), held);
         for (const b of backOffs) {
           if (held.has(b.backOff.id)) this.later(b, () => this.backOffs.push(b));
-          else b.resolve(released.has(b.backOff.id));
+          else b.resolve(backOffOutcome(released, b.backOff.id));
         }
       }, backOffs);
     }

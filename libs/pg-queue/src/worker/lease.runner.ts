@@ -145,9 +145,9 @@ export class LeaseRunner {
       const backOff = result.kind === 'error' ? backOffOf(result.error, a, this.handler, this.deps) : null;
       if (backOff !== null && !(backOff instanceof Error)) {
         backedOff = backOff;
-        const held = await this.batcher.backOff(backOff);
-        publishOutcome(this.deps, a, held ? 'backed-off' : 'lost');
-        if (held) this.wakeIn(this.deps.clock.msUntil(backOff.untilMs));
+        const outcome = await this.batcher.backOff(backOff);
+        publishOutcome(this.deps, a, outcome);
+        if (outcome === 'backed-off') this.wakeIn(this.deps.clock.msUntil(backOff.untilMs));
         return;
       }
       const error = backOff ?? (result.kind === 'ok' ? notCompleted : result.kind === 'error' ? result.error : result.reason);

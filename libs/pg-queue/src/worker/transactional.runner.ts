@@ -1,8 +1,9 @@
 import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { BackOff, BatchBackend, Failure } from '../sql/statement-values';
+import type { BackOff, BatchBackend, Failure, GivenBack } from '../sql/statement-values';
 import { backOffOf } from './back-off.request';
+import { backOffOutcome } from './completion.batcher';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
@@ -217,7 +218,7 @@ export class TransactionalRunner {
     // Back-offs commit with the batch, in one statement; their handlers' writes were rolled back.
     if (backOffs.length > 0) {
       const released = await this.deps.repo.backOff(tx, backOffs);
-      for (const b of backOffs) outcomes.set(b.id, released.has(b.id) ? 'backed-off' : 'lost');
+      for (const b of backOffs) outcomes.set(b.id, backOffOutcome(released, b.id));
     }
     return outcomes;
   }
@@ -299,7 +300,7 @@ export class TransactionalRunner {
     if (backedOff.length === 0) return;
     const backOffs = backedOff.map(([, b]) => b);
     const held = new Set<string>();
-    let released: Set<string> | null = null;
+    let released: GivenBack | null = null;
     try {
       released = await this.deps.repo.backOff(this.deps.prisma, backOffs, held);
     } catch (err) {
@@ -308,7 +309,7 @@ export class TransactionalRunner {
     const owed = backOffs.filter((b) => released === null || held.has(b.id));
     if (owed.length > 0) this.deps.owed?.backOff(owed);
     for (const [a, b] of backedOff) {
-      const outcome: Outcome = released?.has(b.id) || owed.includes(b) ? 'backed-off' : 'lost';
+      const outcome: Outcome = released === null || owed.includes(b) ? 'backed-off' : backOffOutcome(released, b.id);
       publishOutcome(this.deps, a, outcome);
       if (outcome === 'backed-off') this.wakeIn(this.deps.clock.msUntil(b.untilMs));
     }

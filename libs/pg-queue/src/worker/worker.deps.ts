@@ -82,7 +82,7 @@ export async function releaseAttempts(deps: WorkerDeps, attempts: Attempt[], wha
   try {
     const released = await deps.repo.release(deps.prisma, attempts.map((a) => a.lease));
     if (!announce) return;
-    for (const a of attempts) publish(deps, a, released.has(a.task.id) ? 'released' : 'lease-lost');
+    for (const a of attempts) publish(deps, a, released.cancelled.has(a.task.id) ? 'cancelled' : released.has(a.task.id) ? 'released' : 'lease-lost');
   } catch (err) {
     deps.owed?.release(attempts.map((a) => a.lease));
     deps.logger.error(`could not release ${what} (given back once the database answers): ${(err as Error).message}`);
