@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import type { BackOff, Lease } from '../sql/statement-values';
+import { assertOneLeasePerTask, type BackOff, type Failure, type Lease } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 import { OwedOutcomes } from './owed.outcomes';
@@ -75,5 +75,36 @@ describe('OwedOutcomes: back-offs', () => {
     holding = new Set();
     expect(await owed.settle(db, repo)).toBe(1);
     expect({ size: owed.size, written: written.map((w) => w.map((b) => b.id)) }).toEqual({ size: 0, written: [['1', '2'], ['2']] });
+  });
+});
+
+describe('OwedOutcomes: two leases of one task', () => {
+  const logger = { warn: () => undefined } as unknown as Logger;
+  const db = {} as SqlExecutor;
+
+  // Attempt 1's release was owed, its lease ran out, this instance claimed the task again, and
+  // attempt 2 ended in an outage too: both leases are owed. The statements fence by (id, token)
+  // and take one lease per task (assertOneLeasePerTask), so one call with both threw, at every
+  // settle, and nothing owed after them (back-offs, failures) was ever written.
+  it('writes them in separate statements, and the rest of what is owed with them', async () => {
+    const owed = new OwedOutcomes(logger);
+    const lease = (id: string, n: number): Lease => ({ id, token: `00000000-0000-4000-8000-00000000000${n}` });
+    owed.release([lease('7', 1), lease('7', 2), lease('8', 3)]);
+    owed.fail([{ ...lease('9', 4), error: 'x', delayMs: 0, fatal: false }], true);
+    const statements: string[][] = [];
+    const repo = {
+      release: async (_db: SqlExecutor, leases: Lease[]) => {
+        assertOneLeasePerTask(leases);
+        statements.push(leases.map((l) => l.token.slice(-1)));
+        return new Set(leases.map((l) => l.id));
+      },
+      fail: async (_db: SqlExecutor, failures: Failure[]) => {
+        assertOneLeasePerTask(failures);
+        statements.push(failures.map((f) => f.token.slice(-1)));
+        return new Map();
+      },
+    } as unknown as TaskRepository;
+    expect(await owed.settle(db, repo)).toBe(4);
+    expect({ size: owed.size, statements }).toEqual({ size: 0, statements: [['1', '3'], ['2'], ['4']] });
   });
 });

@@ -1,7 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import { claimIdOf } from '../sql/claim.sql';
 import { LIMITED_CLAIM_BOUNDS } from '../sql/limits.repository';
-import type { BackOff, Failure, Lease } from '../sql/statement-values';
+import { oneLeasePerTask, type BackOff, type Failure, type Lease } from '../sql/statement-values';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
 
@@ -90,14 +90,14 @@ export class OwedOutcomes {
   private async write(db: SqlExecutor, repo: TaskRepository): Promise<number> {
     let written = 0;
     try {
-      const releases = [...this.releases.values()];
-      if (releases.length > 0) {
+      // Two leases of one task can be owed (the first ran out, the task was claimed here again):
+      // a statement fences one lease per task, so they go in statements of their own.
+      for (const releases of oneLeasePerTask([...this.releases.values()], (l) => l.id)) {
         await repo.release(db, releases);
         for (const l of releases) this.releases.delete(l.token);
         written += releases.length;
       }
-      const backOffs = [...this.backOffs.values()];
-      if (backOffs.length > 0) {
+      for (const backOffs of oneLeasePerTask([...this.backOffs.values()], (b) => b.id)) {
         // One whose row a business transaction holds stays owed: dropped, its lease would run out
         // into a counted attempt, and a back-off is never counted. A lease taken over meanwhile
         // matches nothing and is done with.
@@ -107,11 +107,12 @@ export class OwedOutcomes {
         written += backOffs.length - held.size;
       }
       for (const blocks of [true, false]) {
-        const owed = [...this.failures.values()].filter((f) => f.retryBlocksGroup === blocks).map((f) => f.failure);
-        if (owed.length === 0) continue;
-        await repo.fail(db, owed, blocks);
-        for (const f of owed) this.failures.delete(f.token);
-        written += owed.length;
+        const failures = [...this.failures.values()].filter((f) => f.retryBlocksGroup === blocks).map((f) => f.failure);
+        for (const owed of oneLeasePerTask(failures, (f) => f.id)) {
+          await repo.fail(db, owed, blocks);
+          for (const f of owed) this.failures.delete(f.token);
+          written += owed.length;
+        }
       }
       if (written > 0) this.logger.warn(`gave back ${written} task(s) whose attempts ended while the database could not be reached`);
       const given = await this.giveBackLostClaims(db, repo);
