@@ -15,6 +15,7 @@ import { queueStates } from '../support/task-ledger';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
 import { SETTLE_GRACE_MS } from '../../libs/pg-queue/src/worker/transaction.limits';
+import { resetStatementStats, THIS_DATABASE } from '../support/statement-stats';
 
 const now = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -256,7 +257,7 @@ describe('a burst of 429s', () => {
   const calls = async (pattern: string) => {
     const [{ n }] = await db.sql<{ n: number }>(
       `SELECT coalesce(sum(calls), 0)::int AS n FROM pg_stat_statements
-       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE $1`,
+       WHERE ${THIS_DATABASE} AND query LIKE $1`,
       [`%${pattern}%`],
     );
     return n;
@@ -270,7 +271,7 @@ describe('a burst of 429s', () => {
     await qa.queue.pause(queue);
     await qa.queue.enqueueMany(Array.from({ length: 20 }, (_, i) => ({ queue, payload: { i } })));
     burstProvider.turnAway(key, 20);
-    await db.sql('SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)');
+    await resetStatementStats(db);
     await qa.queue.resume(queue);
     await waitFor(`20 tasks of ${queue} done`, async () => (await queueStates(db.sql, queue)).done === 20, { timeoutMs: 30_000, everyMs: 50 });
     const statements = await calls('INSERT INTO "pgqueue".backoff (scope, name');

@@ -8,14 +8,14 @@
  * the queue at once keeps the others' leases while the row is held.
  */
 import { Injectable } from '@nestjs/common';
-import { TaskHandler, type AnyTaskContext, type Task } from '@app/pg-queue';
+import { RateLimitedError, TaskHandler, type AnyTaskContext, type Task, type TaskEvent } from '@app/pg-queue';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { holdTaskRow, longestLockWait } from '../support/held-task-row';
 import { waitFor } from '../support/wait-for';
 
 /** Per queue: the gated task has started; the test lets it return. */
-const gates = new Map(['held.lease', 'held.tx', 'held.beat'].map((q) => [q, { started: deferred(), open: deferred() }]));
+const gates = new Map(['held.lease', 'held.tx', 'held.beat', 'held.backoff'].map((q) => [q, { started: deferred(), open: deferred() }]));
 
 const reportStarted = deferred();
 
@@ -51,6 +51,13 @@ class Handlers {
       ctx.progress({ done: i + 1, of: 20 });
       await new Promise((r) => setTimeout(r, 200));
     }
+  }
+
+  /** Every attempt meets a 429 (the gated one once its gate opens): back-offs of 30 s. */
+  @TaskHandler('held.backoff', { mode: 'lease', concurrency: 4 })
+  async backOff(task: Task<{ gated?: boolean }>, _ctx: AnyTaskContext) {
+    await handle(task);
+    throw new RateLimitedError({ retryAfterMs: 30_000, scope: 'task' });
   }
 
   @TaskHandler('held.tx', { concurrency: 4 })
@@ -104,6 +111,40 @@ describe("a business transaction holding a running task's row", () => {
       const [after] = await db.sql<{ state: string }>(`SELECT state FROM pgqueue.task WHERE queue = 'held.after' AND $1::bigint = ANY (depends_on)`, [parent]);
       return after.state === 'pending';
     });
+  }, 60_000);
+
+  // Back-offs go in one statement per burst (the completion batcher): the held row must not hold
+  // up the others' back-offs, and its own must be written once the row is free, not dropped (its
+  // lease would run out into a counted attempt, and a back-off is never counted).
+  it('lease mode: back-offs are written for the free rows at once, and for the held one after the commit', async () => {
+    const gate = gates.get('held.backoff')!;
+    const events: TaskEvent[] = [];
+    const sub = app.queue.events$.subscribe((e) => events.push(e));
+    const backedOff = async (ids: string[]) => {
+      const rows = await db.sql<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pgqueue.task WHERE id = ANY ($1::bigint[]) AND state = 'pending' AND attempt = 0 AND run_at > now() + interval '20 seconds'`,
+        [ids],
+      );
+      return rows[0].n === ids.length;
+    };
+    try {
+      const parent = await app.queue.enqueue('held.backoff', { gated: true });
+      await gate.started.promise;
+      const holder = (await holdTaskRow(prisma, app.queue, parent, HOLD_MS)).committed;
+      const heldSince = Date.now();
+      gate.open.resolve(); // the parent's handler meets its 429: its back-off meets the held row
+      const others = await app.queue.enqueueMany(Array.from({ length: 6 }, () => ({ queue: 'held.backoff' as const, payload: {} })));
+      await waitFor('the others backed off while the row is held', () => backedOff(others), { timeoutMs: HOLD_MS - 2000 });
+      expect(Date.now() - heldSince).toBeLessThan(HOLD_MS);
+      expect((await app.queue.get(parent))?.state).toBe('running');
+      await holder;
+      await waitFor("the parent's back-off written after the commit", () => backedOff([parent]), { timeoutMs: 10_000 });
+      const ours = [parent, ...others];
+      const outcomes = events.filter((e) => e.type !== 'claimed' && ours.includes(e.taskId)).map((e) => [e.taskId, e.type]);
+      expect(outcomes.sort()).toEqual(ours.map((id) => [id, 'backed-off']).sort());
+    } finally {
+      sub.unsubscribe();
+    }
   }, 60_000);
 
   it("lease mode: the queue's other running tasks keep their leases while the row is held", async () => {

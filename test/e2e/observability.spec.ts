@@ -6,6 +6,7 @@ import { METRICS_COUNT_CAP, inspectStatements } from '../../libs/pg-queue/src/sq
 import type { PrismaClient } from '../../src/generated/prisma/client';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { resetStatementStats, THIS_DATABASE } from '../support/statement-stats';
 
 @Injectable()
 class Work {
@@ -193,11 +194,11 @@ describe('observability: scrapes and operator pages do not grow with history', (
     const jitty = db.prisma(2);
     const other = await bootQueueApp(jitty, [], { autoStart: false }, [PgQueueMetricsModule]);
     try {
-      await db.sql('SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)');
+      await resetStatementStats(db);
       await other.app.get(QueueMetrics).metrics();
       const [control] = await jitty.$queryRawUnsafe<{ n: number }[]>("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'obs.big'");
       const rows = await db.sql<{ query: string; jit_functions: number }>(
-        "SELECT query, jit_functions::int FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND (query LIKE '%pending_queues%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%')",
+        `SELECT query, jit_functions::int FROM pg_stat_statements WHERE ${THIS_DATABASE} AND (query LIKE '%pending_queues%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%')`,
       );
       const scrape = rows.filter((r) => r.query.includes('pending_queues'));
       const check = rows.filter((r) => !r.query.includes('pending_queues'));

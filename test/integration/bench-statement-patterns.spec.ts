@@ -9,6 +9,7 @@ import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { taskRow } from '../support/task-rows';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { resetStatementStats, THIS_DATABASE } from '../support/statement-stats';
 
 describe("the bench's statement patterns", () => {
   let db: TestDatabase;
@@ -21,14 +22,14 @@ describe("the bench's statement patterns", () => {
   afterAll(() => db.drop());
 
   it("matches the plain claims pg-queue ran, and none of the other statements of a drain", async () => {
-    await db.sql('SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)');
+    await resetStatementStats(db);
     await repo.insert(db.prisma(), [taskRow('bp.q'), taskRow('bp.q'), taskRow('bp.q')]);
     const first = await repo.claim(db.prisma(), 'bp.q', 2, 'bench-pattern', 60_000, 5);
     const second = await repo.claim(db.prisma(), 'bp.q', 2, 'bench-pattern', 60_000, 5);
     expect(first.rows.length + second.rows.length).toBe(3);
     const rows = await db.sql<{ calls: number; matches: boolean }>(
       `SELECT calls::int, query ILIKE $1 AS matches FROM pg_stat_statements
-       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT ILIKE '%pg_stat_statements%'`,
+       WHERE ${THIS_DATABASE} AND query NOT ILIKE '%pg_stat_statements%'`,
       [CLAIM_STATEMENT_PATTERN],
     );
     expect(rows.filter((r) => r.matches)).toEqual([{ calls: 2, matches: true }]);

@@ -16,6 +16,7 @@ import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
 import { deferred } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { resetStatementStats, THIS_DATABASE } from '../support/statement-stats';
 
 describe('limited claims', () => {
   let db: TestDatabase;
@@ -198,12 +199,12 @@ describe('limited claims', () => {
       await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.skew', '{}', 'p' || (g % 3) FROM generate_series(1, 60) g`);
       await db.sql('VACUUM ANALYZE pgqueue.task');
       const [{ pages }] = await db.sql<{ pages: number }>("SELECT relpages AS pages FROM pg_class WHERE oid = 'pgqueue.task'::regclass");
-      await db.sql('SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)');
+      await resetStatementStats(db);
       const repo = new LimitsRepository('pgqueue');
       // More calls than a plan cache's five custom plans before it may settle on a generic one.
       for (let i = 0; i < 8; i++) await repo.claim(prisma, 'lc.skew', 3, 'w', 60_000, 5, { globalConcurrency: null, partitionConcurrency: 1, rateLimit: null });
       const [st] = await db.sql<{ calls: number; blocks: number }>(
-        "SELECT sum(calls)::int AS calls, sum(shared_blks_hit + shared_blks_read)::int AS blocks FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE '%walk AS (%'",
+        `SELECT sum(calls)::int AS calls, sum(shared_blks_hit + shared_blks_read)::int AS blocks FROM pg_stat_statements WHERE ${THIS_DATABASE} AND query LIKE '%walk AS (%'`,
       );
       // A generic plan whose check for tasks without a partition was an EXISTS scanned the whole
       // table: every page, every call (1 656 blocks a claim against 1 540 pages; 354 with the
@@ -226,12 +227,12 @@ describe('limited claims', () => {
     const prisma = db.prisma(2);
     try {
       await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.q', '{}', 'p' || (g % 3) FROM generate_series(1, 300) g`);
-      await db.sql('SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)');
+      await resetStatementStats(db);
       const repo = new LimitsRepository('pgqueue');
       const claim = await repo.claim(prisma, 'lc.q', 5, 'w', 60_000, 5, { globalConcurrency: 10, partitionConcurrency: 2, rateLimit: { max: 100, perMs: 1000 } });
       await prisma.$queryRawUnsafe("SELECT count(*)::int AS n FROM pgqueue.task WHERE queue = 'lc.q'");
       const rows = await db.sql<{ query: string; jit_functions: number }>(
-        "SELECT query, jit_functions::int FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND (query LIKE '%walk AS (%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%' OR query LIKE '%rate_at%')",
+        `SELECT query, jit_functions::int FROM pg_stat_statements WHERE ${THIS_DATABASE} AND (query LIKE '%walk AS (%' OR query LIKE '%count(*)::int AS n FROM pgqueue.task%' OR query LIKE '%rate_at%')`,
       );
       const control = rows.filter((r) => r.query.includes('count(*)::int AS n FROM pgqueue.task WHERE queue'));
       const limited = rows.filter((r) => !control.includes(r));

@@ -148,7 +148,11 @@ export class TaskRepository {
     return states;
   }
 
-  /** Gives leases back uncounted; returns the ids given back (a row a business transaction holds is not: its lease expires). */
+  /**
+   * Gives leases back uncounted; returns the ids given back, and among them (`cancelled`) those
+   * whose cancel was requested while they ran, ended cancelled instead (a row a business
+   * transaction holds is not given back: its lease expires).
+   */
   async release(db: SqlExecutor, leases: Lease[]): Promise<GivenBack> {
     const released = new GivenBack();
     if (leases.length === 0) return released;
@@ -161,8 +165,8 @@ export class TaskRepository {
 
   /**
    * Gives leases back as back-offs (backoff.sql.ts), in one statement: each due at its end,
-   * uncounted, and its scope recorded; returns the ids given back (a lease no longer held changes
-   * nothing). Outside a transaction a row a business transaction holds is waited for at most
+   * uncounted, and its scope recorded; returns the ids given back, `cancelled` among them as in
+   * release (a lease no longer held changes nothing). Outside a transaction a row a business transaction holds is waited for at most
    * ROW_LOCK_WAIT_MS: the others are written, and that lease's id goes in `held`, for the caller
    * to write again.
    */
