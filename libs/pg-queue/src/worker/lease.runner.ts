@@ -35,6 +35,11 @@ export class LeaseRunner {
     private readonly handler: RegisteredHandler,
     /** Asks the worker to look for due tasks again in `ms` (a retry's backoff). */
     private readonly wakeIn: (ms: number) => void,
+    /**
+     * A handler met a back-off of the whole queue or its limiter, ending at `untilMs` (database
+     * clock): no claims until its row is written, which the returned function says.
+     */
+    private readonly holdClaims: (untilMs: number) => () => void = () => () => undefined,
   ) {
     this.batcher = new CompletionBatcher(deps.prisma, deps.repo, handler.options.batchSize, handler.options.retryBlocksGroup);
     this.scope = {
@@ -77,10 +82,18 @@ export class LeaseRunner {
         ? await this.deps.workflows!.run(a, this.handler)
         : await invokeTraced(a, 'lease', this.handler.options.timeoutMs, () => this.handle(a.task, new AttemptContext(a, this.scope, null)));
       a.endRun();
+      const backOff = result.kind === 'error' ? backOffOf(result.error, a, this.handler, this.deps) : null;
+      // Before the slot frees (a plain queue claims at once): until its row is written, a claim
+      // would find the queue open and call the downstream that asked for the pause again.
+      const written = backOff !== null && !(backOff instanceof Error) && (backOff.scope === 'queue' || backOff.scope === 'limiter') ? this.holdClaims(backOff.untilMs) : null;
       handlerDone();
-      // What the handler reported goes in before its outcome (a failure's log entry comes after its lines).
-      await a.reporter?.finish();
-      await this.record(a, result);
+      try {
+        // What the handler reported goes in before its outcome (a failure's log entry comes after its lines).
+        await a.reporter?.finish();
+        await this.record(a, result, backOff);
+      } finally {
+        written?.();
+      }
     } finally {
       this.unhold(a);
     }
@@ -116,7 +129,7 @@ export class LeaseRunner {
     this.batcher.giveUpHeld();
   }
 
-  private async record(a: Attempt, result: InvokeOutcome | { kind: 'parked' }): Promise<void> {
+  private async record(a: Attempt, result: InvokeOutcome | { kind: 'parked' }, backOff: BackOff | Error | null): Promise<void> {
     if (result.kind === 'parked') return; // a workflow recorded its park (workflow.runner.ts)
     let failure: Failure | null = null;
     let backedOff: BackOff | null = null;
@@ -142,7 +155,6 @@ export class LeaseRunner {
         return;
       }
       // A back-off the handler asked for (RateLimitedError): given back uncounted, due later, its scope recorded.
-      const backOff = result.kind === 'error' ? backOffOf(result.error, a, this.handler, this.deps) : null;
       if (backOff !== null && !(backOff instanceof Error)) {
         backedOff = backOff;
         const outcome = await this.batcher.backOff(backOff);
