@@ -127,6 +127,9 @@ describe('a back-off that could not be written while cut off', () => {
     await proxy.close();
     backOffGate.resolve(); // the 429 comes while the database cannot be reached
     await waitFor('the back-off owed to the database', () => owed() === 1, { timeoutMs: 30_000 });
+    // Another app enqueues meanwhile: no claim of this instance may take it before the back-off's
+    // row is written (which waits for the database), or it would call the downstream again.
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload) VALUES ('cut.backoff', '{}')`);
 
     await proxy.start(port);
     await waitFor('what was owed written', () => owed() === 0, { timeoutMs: 30_000 });

@@ -34,7 +34,8 @@ describe('back-offs in the claim', () => {
 
   it('a release or back-off of a task whose cancel was requested while it ran ends it cancelled, and says so', async () => {
     const ids = await repo.insert(db.prisma(), [row('bc.cancel'), row('bc.cancel'), row('bc.cancel')]);
-    const leases = (await repo.claim(db.prisma(), 'bc.cancel', 3, 'w', 60_000, 5)).rows.map((r) => ({ id: r.id, token: r.lease_token }));
+    const claimed = new Map((await repo.claim(db.prisma(), 'bc.cancel', 3, 'w', 60_000, 5)).rows.map((r) => [r.id, { id: r.id, token: r.lease_token }]));
+    const leases = ids.map((id) => claimed.get(id)!);
     await db.sql('INSERT INTO pgqueue.task_cancel (task_id) VALUES ($1), ($2)', [ids[0], ids[1]]);
     const released = await repo.release(db.prisma(), [leases[0], leases[2]]);
     expect({ released: [...released].sort(), cancelled: [...released.cancelled] }).toEqual({ released: [ids[0], ids[2]].sort(), cancelled: [ids[0]] });
@@ -43,6 +44,18 @@ describe('back-offs in the claim', () => {
     expect({ released: [...backedOff], cancelled: [...backedOff.cancelled] }).toEqual({ released: [ids[1]], cancelled: [ids[1]] });
     const states = await db.sql<{ id: string; state: string }>('SELECT id::text, state FROM pgqueue.task WHERE queue = $1 ORDER BY id', ['bc.cancel']);
     expect(states.map((t) => t.state)).toEqual(['cancelled', 'cancelled', 'pending']);
+  });
+
+  // The downstream's 429 holds for the queue whatever became of the task that heard it.
+  it('a back-off of the whole queue from a task whose cancel was requested still backs the queue off, until its end', async () => {
+    const [id] = await repo.insert(db.prisma(), [row('bc.cancelq')]);
+    const [claimed] = (await repo.claim(db.prisma(), 'bc.cancelq', 1, 'w', 60_000, 5)).rows;
+    await db.sql('INSERT INTO pgqueue.task_cancel (task_id) VALUES ($1)', [id]);
+    const until = (await dbNowMs()) + 60_000;
+    const given = await repo.backOff(db.prisma(), [{ id, token: claimed.lease_token, untilMs: until, scope: 'queue', limiter: null, reason: '429' }]);
+    expect([...given.cancelled]).toEqual([id]);
+    const [b] = await db.sql<{ scope: string; name: string; until_ms: number }>("SELECT scope, name, (extract(epoch FROM until) * 1000)::float8 AS until_ms FROM pgqueue.backoff WHERE name = 'bc.cancelq'");
+    expect({ scope: b?.scope, name: b?.name, end: Math.abs((b?.until_ms ?? 0) - until) < 5 }).toEqual({ scope: 'queue', name: 'bc.cancelq', end: true });
   });
 
   it('a queue that never backs off pays one probe of the backoff table per claim, however many rows it claims', async () => {

@@ -49,17 +49,19 @@ export const queueBackedOff = (s: string, queue: string) =>
 
 /**
  * The CTE `scoped` that records a back-off's scope for the leases `released` gave back (columns
- * id, queue, partition_key, state, run_at), and `expired` that deletes a few ended rows.
- * Parameters: $4 the back-offs by task id (backOffsJson: scope 'task', 'queue', 'partition' or
- * 'limiter', the limiter's name, the reason).
+ * id, queue, partition_key), and `expired` that deletes a few ended rows.
+ * Parameters: $4 the back-offs by task id (backOffsJson: its end, scope 'task', 'queue',
+ * 'partition' or 'limiter', the limiter's name, the reason).
  */
 export function backOffScopeCtes(s: string): string {
   return `scoped AS (
   INSERT INTO ${s}.backoff (scope, name, partition_key, until, task_id, reason)
   SELECT b.scope, CASE WHEN b.scope = 'limiter' THEN b.limiter ELSE r.queue END,
-         CASE WHEN b.scope = 'partition' THEN coalesce(r.partition_key, '') ELSE '' END, r.run_at, r.id, b.reason
-  FROM released r CROSS JOIN LATERAL jsonb_to_record($4::jsonb -> r.id::text) AS b(scope text, limiter text, reason text)
-  WHERE b.scope <> 'task' AND r.state = 'pending'
+         CASE WHEN b.scope = 'partition' THEN coalesce(r.partition_key, '') ELSE '' END, to_timestamp(b."untilMs" / 1000), r.id, b.reason
+  FROM released r CROSS JOIN LATERAL jsonb_to_record($4::jsonb -> r.id::text) AS b(scope text, limiter text, reason text, "untilMs" float8)
+  -- Also for a task that ended cancelled (its cancel was requested while it ran): the downstream's
+  -- 429 holds for its scope whatever became of the task that heard it.
+  WHERE b.scope <> 'task'
   RETURNING 1
 ), expired AS (
   DELETE FROM ${s}.backoff WHERE id IN (

@@ -82,17 +82,23 @@ export class LeaseRunner {
         ? await this.deps.workflows!.run(a, this.handler)
         : await invokeTraced(a, 'lease', this.handler.options.timeoutMs, () => this.handle(a.task, new AttemptContext(a, this.scope, null)));
       a.endRun();
-      const backOff = result.kind === 'error' ? backOffOf(result.error, a, this.handler, this.deps) : null;
+      const backOff = this.backOffOf(a, result);
       // Before the slot frees (a plain queue claims at once): until its row is written, a claim
-      // would find the queue open and call the downstream that asked for the pause again.
-      const written = backOff !== null && !(backOff instanceof Error) && (backOff.scope === 'queue' || backOff.scope === 'limiter') ? this.holdClaims(backOff.untilMs) : null;
+      // would find the queue open and call the downstream that asked for the pause again. A
+      // limiter's back-off holds this queue only when it is this queue's limiter.
+      const holdsQueue = backOff !== null && !(backOff instanceof Error) && (backOff.scope === 'queue' || (backOff.scope === 'limiter' && backOff.limiter === this.handler.options.limiter));
+      const hold = holdsQueue ? { written: this.holdClaims(backOff.untilMs), untilMs: backOff.untilMs } : null;
       handlerDone();
+      let recorded: 'written' | 'owed' = 'written';
       try {
         // What the handler reported goes in before its outcome (a failure's log entry comes after its lines).
         await a.reporter?.finish();
-        await this.record(a, result, backOff);
+        recorded = await this.record(a, result, backOff);
       } finally {
-        written?.();
+        // Owed (the database did not answer), the row goes in once it answers, maybe after the
+        // first claim then: the hold lasts to the back-off's end.
+        if (hold && recorded === 'owed') setTimeout(hold.written, Math.max(0, this.deps.clock.msUntil(hold.untilMs))).unref();
+        else hold?.written();
       }
     } finally {
       this.unhold(a);
@@ -129,8 +135,19 @@ export class LeaseRunner {
     this.batcher.giveUpHeld();
   }
 
-  private async record(a: Attempt, result: InvokeOutcome | { kind: 'parked' }, backOff: BackOff | Error | null): Promise<void> {
-    if (result.kind === 'parked') return; // a workflow recorded its park (workflow.runner.ts)
+  /** The back-off a handler's error asks for (null: none; an Error: a scope that names no limiter). */
+  private backOffOf(a: Attempt, result: InvokeOutcome | { kind: 'parked' }): BackOff | Error | null {
+    if (result.kind !== 'error') return null;
+    try {
+      return backOffOf(result.error, a, this.handler, this.deps);
+    } catch (err) {
+      return err instanceof Error ? err : new Error(String(err));
+    }
+  }
+
+  /** Writes the attempt's outcome; 'owed' when the database could not be reached (see OwedOutcomes). */
+  private async record(a: Attempt, result: InvokeOutcome | { kind: 'parked' }, backOff: BackOff | Error | null): Promise<'written' | 'owed'> {
+    if (result.kind === 'parked') return 'written'; // a workflow recorded its park (workflow.runner.ts)
     let failure: Failure | null = null;
     let backedOff: BackOff | null = null;
     try {
@@ -140,7 +157,7 @@ export class LeaseRunner {
         const outcome = await this.batcher.complete(a.ranLease, a.followUps);
         if (typeof outcome === 'string') {
           publishOutcome(this.deps, a, outcome);
-          return;
+          return 'written';
         }
         notCompleted = outcome.failed; // lease still held: recorded as a failed attempt below
       }
@@ -148,11 +165,11 @@ export class LeaseRunner {
       const lostConnection = result.kind === 'error' && isConnectionLost(result.error);
       if (lostConnection || (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError)) {
         await releaseAttempts(this.deps, [a], `task ${a.task.id} of "${a.task.queue}"`);
-        return;
+        return 'written';
       }
       if (result.kind === 'aborted' && result.reason instanceof LeaseLostError) {
         publish(this.deps, a, 'lease-lost');
-        return;
+        return 'written';
       }
       // A back-off the handler asked for (RateLimitedError): given back uncounted, due later, its scope recorded.
       if (backOff !== null && !(backOff instanceof Error)) {
@@ -160,7 +177,7 @@ export class LeaseRunner {
         const outcome = await this.batcher.backOff(backOff);
         publishOutcome(this.deps, a, outcome);
         if (outcome === 'backed-off') this.wakeIn(this.deps.clock.msUntil(backOff.untilMs));
-        return;
+        return 'written';
       }
       const error = backOff ?? (result.kind === 'ok' ? notCompleted : result.kind === 'error' ? result.error : result.reason);
       failure = failureOf(a, error, this.handler, this.deps.maxErrorBytes);
@@ -175,7 +192,9 @@ export class LeaseRunner {
       else if (backedOff) this.deps.owed?.backOff([backedOff]);
       else this.deps.owed?.release([a.lease]);
       this.deps.logger.error(`could not record task ${a.task.id} of "${a.task.queue}" (written once the database answers): ${(err as Error).message}`);
+      return 'owed';
     }
+    return 'written';
   }
 
   private async heartbeatOne(a: Attempt): Promise<void> {

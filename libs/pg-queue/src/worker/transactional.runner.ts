@@ -254,7 +254,14 @@ export class TransactionalRunner {
         return r && !r.ok && r.backOff && !err.culprits.includes(a) ? [[a, r.backOff]] : [];
       });
       await this.backOffOutsideTransaction(backedOff);
-      return attempts.filter((a) => !err.culprits.includes(a) && !backedOff.some(([b]) => b === a));
+      const rest = attempts.filter((a) => !err.culprits.includes(a) && !backedOff.some(([b]) => b === a));
+      // A back-off of the whole queue (or its limiter) holds the others too: given back uncounted,
+      // they wait for its end like the queue's other tasks instead of running again now.
+      if (backedOff.some(([, b]) => b.scope === 'queue' || (b.scope === 'limiter' && b.limiter === this.handler.options.limiter))) {
+        await this.release(rest);
+        return [];
+      }
+      return rest;
     }
     // The transaction itself failed (no pool connection in time, lock or connection lost, commit
     // refused, ...): the attempts that ran failed with that error; the ones that never reached
