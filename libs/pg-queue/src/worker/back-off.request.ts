@@ -35,3 +35,11 @@ export function backOffOf(error: unknown, a: Attempt, handler: RegisteredHandler
   }
   return { ...base, scope: 'limiter', limiter: asked };
 }
+
+/**
+ * The back-off stops every claim of the handler's queue: its scope is the queue, or the queue's
+ * own limiter (a limiter of other queues only stops theirs).
+ */
+export function holdsWholeQueue(b: BackOff, handler: RegisteredHandler): boolean {
+  return b.scope === 'queue' || (b.scope === 'limiter' && b.limiter === handler.options.limiter);
+}

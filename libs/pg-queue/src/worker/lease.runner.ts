@@ -4,7 +4,7 @@ import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../error
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Task, TaskHandlerFn } from '../types';
 import type { Attempt } from './attempt';
-import { backOffOf } from './back-off.request';
+import { backOffOf, holdsWholeQueue } from './back-off.request';
 import type { BackOff, Failure } from '../sql/statement-values';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';
@@ -84,10 +84,8 @@ export class LeaseRunner {
       a.endRun();
       const backOff = this.backOffOf(a, result);
       // Before the slot frees (a plain queue claims at once): until its row is written, a claim
-      // would find the queue open and call the downstream that asked for the pause again. A
-      // limiter's back-off holds this queue only when it is this queue's limiter.
-      const holdsQueue = backOff !== null && !(backOff instanceof Error) && (backOff.scope === 'queue' || (backOff.scope === 'limiter' && backOff.limiter === this.handler.options.limiter));
-      const hold = holdsQueue ? { written: this.holdClaims(backOff.untilMs), untilMs: backOff.untilMs } : null;
+      // would find the queue open and call the downstream that asked for the pause again.
+      const hold = backOff !== null && !(backOff instanceof Error) && holdsWholeQueue(backOff, this.handler) ? { written: this.holdClaims(backOff.untilMs), untilMs: backOff.untilMs } : null;
       handlerDone();
       let recorded: 'written' | 'owed' = 'written';
       try {

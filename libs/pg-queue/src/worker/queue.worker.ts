@@ -3,6 +3,7 @@ import { within } from '../core/within';
 import { ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { Attempt } from './attempt';
 import { AttemptSlots } from './attempt.slots';
+import { ClaimHold } from './claim.hold';
 import { claimCeiling, ClaimSizer } from './claim.sizer';
 import { LeaseRunner } from './lease.runner';
 import { QueueClaimer } from './queue.claimer';
@@ -59,10 +60,8 @@ export class QueueWorker {
   private readonly refill: RefillPolicy;
   /** The queue is paused as a whole, as far as this process knows (see PauseWatcher): no claims. */
   private paused = false;
-  /** Back-offs of the whole queue (or its limiter) met here whose rows are being written: no claims meanwhile (see holdClaims). */
-  private claimHolds = 0;
-  /** ... but none past this (performance.now()): the latest of their ends. */
-  private claimsHeldUntil = 0;
+  /** Back-offs of the whole queue met here whose rows are being written: no claims meanwhile. */
+  private readonly claimHold = new ClaimHold(() => this.wake());
   /** Changes of `paused` by PauseWatcher: a claim that saw a pause records it only if none came meanwhile. */
   private pauseSeq = 0;
 
@@ -79,7 +78,7 @@ export class QueueWorker {
     this.refill = new RefillPolicy(this.claimer, () => this.fill(), () => void this.wakeSeq++, () => this.state === 'running');
     this.claimCeiling = claimCeiling(o.batchSize, deps.rowLimits.maxPayloadBytes);
     this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);
-    this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn, (untilMs) => this.holdClaims(untilMs)) : null;
+    this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn, (untilMs) => this.claimHold.hold(deps.clock.msUntil(untilMs))) : null;
     this.transactional =
       o.mode === 'transactional'
         ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms, leftOver) => this.sizer.ranTransaction(tasks, ms, leftOver))
@@ -231,35 +230,12 @@ export class QueueWorker {
     return this.sizer.nextClaim(this.handler.options.mode, this.claimer.limited, this.slots.taken, this.slots.waiting);
   }
 
-  /**
-   * A handler here met a back-off of the whole queue or its limiter, ending at `untilMs` (database
-   * clock): this instance claims nothing until the back-off's row is written (the returned
-   * function says so), since a claim before that would find the queue open and call the
-   * downstream that asked for the pause again; from then on the row holds back every instance's
-   * claims, this one's included, until its end. Bounded by that end. Tasks claimed ahead still run.
-   */
-  private holdClaims(untilMs: number): () => void {
-    this.claimHolds++;
-    this.claimsHeldUntil = Math.max(this.claimsHeldUntil, performance.now() + this.deps.clock.msUntil(untilMs));
-    let written = false;
-    return () => {
-      if (written) return;
-      written = true;
-      if (--this.claimHolds > 0) return;
-      this.claimsHeldUntil = 0;
-      this.wake();
-    };
-  }
-
-  private get claimsHeld(): boolean {
-    return this.claimHolds > 0 && performance.now() < this.claimsHeldUntil;
-  }
-
   private fill(): void {
     // Checked here too, not only in the loop: fill() runs after every task, mostly with nothing to do.
     if (this.filling || this.state !== 'running' || this.paused || this.claimedSeq === this.wakeSeq || this.nextClaim().want === 0) return;
-    if (this.claimsHeld) {
-      this.timers.dueIn(this.claimsHeldUntil - performance.now()); // its end, should the write take that long
+    const heldFor = this.claimHold.heldForMs;
+    if (heldFor > 0) {
+      this.timers.dueIn(heldFor); // its end, should the write take that long
       return;
     }
     this.filling = this.claimWhileRoom().then((ended) => {
@@ -272,7 +248,7 @@ export class QueueWorker {
   /** Claims while there is room and maybe work; false when a claim failed (a retry is scheduled). */
   private async claimWhileRoom(): Promise<boolean> {
     try {
-      while (this.state === 'running' && !this.paused && this.claimedSeq !== this.wakeSeq && !this.claimsHeld) {
+      while (this.state === 'running' && !this.paused && this.claimedSeq !== this.wakeSeq && this.claimHold.heldForMs === 0) {
         // `perTransaction` fixed with `want`: the batches must not outnumber the free transactions.
         const { want, perTransaction } = this.nextClaim();
         if (want === 0) break;

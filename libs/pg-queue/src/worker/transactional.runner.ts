@@ -1,8 +1,9 @@
 import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { BackOff, BatchBackend, Failure, GivenBack } from '../sql/statement-values';
-import { backOffOf } from './back-off.request';
+import type { BackOff, BatchBackend, Failure } from '../sql/statement-values';
+import { backOffOf, holdsWholeQueue } from './back-off.request';
+import { OutsideOutcomes } from './outside-outcomes';
 import { backOffOutcome } from './completion.batcher';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
@@ -37,6 +38,7 @@ const SUCCEEDED: Result = Object.freeze({ ok: true });
 export class TransactionalRunner {
   private readonly running = new Set<Attempt>();
   private readonly scope: ContextScope;
+  private readonly outside: OutsideOutcomes;
 
   constructor(
     private readonly deps: WorkerDeps,
@@ -47,6 +49,7 @@ export class TransactionalRunner {
     /** Reports what a transaction ran, how long it took, and how many had to wait (sizes the next batches). */
     private readonly measured: (tasks: number, ms: number, leftOver: number) => void,
   ) {
+    this.outside = new OutsideOutcomes(deps, handler, wakeIn);
     this.scope = {
       mode: 'transactional',
       workerId: deps.workerId,
@@ -245,19 +248,19 @@ export class TransactionalRunner {
         err.reasons.get(a) ??
         (err.why === 'cancelled' ? new TaskCancelledError(a.task.id) : a.abortReason ?? new TaskTimeoutError(a.task.id, this.handler.options.timeoutMs));
       const failures = err.culprits.map((a) => failureOf(a, reasonOf(a), this.handler, this.deps.maxErrorBytes));
-      const states = await this.recordOutsideTransaction(failures);
-      for (const [i, a] of err.culprits.entries()) this.announceFailures([a], states, failures[i].error);
+      const states = await this.outside.fail(failures);
+      for (const [i, a] of err.culprits.entries()) this.outside.announceFailures([a], states, failures[i].error);
       // An attempt that met a back-off asked for a pause of the downstream: written now, on its own,
       // not run again at once with the others.
       const backedOff = attempts.flatMap((a): [Attempt, BackOff][] => {
         const r = results.get(a);
         return r && !r.ok && r.backOff && !err.culprits.includes(a) ? [[a, r.backOff]] : [];
       });
-      await this.backOffOutsideTransaction(backedOff);
+      await this.outside.backOff(backedOff);
       const rest = attempts.filter((a) => !err.culprits.includes(a) && !backedOff.some(([b]) => b === a));
       // A back-off of the whole queue (or its limiter) holds the others too: given back uncounted,
       // they wait for its end like the queue's other tasks instead of running again now.
-      if (backedOff.some(([, b]) => b.scope === 'queue' || (b.scope === 'limiter' && b.limiter === this.handler.options.limiter))) {
+      if (backedOff.some(([, b]) => holdsWholeQueue(b, this.handler))) {
         await this.release(rest);
         return [];
       }
@@ -270,8 +273,8 @@ export class TransactionalRunner {
     this.deps.logger.error(`transaction for queue "${this.handler.queue}" failed: ${(err as Error)?.message ?? err}`);
     const ran = isConnectionLost(err) ? [] : [...results.keys(), ...(current ? [current] : [])];
     if (ran.length > 0) {
-      const states = await this.recordOutsideTransaction(ran.map((a) => failureOf(a, err, this.handler, this.deps.maxErrorBytes)));
-      this.announceFailures(ran, states, String(err));
+      const states = await this.outside.fail(ran.map((a) => failureOf(a, err, this.handler, this.deps.maxErrorBytes)));
+      this.outside.announceFailures(ran, states, String(err));
     }
     await this.release(attempts.filter((a) => !ran.includes(a)));
     return [];
@@ -285,46 +288,6 @@ export class TransactionalRunner {
       // statement_timeout (set by lockLeases) still ends it.
       this.deps.logger.warn(`could not cancel a stuck statement of "${this.handler.queue}": ${(err as Error).message}`);
     }
-  }
-
-  private async recordOutsideTransaction(failures: Failure[]): Promise<Map<string, Outcome> | null> {
-    try {
-      return await this.deps.repo.fail(this.deps.prisma, failures, this.handler.options.retryBlocksGroup);
-    } catch (err) {
-      // The database is unreachable: written once it answers again (see OwedOutcomes), else the
-      // leases expire and the rescuer retries the tasks.
-      this.deps.owed?.fail(failures, this.handler.options.retryBlocksGroup);
-      this.deps.logger.error(`could not record failed attempts (recorded once the database answers): ${(err as Error).message}`);
-      return null;
-    }
-  }
-
-  /**
-   * Back-offs whose transaction rolled back, each due at its end. A row a business transaction
-   * holds, or a database that does not answer, leaves it owed (OwedOutcomes), not lost.
-   */
-  private async backOffOutsideTransaction(backedOff: [Attempt, BackOff][]): Promise<void> {
-    if (backedOff.length === 0) return;
-    const backOffs = backedOff.map(([, b]) => b);
-    const held = new Set<string>();
-    let released: GivenBack | null = null;
-    try {
-      released = await this.deps.repo.backOff(this.deps.prisma, backOffs, held);
-    } catch (err) {
-      this.deps.logger.error(`could not record back-offs (recorded once the database answers): ${(err as Error).message}`);
-    }
-    const owed = backOffs.filter((b) => released === null || held.has(b.id));
-    if (owed.length > 0) this.deps.owed?.backOff(owed);
-    for (const [a, b] of backedOff) {
-      const outcome: Outcome = released === null || owed.includes(b) ? 'backed-off' : backOffOutcome(released, b.id);
-      publishOutcome(this.deps, a, outcome);
-      if (outcome === 'backed-off') this.wakeIn(this.deps.clock.msUntil(b.untilMs));
-    }
-  }
-
-  /** A failure that matched no row means the lease had already been taken over. */
-  private announceFailures(attempts: Attempt[], states: Map<string, Outcome> | null, error: string): void {
-    for (const a of attempts) publishOutcome(this.deps, a, states === null ? 'pending' : states.get(a.task.id) ?? 'lost', error);
   }
 
   private release(attempts: Attempt[]): Promise<void> {
