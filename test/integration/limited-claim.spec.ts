@@ -10,7 +10,7 @@
 import { Client } from 'pg';
 import { BLOCKED_ROUND_RECHECK_MS, LIMITED_CLAIM_RELEASE } from '../../libs/pg-queue/src/sql/limited-claim.function';
 import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
-import { LIMIT_LOCK_NAMESPACE } from '../../libs/pg-queue/src/sql/limits.sql';
+import { LIMIT_LOCK_NAMESPACE, limitStatements } from '../../libs/pg-queue/src/sql/limits.sql';
 import { RATE_STEPS, windowAdd, windowCount, windowFreesInMs } from '../../libs/pg-queue/src/sql/rate-window.sql';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
@@ -187,6 +187,27 @@ describe('limited claims', () => {
     } finally {
       await prisma.$disconnect();
       await db.sql(`DELETE FROM pgqueue.task WHERE queue = 'lc.full'`);
+    }
+  });
+
+  it('of a partitioned queue probe the index once for each partition key they walk', async () => {
+    // 60 partitions of 3 due tasks; a claim of 30 walks 31 of them (its round: one more than it takes).
+    await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.walk', '{}', 'w' || lpad((g % 60)::text, 2, '0') FROM generate_series(1, 180) g`);
+    try {
+      const args = ['lc.walk', 30, 'w', 60_000, 5, 1, null, 31, null, null, 1000, 0, null, 'abcdef0123456789'];
+      const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${limitStatements('pgqueue').claimPartitioned}`, args))
+        .map((r) => r['QUERY PLAN']);
+      const walked = Number(/Recursive Union \(actual rows=(\d+)/.exec(plan.join('\n'))?.[1]);
+      // The loops of every scan that looks for the next key (an Index Cond on partition_key > ...).
+      let probes = 0;
+      plan.forEach((line, i) => {
+        if (/Index Cond: .*partition_key > /.test(line)) probes += Number(/loops=(\d+)/.exec(plan[i - 1])?.[1]);
+      });
+      // The walk's rows: '' (tasks without a partition, first in a round from the start) and 31 keys.
+      // Before: 93 probes, the next key computed again for each of its three uses.
+      expect({ walked, probesAtMostOneAKey: probes <= walked }).toEqual({ walked: 32, probesAtMostOneAKey: true });
+    } finally {
+      await db.sql(`DELETE FROM pgqueue.task WHERE queue = 'lc.walk'`);
     }
   });
 

@@ -66,7 +66,7 @@ const UNLIMITED = 1_000_000;
  * claim left no room under the global or the limiter's concurrency (`full`).
  */
 /** claim_limited's release: every change of its text raises it (runtime-functions.ts). */
-export const LIMITED_CLAIM_RELEASE = 4;
+export const LIMITED_CLAIM_RELEASE = 5;
 
 export const limitedClaim: RuntimeFunctionDefinition = {
   name: 'claim_limited',

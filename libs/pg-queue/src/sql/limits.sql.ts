@@ -172,7 +172,8 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
   SELECT coalesce(k.p, CASE WHEN w.lap = 0 AND $7::text IS NOT NULL THEN '' END),
          CASE WHEN k.p IS NULL THEN 1 ELSE w.lap END, w.n + 1
   FROM walk w
-  CROSS JOIN LATERAL (SELECT CASE WHEN w.lap = 0 THEN (${keyAfter(s, 'w.p')}) ELSE (${keyAfter(s, 'w.p', '$7::text')}) END AS p) k
+  -- OFFSET 0: computed once per row; flattened, the key was probed again for each of its three uses.
+  CROSS JOIN LATERAL (SELECT CASE WHEN w.lap = 0 THEN (${keyAfter(s, 'w.p')}) ELSE (${keyAfter(s, 'w.p', '$7::text')}) END AS p OFFSET 0) k
   WHERE w.n < $11 AND (k.p IS NOT NULL OR (w.lap = 0 AND $7::text IS NOT NULL))
 ), round AS (
   -- The first $8 walked partitions with room, in walk order (the order a recursive CTE makes its
