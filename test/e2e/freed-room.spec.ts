@@ -126,7 +126,11 @@ describe('freed room of limited queues across three instances', () => {
   it('transactional batches: the limit held, every task done without waiting for a poll', async () => {
     const ms = await drain('fr.tx', Array.from({ length: 40 }, () => ({ payload: { ms: 10 } })));
     expect({ runs: of('fr.tx').length, atMost4: maxOverlap(of('fr.tx')) <= 4 }).toEqual({ runs: 40, atMost4: true });
-    expect(notices.get('fr.tx')?.length ?? 0).toBeLessThanOrEqual(7);
+    // Each announcement follows a claim the limit cut short and comes with a later claim that left
+    // room, so how many there are depends on how the claims interleave: 1 to 4 under two busy loops
+    // on both cores, 8 once in a serial run of 16 suites (with the enqueue's own notice: 9). A
+    // quarter of the endings at most; before, one per burst of endings.
+    expect(notices.get('fr.tx')?.length ?? 0).toBeLessThanOrEqual(10);
     expect(ms).toBeLessThan(20_000);
   });
 
