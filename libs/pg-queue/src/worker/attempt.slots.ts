@@ -75,10 +75,19 @@ export class AttemptSlots {
   }
 
   /** Gives back, uncounted, the attempts that still wait for a slot (shutdown). */
-  async releaseBuffered(): Promise<void> {
-    const waiting = this.buffer.splice(0);
-    await releaseAttempts(this.deps, waiting, `waiting tasks of "${this.queue}"`);
-    for (const a of waiting) this.runners.lease?.unhold(a);
+  releaseBuffered(): Promise<void> {
+    return this.giveBack(this.takeBuffered());
+  }
+
+  /** Lease mode: takes the attempts that wait for a slot out of the buffer; they start no more. */
+  takeBuffered(): Attempt[] {
+    return this.buffer.splice(0);
+  }
+
+  /** Gives back, uncounted, attempts taken out of the buffer (takeBuffered). */
+  async giveBack(attempts: Attempt[]): Promise<void> {
+    await releaseAttempts(this.deps, attempts, `waiting tasks of "${this.queue}"`);
+    for (const a of attempts) this.runners.lease?.unhold(a);
   }
 
   /** Lease mode: start buffered attempts while slots are free. */

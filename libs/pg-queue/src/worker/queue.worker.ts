@@ -61,7 +61,7 @@ export class QueueWorker {
   /** The queue is paused as a whole, as far as this process knows (see PauseWatcher): no claims. */
   private paused = false;
   /** Back-offs of the whole queue met here whose rows are being written: no claims meanwhile. */
-  private readonly claimHold = new ClaimHold(() => this.wake());
+  private readonly claimHold = new ClaimHold(() => this.wake(), (attempts) => this.slots.giveBack(attempts));
   /** Changes of `paused` by PauseWatcher: a claim that saw a pause records it only if none came meanwhile. */
   private pauseSeq = 0;
 
@@ -78,7 +78,7 @@ export class QueueWorker {
     this.refill = new RefillPolicy(this.claimer, () => this.fill(), () => void this.wakeSeq++, () => this.state === 'running');
     this.claimCeiling = claimCeiling(o.batchSize, deps.rowLimits.maxPayloadBytes);
     this.sizer = new ClaimSizer(this.claimCeiling, o.concurrency);
-    this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn, (untilMs) => this.claimHold.hold(deps.clock.msUntil(untilMs))) : null;
+    this.lease = o.mode === 'lease' ? new LeaseRunner(deps, handler, wakeIn, (untilMs) => this.backedOff(untilMs)) : null;
     this.transactional =
       o.mode === 'transactional'
         ? new TransactionalRunner(deps, handler, () => this.state !== 'running' && this.state !== 'idle', wakeIn, (tasks, ms, leftOver) => this.sizer.ranTransaction(tasks, ms, leftOver))
@@ -137,7 +137,8 @@ export class QueueWorker {
   /** A running task of this queue was cancelled: abort its handler if it runs here. */
   cancel(taskId: string): boolean {
     const attempt = this.running().find((a) => a.task.id === taskId && !a.finished);
-    attempt?.abort(new TaskCancelledError(taskId));
+    // Set aside by a back-off, it would wait unheeded (its lease no longer kept alive): given back now, it ends cancelled.
+    if (attempt && !this.claimHold.giveBackNow(attempt)) attempt.abort(new TaskCancelledError(taskId));
     return attempt !== undefined;
   }
 
@@ -178,6 +179,8 @@ export class QueueWorker {
       await this.slots.settleWithin(Number.MAX_SAFE_INTEGER);
     }
     await this.lease?.flush();
+    // After the attempts that met back-offs wrote them (settled), unless owed: tasks set aside go back.
+    await this.claimHold.giveBackAll();
     await this.lease?.close();
     await this.claimer.close(); // the last endings' freed-room announce, and none after
     this.state = 'stopped';
@@ -193,7 +196,7 @@ export class QueueWorker {
 
   /** No claim in flight and no attempt running or waiting for a slot here. */
   get idle(): boolean {
-    return this.filling === null && this.slots.inFlight === 0 && this.slots.waiting === 0;
+    return this.filling === null && this.slots.inFlight === 0 && this.slots.waiting === 0 && !this.claimHold.holding;
   }
 
   /**
@@ -218,6 +221,17 @@ export class QueueWorker {
       if (!(await this.slots.settleWithin(Math.max(0, deadline - Date.now())))) return false;
     }
     return true;
+  }
+
+  /**
+   * A lease handler met a back-off of the whole queue (or its limiter) ending at `untilMs`: no
+   * claims until its row is written (the returned function says so), and the tasks claimed ahead
+   * start no more (ClaimHold gives them back).
+   */
+  private backedOff(untilMs: number): () => void {
+    const written = this.claimHold.hold(this.deps.clock.msUntil(untilMs));
+    this.claimHold.setAside(this.slots.takeBuffered());
+    return written;
   }
 
   /** Attempts this worker holds: running, or (lease mode) waiting in the buffer. */
@@ -254,6 +268,7 @@ export class QueueWorker {
         if (want === 0) break;
         const seq = this.wakeSeq;
         const pauseSeq = this.pauseSeq;
+        const mark = this.claimHold.mark;
         const rows = await this.claimer.claim(want);
         // Paused, and this process missed the notice: stop claiming until a resume (unless one came meanwhile).
         if (this.claimer.sawPaused && pauseSeq === this.pauseSeq) this.paused = true;
@@ -261,6 +276,12 @@ export class QueueWorker {
           // Came back after stop() gave up waiting for it: nothing may start now. Given back while
           // the app is still closing; once stopped, the database is not touched (leases expire).
           if (this.state === 'stopping') await releaseAttempts(this.deps, rows, `late-claimed tasks of "${this.queue}"`, false);
+          break;
+        }
+        // Sent before a handler here met a back-off of the whole queue: its tasks would meet it too.
+        if (this.claimHold.metSince(mark)) {
+          for (const a of rows) this.lease?.hold(a); // leases kept alive until given back
+          this.claimHold.setAside(rows);
           break;
         }
         // A short batch means the queue is empty for now, unless a wake came in meanwhile. The

@@ -1,10 +1,10 @@
 import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { BackOff, BatchBackend, Failure } from '../sql/statement-values';
+import type { BackOff, BatchBackend, GivenBack } from '../sql/statement-values';
 import { backOffOf, holdsWholeQueue } from './back-off.request';
 import { OutsideOutcomes } from './outside-outcomes';
-import { backOffOutcome } from './completion.batcher';
+import { SUCCEEDED, writeBatchOutcomes, type Result } from './batch.commit';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
@@ -13,11 +13,7 @@ import { RollbackAll } from './rollback-all';
 import { TransactionGate } from './transaction.gate';
 import { isConnectionLost } from '../sql/database-error';
 import { batchTransactionFull, IDLE_GRACE_MS, SETTLE_GRACE_MS, STATEMENT_GRACE_MS, TX_BUDGET_MS, TX_START_WAIT_MS } from './transaction.limits';
-import { failureOf, publish, publishOutcome, releaseAttempts, reportSink, type Outcome, type WorkerDeps } from './worker.deps';
-
-/** An attempt's outcome in the batch: done, failed, or backed off (RateLimitedError: its writes rolled back). */
-type Result = { ok: true } | { ok: false; failure: Failure; backOff?: undefined } | { ok: false; failure?: undefined; backOff: BackOff };
-const SUCCEEDED: Result = Object.freeze({ ok: true });
+import { failureOf, publish, publishGivenBack, publishOutcome, releaseAttempts, reportSink, type Outcome, type WorkerDeps } from './worker.deps';
 
 /**
  * Transactional mode: a claimed batch runs inside one Prisma interactive transaction.
@@ -89,6 +85,9 @@ export class TransactionalRunner {
   private async runTransaction(attempts: Attempt[]): Promise<Attempt[]> {
     const results = new Map<Attempt, Result>();
     const later: Attempt[] = [];
+    const aside: Attempt[] = [];
+    let queueBackedOff = false;
+    let givenBack: GivenBack | null = null;
     /** null until the leases are locked: a failure before that reached no handler. */
     let held: Set<string> | null = null;
     let current: Attempt | null = null;
@@ -109,16 +108,24 @@ export class TransactionalRunner {
               publish(this.deps, a, 'lease-lost');
               continue;
             }
+            // After a back-off of the whole queue, the rest would meet it too: given back with it.
+            if (queueBackedOff) {
+              aside.push(a);
+              continue;
+            }
             if (batchTransactionFull({ ran: results.size, elapsedMs: performance.now() - began, savepoints: usage.savepoints, stopping: this.isStopping() })) {
               later.push(a);
               continue;
             }
             current = a;
-            results.set(a, await this.runOne(tx, a, usage, lock.backend));
+            const result = await this.runOne(tx, a, usage, lock.backend);
+            results.set(a, result);
+            queueBackedOff = !result.ok && result.backOff !== undefined && holdsWholeQueue(result.backOff, this.handler);
             current = null;
           }
           this.measured(results.size, performance.now() - began, later.length);
-          outcomes = await this.finish(tx, results);
+          outcomes = await writeBatchOutcomes(this.deps.repo, tx, results, this.handler.options.retryBlocksGroup);
+          if (aside.length > 0) givenBack = await this.deps.repo.release(tx, aside.map((a) => a.lease));
         },
         { maxWait: TX_START_WAIT_MS, timeout: timeoutMs + TX_BUDGET_MS + 10_000 },
       );
@@ -127,6 +134,7 @@ export class TransactionalRunner {
       return this.recover(err, stillHeld, results, current);
     }
     this.announce(results, outcomes);
+    if (givenBack) publishGivenBack(this.deps, aside, givenBack);
     return later;
   }
 
@@ -186,44 +194,6 @@ export class TransactionalRunner {
   private failed(a: Attempt, error: unknown): Result {
     a.followUps.length = 0;
     return { ok: false, failure: failureOf(a, error, this.handler, this.deps.maxErrorBytes) };
-  }
-
-  /** Completes the successes (with their follow-ups) and records the failures, in this transaction. */
-  private async finish(tx: SqlExecutor, results: Map<Attempt, Result>): Promise<Map<string, Outcome>> {
-    const outcomes = new Map<string, Outcome>();
-    const done: Attempt[] = [];
-    const failures: Failure[] = [];
-    const backOffs: BackOff[] = [];
-    for (const [a, r] of results) {
-      if (r.ok) done.push(a);
-      else if (r.backOff) backOffs.push(r.backOff);
-      else failures.push(r.failure);
-    }
-    if (done.length > 0) {
-      const res = await this.deps.repo.complete(tx, done.map((a) => a.ranLease), done.flatMap((a) => a.followUps));
-      // Cancelled while running (the notification did not reach us in time): keep none of its writes.
-      const cancelled = done.filter((a) => res.cancelled.has(a.task.id));
-      if (cancelled.length > 0) throw new RollbackAll('cancelled', cancelled);
-      // Follow-ups that could not go in (TaskRepository.complete): that attempt fails, and its
-      // handler's writes must not commit either.
-      const notEnqueued = done.filter((a) => res.failed.has(a.task.id));
-      if (notEnqueued.length > 0) throw new RollbackAll('follow-ups', notEnqueued, new Map(notEnqueued.map((a) => [a, res.failed.get(a.task.id)!])));
-      for (const a of done) {
-        const id = a.task.id;
-        const outcome = res.done.has(id) ? 'done' : res.rerun.has(id) ? 'rerun' : null;
-        // The rows are locked by this transaction (no one else can change a token), so a lease
-        // cannot be missing; if one ever is, commit nothing.
-        if (outcome === null) throw new LeaseLostError(id);
-        outcomes.set(id, outcome);
-      }
-    }
-    if (failures.length > 0) for (const [id, state] of await this.deps.repo.fail(tx, failures, this.handler.options.retryBlocksGroup)) outcomes.set(id, state);
-    // Back-offs commit with the batch, in one statement; their handlers' writes were rolled back.
-    if (backOffs.length > 0) {
-      const released = await this.deps.repo.backOff(tx, backOffs);
-      for (const b of backOffs) outcomes.set(b.id, backOffOutcome(released, b.id));
-    }
-    return outcomes;
   }
 
   private announce(results: Map<Attempt, Result>, outcomes: Map<string, Outcome>): void {

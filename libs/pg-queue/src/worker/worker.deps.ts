@@ -3,7 +3,7 @@ import type { RowLimits } from '../core/task-input';
 import { NonRetryableError } from '../errors';
 import type { TaskEvents } from '../observability/task-events';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { FailedState, Failure } from '../sql/statement-values';
+import type { FailedState, Failure, GivenBack } from '../sql/statement-values';
 import type { ResolvedLimiters } from '../limiter.options';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { LimitsRepository } from '../sql/limits.repository';
@@ -81,12 +81,16 @@ export async function releaseAttempts(deps: WorkerDeps, attempts: Attempt[], wha
   if (attempts.length === 0) return;
   try {
     const released = await deps.repo.release(deps.prisma, attempts.map((a) => a.lease));
-    if (!announce) return;
-    for (const a of attempts) publish(deps, a, released.cancelled.has(a.task.id) ? 'cancelled' : released.has(a.task.id) ? 'released' : 'lease-lost');
+    if (announce) publishGivenBack(deps, attempts, released);
   } catch (err) {
     deps.owed?.release(attempts.map((a) => a.lease));
     deps.logger.error(`could not release ${what} (given back once the database answers): ${(err as Error).message}`);
   }
+}
+
+/** Announces where a release left each attempt's task. */
+export function publishGivenBack(deps: WorkerDeps, attempts: Attempt[], released: GivenBack): void {
+  for (const a of attempts) publish(deps, a, released.cancelled.has(a.task.id) ? 'cancelled' : released.has(a.task.id) ? 'released' : 'lease-lost');
 }
 
 export function publish(deps: WorkerDeps, attempt: Attempt, type: TaskEvent['type'], error?: string): void {
