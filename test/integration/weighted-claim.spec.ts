@@ -97,14 +97,17 @@ describe('weighted partitions in the partitioned claim', () => {
       entered();
       await released;
     }, { timeout: 60_000 });
+    let timer: NodeJS.Timeout | undefined;
     try {
       await inside;
-      const stuck = new Promise<string>((resolve) => setTimeout(() => resolve('stuck'), 5000));
+      // Cleared below: left pending, it kept Jest from exiting after the run ("did not exit").
+      const stuck = new Promise<string>((resolve) => (timer = setTimeout(() => resolve('stuck'), 5000)));
       const own = repo.insert(other, [taskRow('w.wait', { partitionKey: 'p8', weight: 4 }), taskRow('w.wait', { partitionKey: 'p9', weight: 4 })]).then(() => 'done');
       expect(await Promise.race([own, stuck])).toBe('done');
       const inTx = other.$transaction((tx) => repo.insert(tx, [taskRow('w.wait', { partitionKey: 'p9', weight: 5 })])).then(() => 'done');
       expect(await Promise.race([inTx, stuck])).toBe('done');
     } finally {
+      clearTimeout(timer);
       release();
       await held;
       await holder.$disconnect();
