@@ -92,6 +92,29 @@ describe('limited claims', () => {
     }
   });
 
+  it('under partitionConcurrency count as free, in their partitions, the running tasks the caller says ended, and only those', async () => {
+    const prisma = db.prisma(2);
+    try {
+      const repo = new LimitsRepository('pgqueue');
+      const limits = { globalConcurrency: null, partitionConcurrency: 1, rateLimit: null };
+      await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'rc.pending', '{}', 'p' || (g % 2) FROM generate_series(1, 10) g`);
+      const first = await repo.claim(prisma, 'rc.pending', 10, 'w', 60_000, 5, limits);
+      const token = (p: string) => first.rows.filter((r) => r.partition_key === p).map((r) => r.lease_token);
+      const claimed = (c: { rows: { partition_key?: string | null }[] }) => c.rows.map((r) => r.partition_key).sort();
+      const sizes = {
+        first: claimed(first),
+        full: claimed(await repo.claim(prisma, 'rc.pending', 10, 'w', 60_000, 5, limits)),
+        stranger: claimed(await repo.claim(prisma, 'rc.pending', 10, 'w', 60_000, 5, limits, undefined, ['00000000-0000-0000-0000-000000000001'])),
+        // p1's task ended at the caller: p1 has room again, p0 not.
+        p1Ending: claimed(await repo.claim(prisma, 'rc.pending', 10, 'w', 60_000, 5, limits, undefined, token('p1'))),
+      };
+      // Before release 6: p1Ending took nothing (the ended task still counted in its partition).
+      expect(sizes).toEqual({ first: ['p0', 'p1'], full: [], stranger: [], p1Ending: ['p1'] });
+    } finally {
+      await prisma.$disconnect();
+    }
+  });
+
   it('say what to run when the database has no claim_limited (a schema installed by hand from an older release)', async () => {
     const prisma = db.prisma(1);
     try {
@@ -194,7 +217,7 @@ describe('limited claims', () => {
     // 60 partitions of 3 due tasks; a claim of 30 walks 31 of them (its round: one more than it takes).
     await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.walk', '{}', 'w' || lpad((g % 60)::text, 2, '0') FROM generate_series(1, 180) g`);
     try {
-      const args = ['lc.walk', 30, 'w', 60_000, 5, 1, null, 31, null, null, 1000, 0, null, 'abcdef0123456789'];
+      const args = ['lc.walk', 30, 'w', 60_000, 5, 1, null, 31, null, null, 1000, 0, null, 'abcdef0123456789', '{}'];
       const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${limitStatements('pgqueue').claimPartitioned}`, args))
         .map((r) => r['QUERY PLAN']);
       const walked = Number(/Recursive Union \(actual rows=(\d+)/.exec(plan.join('\n'))?.[1]);

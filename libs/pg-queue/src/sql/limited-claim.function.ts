@@ -58,15 +58,17 @@ const UNLIMITED = 1_000_000;
  * partitionRateMax/partitionRateMs (rate limit per partition), agingMs (priorityAgingMs), weights
  * (partitionWeights, a JSON object), limiter (its name), limiterConcurrency,
  * limiterRateMax/limiterRateMs, ending (lease tokens of the caller's tasks whose handler has
- * ended and whose ending is not written yet: not counted as running under `global`; an instance
- * of an earlier release sends none and counts them, which takes less, never more). The locks are
+ * ended and whose ending is not written yet: not counted as running under `global`, nor in their
+ * partition under `partition` since release 6; an instance of an earlier release sends none and
+ * counts them, and a body of release 4 or 5 counts them in their partitions: either takes less,
+ * never more). The locks are
  * named `${schema}.${queue}` and `${schema}.${limiter}`.
  * Returns the claim's rows (JSON text), when to claim again (ms; NULL: on a wake-up only), the
  * database's clock, whether the queue is paused as a whole, the isolation level, and whether the
  * claim left no room under the global or the limiter's concurrency (`full`).
  */
 /** claim_limited's release: every change of its text raises it (runtime-functions.ts). */
-export const LIMITED_CLAIM_RELEASE = 5;
+export const LIMITED_CLAIM_RELEASE = 6;
 
 export const limitedClaim: RuntimeFunctionDefinition = {
   name: 'claim_limited',
@@ -184,7 +186,7 @@ BEGIN
       v_round := least(${MAX_ROUND}, v_take + 1);
       v_turns_left := CASE WHEN v_cursor IS NULL THEN 0 ELSE v_turns END;
       ${bindParams(limits.claimPartitioned, [
-        ...claimArgs, 'v_unlimited', 'v_cursor', 'v_round', 'p_prate_max', 'p_prate_ms', 'v_max_walk', 'v_turns_left', 'p_weights', 'p_claim_id',
+        ...claimArgs, 'v_unlimited', 'v_cursor', 'v_round', 'p_prate_max', 'p_prate_ms', 'v_max_walk', 'v_turns_left', 'p_weights', 'p_claim_id', 'p_ending',
       ])}
       INTO ${claimed}, v_next_cursor, v_next_turns, v_walk_cut, v_round_full, v_partition_full, v_room_left;
     END IF;

@@ -143,7 +143,7 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
      * round, $9 per-partition rate limit (NULL: none), $10 its window in ms (rate_window), $11 the
      * most partitions one claim walks, $12 the turns the cursor's partition has left (0: none),
      * $13 the module's partitionWeights (JSON object; NULL: none), $14 the claim's id (see
-     * claim.sql.ts).
+     * claim.sql.ts), $15 the lease tokens of the caller's ended tasks (as room's $6).
      */
     claimPartitioned: claimFrom(
       s,
@@ -156,7 +156,9 @@ FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
         token: '$14',
         partitioned: true,
         ctes: `running AS MATERIALIZED (
-  SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM ${s}.task WHERE queue = $1 AND state = 'running' GROUP BY 1
+  -- As in room: the tasks whose handler ended at the caller ($15) do not count.
+  SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM ${s}.task
+  WHERE queue = $1 AND state = 'running' AND lease_token <> ALL ($15::uuid[]) GROUP BY 1
 ), rated AS MATERIALIZED (
   -- Per-partition rate windows ('' stands for no partition): the claims inside each.
   SELECT r.partition_key AS p, ${windowCount('r.rate_at', 'r.rate_n', '$10', 'clock_timestamp()')} AS n

@@ -28,9 +28,10 @@ export class QueueClaimer {
   /** A concurrency rule counts every running task of the queue: its globalConcurrency, or its limiter's concurrency. */
   readonly countsAllRunning: boolean;
   /**
-   * The only concurrency rule is the queue's globalConcurrency: a claim counts the tasks whose
-   * handler ended here as free before their endings are written (see claim), so a slot freed here
-   * can be claimed at once.
+   * A lease queue whose concurrency rules are its own (globalConcurrency, partitionConcurrency; not
+   * a limiter's, which counts other queues' tasks too): a claim counts the tasks whose handler
+   * ended here as free, in the queue and in their partitions, before their endings are written
+   * (see claim), so a slot freed here can be claimed at once.
    */
   readonly endingFrees: boolean;
   /** The last claim left no room under such a rule (see RefillPolicy.slotFreed). */
@@ -59,7 +60,8 @@ export class QueueClaimer {
     const limiter = handler.options.limiter === null ? undefined : deps.limiters.get(handler.options.limiter);
     this.countsAllRunning = handler.options.globalConcurrency !== null || (limiter?.concurrency ?? null) !== null;
     this.roomLimited = this.countsAllRunning || handler.options.partitionConcurrency !== null;
-    this.endingFrees = handler.options.mode === 'lease' && handler.options.globalConcurrency !== null && handler.options.partitionConcurrency === null && (limiter?.concurrency ?? null) === null;
+    this.endingFrees =
+      handler.options.mode === 'lease' && (handler.options.globalConcurrency !== null || handler.options.partitionConcurrency !== null) && (limiter?.concurrency ?? null) === null;
   }
 
   /**

@@ -3,8 +3,8 @@ import type { QueueClaimer } from './queue.claimer';
 /**
  * When a queue worker claims again after its work frees room: at once for a plain queue; for a
  * limited one after the burst of endings, and, under a rule that counts every running task of the
- * queue, only once the room is there to take (for a lease queue whose one such rule is its
- * globalConcurrency: when its handlers return, see QueueClaimer.endingFrees).
+ * queue, only once the room is there to take (for a lease queue whose concurrency rules are its
+ * own: when its handlers return, see QueueClaimer.endingFrees).
  */
 export class RefillPolicy {
   /** A fill is queued for after the current burst of freed slots (see soon). */
@@ -24,9 +24,9 @@ export class RefillPolicy {
    * its ending is written, which in lease mode comes a moment after its handler returns: a claim
    * now would find no room (half the claims did, limited-claim-size.spec). It claims when the
    * ending is in (ended). With room left, or under a partition's concurrency (other partitions may
-   * have room), it claims now. A lease queue whose one concurrency rule is its globalConcurrency
-   * (endingFrees) claims now in any case, woken as by a NOTIFY: its claim counts the tasks whose
-   * handlers returned here as free, written or not, so their endings need not wake it again.
+   * have room), it claims now. A lease queue whose concurrency rules are its own (endingFrees)
+   * claims now in any case, woken as by a NOTIFY: its claim counts the tasks whose handlers
+   * returned here as free, written or not, so their endings need not wake it again.
    */
   slotFreed(): void {
     if (this.claimer.endingFrees) this.wake();
