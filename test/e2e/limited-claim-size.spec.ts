@@ -26,6 +26,9 @@ class NoOp {
   @TaskHandler('lcs.rate', { mode: 'lease', concurrency: CONCURRENCY, rateLimit: { max: 100_000, perMs: 1000 } })
   async run(): Promise<void> {}
 
+  @TaskHandler('lcs.aging', { mode: 'lease', concurrency: CONCURRENCY, priorityAgingMs: 1000 })
+  async runAging(): Promise<void> {}
+
   @TaskHandler('lcs.global', { mode: 'lease', concurrency: CONCURRENCY, globalConcurrency: 5 })
   async runGlobal(): Promise<void> {}
 
@@ -105,6 +108,13 @@ describe('a limited lease queue', () => {
     // Claims for a single slot: only where a handler ended on its own (none here: every task is a no-op).
     const single = claims.filter((c) => c.want === 1).length;
     expect({ claims: claims.length <= TASKS / CONCURRENCY + 5, single: single <= 2 }).toEqual({ claims: true, single: true });
+  }, 60_000);
+
+  it('with priority aging alone (no rule whose slot or start a claimed task holds), claims ahead as a plain queue does', async () => {
+    const claims = await drain('lcs.aging', 2000);
+    // Before, it claimed only for its free slots, like a queue under a limit: 10 tasks a claim at
+    // most, over 200 claims for 2 000 tasks. With a look-ahead, claims grow with the pace.
+    expect({ largest: Math.max(...claims.map((c) => c.took)) > CONCURRENCY, fewClaims: claims.length < 2000 / CONCURRENCY / 2 }).toEqual({ largest: true, fewClaims: true });
   }, 60_000);
 
   it('under a global limit, claims once for a burst of endings: few claims that find the limit still full', async () => {

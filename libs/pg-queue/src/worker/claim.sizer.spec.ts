@@ -1,4 +1,4 @@
-import { ClaimSizer } from './claim.sizer';
+import { ClaimSizer, type ClaimRules } from './claim.sizer';
 
 /** A ClaimSizer on a clock the test moves by hand. */
 function sizer(batchSize: number, concurrency: number) {
@@ -82,20 +82,27 @@ describe('ClaimSizer, transactional mode', () => {
 });
 
 describe('ClaimSizer, the next claim of a queue', () => {
+  const PLAIN: ClaimRules = { limited: false, holdsSlots: false };
+  const SLOTS: ClaimRules = { limited: true, holdsSlots: true };
+  const AGING: ClaimRules = { limited: true, holdsSlots: false };
+
   it('a flow-controlled lease queue claims only for its free slots: a claimed task holds a slot of its rule', () => {
     const { s, complete } = sizer(500, 10);
     complete(1000, 10); // a fast pace: a plain queue would claim ahead
-    expect(s.nextClaim('lease', false, 10, 0).want).toBeGreaterThan(0);
-    expect(s.nextClaim('lease', true, 10, 0)).toEqual({ want: 0, perTransaction: Infinity });
-    expect(s.nextClaim('lease', true, 4, 2)).toEqual({ want: 4, perTransaction: Infinity });
+    expect(s.nextClaim('lease', PLAIN, 10, 0).want).toBeGreaterThan(0);
+    expect(s.nextClaim('lease', SLOTS, 10, 0)).toEqual({ want: 0, perTransaction: Infinity });
+    expect(s.nextClaim('lease', SLOTS, 4, 2)).toEqual({ want: 4, perTransaction: Infinity });
+    // Priority aging alone: limited, but a claimed task holds nothing: ahead, as a plain queue.
+    expect(s.nextClaim('lease', AGING, 10, 0)).toEqual(s.nextClaim('lease', PLAIN, 10, 0));
   });
 
   it('transactional: one batch at a time, or for a flow-controlled queue a batch for every free transaction', () => {
     const { s } = sizer(500, 4);
     s.ranTransaction(1, 25, 0); // 25 ms per task: 2 per transaction
-    expect(s.nextClaim('transactional', false, 1, 0)).toEqual({ want: 2, perTransaction: Infinity });
-    expect(s.nextClaim('transactional', true, 1, 0)).toEqual({ want: 6, perTransaction: 2 });
-    expect(s.nextClaim('transactional', true, 4, 0).want).toBe(0);
-    expect(s.nextClaim('transactional', false, 4, 0).want).toBe(0);
+    expect(s.nextClaim('transactional', PLAIN, 1, 0)).toEqual({ want: 2, perTransaction: Infinity });
+    expect(s.nextClaim('transactional', SLOTS, 1, 0)).toEqual({ want: 6, perTransaction: 2 });
+    expect(s.nextClaim('transactional', AGING, 1, 0)).toEqual({ want: 6, perTransaction: 2 });
+    expect(s.nextClaim('transactional', SLOTS, 4, 0).want).toBe(0);
+    expect(s.nextClaim('transactional', PLAIN, 4, 0).want).toBe(0);
   });
 });

@@ -15,6 +15,14 @@
  *   than the last transaction could run when it hit its time or savepoint limit.
  */
 const AHEAD_MS = 100;
+
+/** How a queue's rules bound its claims (see QueueClaimer). */
+export interface ClaimRules {
+  /** Its claims go through claim_limited, under the queue's lock. */
+  limited: boolean;
+  /** A claimed task holds a slot or a start of one of its rules while it waits: every rule but priority aging. */
+  holdsSlots: boolean;
+}
 const TX_TARGET_MS = 50;
 /** A lease-mode queue with no completion for this long has no current pace. */
 const QUIET_MS = 1000;
@@ -89,19 +97,21 @@ export class ClaimSizer {
   /**
    * What the next claim takes: `want` tasks at most, run (transactional mode) in transactions of at
    * most `perTransaction` each. `taken`: slots in use (lease attempts, or transactions); `waiting`:
-   * lease attempts claimed ahead. A flow-controlled (`limited`) queue claims no look-ahead: a claimed
-   * task holds a slot of its rule (or a start of its rate window) while it waits. Its transactional
-   * worker claims for every free transaction at once, each batch in a transaction of its own: claims
-   * under the queue's lock are what bounds it. Otherwise one transaction's batch at a time.
+   * lease attempts claimed ahead. A lease queue whose claimed task holds a slot of a rule (or a
+   * start of its rate window) while it waits (`rules.holdsSlots`) claims no look-ahead; under
+   * priority aging alone a claimed task holds nothing, and it claims ahead as a plain queue does.
+   * A flow-controlled (`rules.limited`) queue's transactional worker claims for every free
+   * transaction at once, each batch in a transaction of its own: claims under the queue's lock are
+   * what bounds it. Otherwise one transaction's batch at a time.
    */
-  nextClaim(mode: 'lease' | 'transactional', limited: boolean, taken: number, waiting: number): { want: number; perTransaction: number } {
+  nextClaim(mode: 'lease' | 'transactional', rules: ClaimRules, taken: number, waiting: number): { want: number; perTransaction: number } {
     if (mode === 'lease') {
-      const want = limited ? Math.min(this.batchSize, Math.max(0, this.concurrency - taken - waiting)) : this.leaseClaim(taken, waiting);
+      const want = rules.holdsSlots ? Math.min(this.batchSize, Math.max(0, this.concurrency - taken - waiting)) : this.leaseClaim(taken, waiting);
       return { want, perTransaction: Infinity };
     }
     const free = Math.max(0, this.concurrency - taken);
     const perTransaction = this.transactionClaim();
-    if (limited) return { want: Math.min(this.batchSize, free * perTransaction), perTransaction };
+    if (rules.limited) return { want: Math.min(this.batchSize, free * perTransaction), perTransaction };
     return { want: free > 0 ? perTransaction : 0, perTransaction: Infinity };
   }
 }

@@ -19,6 +19,8 @@ const ROOM_JITTER_MS = 20;
 export class QueueClaimer {
   /** The queue has flow-control rules: claims go through LimitsRepository. */
   readonly limited: boolean;
+  /** A claimed task holds a slot or a start of one of its rules: every rule but priority aging (see ClaimSizer.nextClaim). */
+  readonly holdsSlots: boolean;
   /**
    * The queue has a concurrency rule (global or per partition): an ending frees room that only a
    * claim sees, so the worker claims again after each (a rate limit's room frees with time), or,
@@ -57,6 +59,8 @@ export class QueueClaimer {
     private readonly ending: () => string[] = () => [],
   ) {
     this.limited = hasFlowControl(handler.options);
+    const o = handler.options;
+    this.holdsSlots = o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null || o.limiter !== null;
     const limiter = handler.options.limiter === null ? undefined : deps.limiters.get(handler.options.limiter);
     this.countsAllRunning = handler.options.globalConcurrency !== null || (limiter?.concurrency ?? null) !== null;
     this.roomLimited = this.countsAllRunning || handler.options.partitionConcurrency !== null;

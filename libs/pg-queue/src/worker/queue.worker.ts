@@ -241,7 +241,7 @@ export class QueueWorker {
 
   /** What the next claim takes, and how its rows are split into transactions (ClaimSizer.nextClaim). */
   private nextClaim(): { want: number; perTransaction: number } {
-    return this.sizer.nextClaim(this.handler.options.mode, this.claimer.limited, this.slots.taken, this.slots.waiting);
+    return this.sizer.nextClaim(this.handler.options.mode, this.claimer, this.slots.taken, this.slots.waiting);
   }
 
   private fill(): void {
