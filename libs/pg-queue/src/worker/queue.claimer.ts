@@ -58,14 +58,13 @@ export class QueueClaimer {
     /** Lease tokens of tasks whose handler ended here and whose ending is not written yet (LeaseRunner.ending). */
     private readonly ending: () => string[] = () => [],
   ) {
-    this.limited = hasFlowControl(handler.options);
     const o = handler.options;
+    this.limited = hasFlowControl(o);
     this.holdsSlots = o.globalConcurrency !== null || o.partitionConcurrency !== null || o.rateLimit !== null || o.limiter !== null;
-    const limiter = handler.options.limiter === null ? undefined : deps.limiters.get(handler.options.limiter);
-    this.countsAllRunning = handler.options.globalConcurrency !== null || (limiter?.concurrency ?? null) !== null;
-    this.roomLimited = this.countsAllRunning || handler.options.partitionConcurrency !== null;
-    this.endingFrees =
-      handler.options.mode === 'lease' && (handler.options.globalConcurrency !== null || handler.options.partitionConcurrency !== null) && (limiter?.concurrency ?? null) === null;
+    const limiter = o.limiter === null ? undefined : deps.limiters.get(o.limiter);
+    this.countsAllRunning = o.globalConcurrency !== null || (limiter?.concurrency ?? null) !== null;
+    this.roomLimited = this.countsAllRunning || o.partitionConcurrency !== null;
+    this.endingFrees = o.mode === 'lease' && (o.globalConcurrency !== null || o.partitionConcurrency !== null) && (limiter?.concurrency ?? null) === null;
   }
 
   /**
