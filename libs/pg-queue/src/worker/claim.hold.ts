@@ -12,8 +12,6 @@ import type { Attempt } from './attempt';
 export class ClaimHold {
   /** Back-offs being written. */
   private holds = 0;
-  /** The latest of their ends (performance.now()). */
-  private until = 0;
   /** Back-offs met so far, and the latest end of any (performance.now()). */
   private met = 0;
   private latestEnd = 0;
@@ -30,26 +28,25 @@ export class ClaimHold {
     private readonly giveBack: (attempts: Attempt[]) => Promise<void>,
   ) {}
 
-  /** A back-off that ends in `ms`; the returned function releases it (its row is written). */
+  /**
+   * A back-off that ends in `ms`; the returned function releases it (its row is written). It is
+   * released at its end in any case: its row may still wait for a row a business transaction
+   * holds, or for the database to answer (then owed), and past its end nothing is gained.
+   */
   hold(ms: number): () => void {
     this.holds++;
     this.met++;
-    this.until = Math.max(this.until, performance.now() + ms);
-    this.latestEnd = Math.max(this.latestEnd, this.until);
-    // Past the back-off's end, nothing is gained by holding them (its row may still wait for a
-    // row a business transaction holds, or for the database to answer).
-    setTimeout(() => {
-      if (performance.now() >= this.latestEnd - 5) void this.giveBackAll(); // not before a later, longer one's end
-    }, ms).unref();
+    this.latestEnd = Math.max(this.latestEnd, performance.now() + ms);
     let done = false;
-    return () => {
+    const release = () => {
       if (done) return;
       done = true;
       if (--this.holds > 0) return;
-      this.until = 0;
       void this.giveBackAll();
       this.released();
     };
+    setTimeout(release, ms).unref();
+    return release;
   }
 
   /** Attempts that must not start under the back-offs met: given back once their rows are written (at once if none is being written). */
@@ -95,6 +92,6 @@ export class ClaimHold {
 
   /** Ms until no hold is in force (0: none is). */
   get heldForMs(): number {
-    return this.holds > 0 ? Math.max(0, this.until - performance.now()) : 0;
+    return this.holds > 0 ? Math.max(0, this.latestEnd - performance.now()) : 0;
   }
 }

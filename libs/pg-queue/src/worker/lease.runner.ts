@@ -37,7 +37,7 @@ export class LeaseRunner {
     private readonly wakeIn: (ms: number) => void,
     /**
      * A handler met a back-off of the whole queue or its limiter, ending at `untilMs` (database
-     * clock): no claims until its row is written, which the returned function says.
+     * clock): no claims until its row is written, which the returned function says (or its end).
      */
     private readonly holdClaims: (untilMs: number) => () => void = () => () => undefined,
   ) {
@@ -85,7 +85,7 @@ export class LeaseRunner {
       const backOff = this.backOffOf(a, result);
       // Before the slot frees (a plain queue claims at once): until its row is written, a claim
       // would find the queue open and call the downstream that asked for the pause again.
-      const hold = backOff !== null && !(backOff instanceof Error) && holdsWholeQueue(backOff, this.handler) ? { written: this.holdClaims(backOff.untilMs), untilMs: backOff.untilMs } : null;
+      const written = backOff !== null && !(backOff instanceof Error) && holdsWholeQueue(backOff, this.handler) ? this.holdClaims(backOff.untilMs) : null;
       handlerDone();
       let recorded: 'written' | 'owed' = 'written';
       try {
@@ -94,9 +94,8 @@ export class LeaseRunner {
         recorded = await this.record(a, result, backOff);
       } finally {
         // Owed (the database did not answer), the row goes in once it answers, maybe after the
-        // first claim then: the hold lasts to the back-off's end.
-        if (hold && recorded === 'owed') setTimeout(hold.written, Math.max(0, this.deps.clock.msUntil(hold.untilMs))).unref();
-        else hold?.written();
+        // first claim then: the hold lasts to the back-off's end (ClaimHold ends it there).
+        if (recorded === 'written') written?.();
       }
     } finally {
       this.unhold(a);
