@@ -70,12 +70,17 @@ const FLOW_VARIANTS = [
   ['weighted1000', 'drain, 1 000 partitions weighing 1 to 4, partitionConcurrency 1'],
   ['aging', 'drain, priorities 0 to 4, priorityAgingMs 1 000'],
   ['backoff', 'drain after a 1 s downstream outage (429, RateLimitedError scope queue)'],
+  ['bare-global20', 'drain, globalConcurrency 20, the same claim and completion with no library'],
+  ['bare-partitions100', 'drain, 100 partitions, partitionConcurrency 1, with no library'],
 ];
 // BENCH_FLOW=plain,global20: only these rows (to compare one rule with the plain drain).
 const FLOW_ROWS = selected('scenario 9 row', 'BENCH_FLOW', FLOW_VARIANTS.map(([group]) => group), {});
 function flowVariants() {
   if (!LIB_SET.includes('pg-queue-lease')) return [];
-  return FLOW_VARIANTS.filter(([group]) => FLOW_ROWS.includes(group)).map(([group, what]) => ({ ...variant('pg-queue-lease', 50, group), label: `pg-queue (lease): ${what}` }));
+  return FLOW_VARIANTS.filter(([group]) => FLOW_ROWS.includes(group)).map(([group, what]) => ({
+    ...variant('pg-queue-lease', 50, group),
+    label: group.startsWith('bare-') ? `bare pg (pg-queue SQL): ${what}` : `pg-queue (lease): ${what}`,
+  }));
 }
 
 /** Scenario 4's bare-pg rows: pg-queue's wake-up path for each selected mode, without the library. */
@@ -174,6 +179,7 @@ const SCENARIOS = {
     variants: flowVariants,
     n: SIZES.flow,
     timeoutMs: 240_000,
+    after: flowComparison,
     metrics: [
       DRAIN_RATE,
       { key: 'bWaitP50', label: "tenant B's wait, enqueue → handler start, p50 ms", better: 'lower' },
@@ -255,6 +261,19 @@ function scaleComparison(plan, results) {
     `Server execution time per call, ms (pg_stat_statements, all statements of the call):\n\n${table('ServerMs')}`,
     `Shared buffers hit or read per call (pg_stat_statements):\n\n${table('Blocks')}`,
   ].join('\n\n');
+}
+
+/** Scenario 9's drains against its plain drain (issue 25 asks each rule for 0.6× of it). */
+function flowComparison(plan, results) {
+  const rows = plan.find((s) => s.id === 'flow').all;
+  const rate = (v) => report.summary(results, v, 'tasksPerSec').median;
+  const plain = rows.find((v) => v.group === 'plain');
+  const base = plain ? rate(plain) : null;
+  if (!base) return '';
+  const drains = rows.filter((v) => v !== plain && rate(v) !== null && v.group !== 'backoff' && !v.group.startsWith('rate'));
+  if (drains.length === 0) return '';
+  const table = report.compareTable(['drain', 'tasks/s (median)', '÷ plain drain'], drains.map((v) => [v.label, report.fmt(rate(v)), report.ratio(rate(v) / base)]));
+  return `The drains against the plain drain of the same run (${report.fmt(base)} tasks/s):\n\n${table}`;
 }
 
 /** Scenario 7 against the drains at concurrency 10 (scenario 3). */

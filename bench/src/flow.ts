@@ -7,7 +7,8 @@ import type { Client } from 'pg';
 import { PgQueueModule, RateLimitedError, TaskHandler, TaskQueue, WorkerOrchestrator, queueStatementName, type HandlerOptions, type Task } from '@app/pg-queue';
 import { PrismaClient } from '../../src/generated/prisma/client';
 import type { StatementStats } from './statement-stats';
-import { QUEUE, chunks, poolSize, waitFor } from './common';
+import { QUEUE, chunks, connect, poolSize, waitFor } from './common';
+import { prepareBareLimited, runBareLimited } from './bare-limited';
 
 /**
  * Scenario 9: flow control (lease mode, concurrency 50, one process). Drains of the same backlog
@@ -20,8 +21,12 @@ import { QUEUE, chunks, poolSize, waitFor } from './common';
  * aging (priorities 0 to 4, priorityAgingMs 1 000), with the aging claim's. And back-off (issue 28):
  * the downstream answers 429 for the first OUTAGE_MS of the drain; handlers throw RateLimitedError
  * (scope 'queue'); measured from the outage's end to the first served call and to full throughput.
+ * And the bound of the slot-holding rules: the global limit and the 100 partitions drained by bare
+ * `pg` loops of the same statements, no library (bare-limited.ts).
  */
-export const FLOW_GROUPS = ['plain', 'global20', 'partitions100', 'rate5000', 'fifo', 'fair', 'partitions1000', 'weighted1000', 'aging', 'backoff'] as const;
+export const FLOW_GROUPS = [
+  'plain', 'global20', 'partitions100', 'rate5000', 'fifo', 'fair', 'partitions1000', 'weighted1000', 'aging', 'backoff', 'bare-global20', 'bare-partitions100',
+] as const;
 export type FlowGroup = (typeof FLOW_GROUPS)[number];
 
 const CONCURRENCY = 50;
@@ -36,9 +41,11 @@ const RULES: Record<FlowGroup, Partial<HandlerOptions>> = {
   weighted1000: { partitionConcurrency: 1 },
   aging: { priorityAgingMs: 1000 },
   backoff: {},
+  'bare-global20': { globalConcurrency: 20 },
+  'bare-partitions100': { partitionConcurrency: 1 },
 };
 /** Partitions of the drains over many partitions; every other one of the weighted drain weighs 2 to 4. */
-const PARTITIONS: Partial<Record<FlowGroup, number>> = { partitions100: 100, partitions1000: 1000, weighted1000: 1000 };
+const PARTITIONS: Partial<Record<FlowGroup, number>> = { partitions100: 100, partitions1000: 1000, weighted1000: 1000, 'bare-partitions100': 100 };
 const WEIGHTS: Partial<Record<FlowGroup, Record<string, number>>> = {
   weighted1000: Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`p${i}`, 1 + (i % 4)])),
 };
@@ -63,6 +70,7 @@ export async function runFlow(
 ): Promise<{ metrics: Record<string, number | null>; settings: string }> {
   // The claims below run inside claim_limited (limited-claim.function.ts): count nested statements.
   await stats?.trackNested();
+  if (group.startsWith('bare-')) return bareDrain(url, group, n, db, stats);
   const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: poolSize(CONCURRENCY) }, { statementNameGenerator: queueStatementName }) });
   const options = { mode: 'lease' as const, concurrency: CONCURRENCY, ...RULES[group] };
   @Module({
@@ -100,6 +108,27 @@ export async function runFlow(
     onTask = null;
     await app.close();
     await prisma.$disconnect();
+  }
+}
+
+/** A slot-holding rule's drain on bare clients: the same claim and completion, no library (bare-limited.ts). */
+async function bareDrain(url: string, group: FlowGroup, n: number, db: Client, stats: StatementStats | null) {
+  const rules = RULES[group];
+  const limits = { globalConcurrency: rules.globalConcurrency ?? null, partitionConcurrency: rules.partitionConcurrency ?? null, rateLimit: null };
+  await prepareBareLimited(db, n, PARTITIONS[group] ?? 0);
+  await db.query('CHECKPOINT');
+  const [a, b] = [await connect(url), await connect(url)];
+  try {
+    await stats?.reset();
+    const t0 = performance.now();
+    const done = await runBareLimited(a, b, limits, CONCURRENCY);
+    const tasksPerSec = (n / (performance.now() - t0)) * 1000;
+    if (done !== n) throw new Error(`bare loop completed ${done} of ${n}`);
+    const st = PARTITIONS[group] ? await stats?.read(PARTITIONED_CLAIM) : undefined;
+    const claimMsPerCall = st && st.claimCalls > 0 ? st.claimMs / st.claimCalls : null;
+    return { metrics: { tasksPerSec, bWaitP50: null, bWaitMax: null, claimMsPerCall }, settings: `bare pg clients, claim_limited ${JSON.stringify(limits)}, ${CONCURRENCY} slots` };
+  } finally {
+    await Promise.all([a.end(), b.end()]);
   }
 }
 
