@@ -203,6 +203,11 @@ export class GivenBack extends Set<string> {
     for (const id of parseIds(row.released_ids)) this.add(id);
     for (const id of parseIds(row.cancelled_ids)) this.cancelled.add(id);
   }
+
+  /** Where the statement left task `id`'s lease: given back, ended cancelled, or not held any more (lost). */
+  outcomeOf(id: string): 'given-back' | 'cancelled' | 'lost' {
+    return this.cancelled.has(id) ? 'cancelled' : this.has(id) ? 'given-back' : 'lost';
+  }
 }
 
 /**

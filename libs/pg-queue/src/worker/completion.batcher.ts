@@ -7,7 +7,8 @@ export type BackOffOutcome = 'backed-off' | 'cancelled' | 'lost';
 
 /** What a back-off statement made of the lease of task `id` (TaskRepository.backOff). */
 export function backOffOutcome(given: GivenBack, id: string): BackOffOutcome {
-  return given.cancelled.has(id) ? 'cancelled' : given.has(id) ? 'backed-off' : 'lost';
+  const outcome = given.outcomeOf(id);
+  return outcome === 'given-back' ? 'backed-off' : outcome;
 }
 
 interface Pending<T> {

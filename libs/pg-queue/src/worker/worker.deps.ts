@@ -88,9 +88,12 @@ export async function releaseAttempts(deps: WorkerDeps, attempts: Attempt[], wha
   }
 }
 
+/** The event that announces where a release left an attempt's task. */
+const RELEASE_EVENT = { 'given-back': 'released', cancelled: 'cancelled', lost: 'lease-lost' } as const;
+
 /** Announces where a release left each attempt's task. */
 export function publishGivenBack(deps: WorkerDeps, attempts: Attempt[], released: GivenBack): void {
-  for (const a of attempts) publish(deps, a, released.cancelled.has(a.task.id) ? 'cancelled' : released.has(a.task.id) ? 'released' : 'lease-lost');
+  for (const a of attempts) publish(deps, a, RELEASE_EVENT[released.outcomeOf(a.task.id)]);
 }
 
 export function publish(deps: WorkerDeps, attempt: Attempt, type: TaskEvent['type'], error?: string): void {
