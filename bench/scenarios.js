@@ -185,6 +185,7 @@ const SCENARIOS = {
       { key: 'bWaitP50', label: "tenant B's wait, enqueue → handler start, p50 ms", better: 'lower' },
       { key: 'bWaitMax', label: "tenant B's wait, enqueue → handler start, max ms", better: 'lower' },
       { key: 'claimMsPerCall', label: 'partitioned or aging claim, server ms per call (pg_stat_statements)', better: 'lower' },
+      { key: 'bareCycleMs', label: 'bare loop: ms per claim that took tasks (the drain ÷ those claims)', better: 'lower' },
       { key: 'firstServedMs', label: 'back-off: outage end → first served call, ms', better: 'lower' },
       { key: 'fullRateMs', label: 'back-off: outage end → 90 % of the drain rate over 100 ms, ms', better: 'lower' },
       { key: 'rejectedCalls', label: 'back-off: calls that met the 429', better: 'lower' },
@@ -263,16 +264,30 @@ function scaleComparison(plan, results) {
   ].join('\n\n');
 }
 
-/** Scenario 9's drains against its plain drain (issue 25 asks each rule for 0.6× of it). */
+/**
+ * Scenario 9's drains against its plain drain (issue 25 asks each rule for 0.6× of it), and the
+ * slot-holding rules' drains against their bound (the bare rows of the same rule).
+ */
 function flowComparison(plan, results) {
   const rows = plan.find((s) => s.id === 'flow').all;
-  const rate = (v) => report.summary(results, v, 'tasksPerSec').median;
+  const median = (v, key) => (v ? report.summary(results, v, key).median : null);
   const plain = rows.find((v) => v.group === 'plain');
-  const base = plain ? rate(plain) : null;
-  if (!base) return '';
-  const drains = rows.filter((v) => v !== plain && rate(v) !== null && v.group !== 'backoff' && !v.group.startsWith('rate'));
-  if (drains.length === 0) return '';
-  const table = report.compareTable(['drain', 'tasks/s (median)', '÷ plain drain'], drains.map((v) => [v.label, report.fmt(rate(v)), report.ratio(rate(v) / base)]));
+  const base = median(plain, 'tasksPerSec');
+  if (!base) return 'Each drain ÷ the plain drain: run with the `plain` row (and it must succeed) to compare.';
+  const drains = rows.filter((v) => v !== plain && !['fifo', 'fair', 'backoff', 'rate5000'].includes(v.group));
+  const line = (v) => {
+    const rate = median(v, 'tasksPerSec');
+    const bound = median(rows.find((b) => b.group === `bare-${v.group}`), 'tasksPerSec');
+    const cycle = median(v, 'bareCycleMs');
+    return [
+      v.label,
+      rate === null ? 'n/a (no run succeeded)' : report.fmt(rate),
+      rate === null ? 'n/a' : report.ratio(rate / base),
+      rate !== null && bound ? report.ratio(rate / bound) : '',
+      cycle === null ? '' : `${report.fmt(cycle)} ms, ${report.fmt((rate * cycle) / 1000)} tasks`,
+    ];
+  };
+  const table = report.compareTable(['drain', 'tasks/s (median)', '÷ plain drain', '÷ its bare bound', 'bare loop: per claim'], drains.map(line));
   return `The drains against the plain drain of the same run (${report.fmt(base)} tasks/s):\n\n${table}`;
 }
 

@@ -70,7 +70,7 @@ export async function runFlow(
 ): Promise<{ metrics: Record<string, number | null>; settings: string }> {
   // The claims below run inside claim_limited (limited-claim.function.ts): count nested statements.
   await stats?.trackNested();
-  if (group.startsWith('bare-')) return bareDrain(url, group, n, db, stats);
+  if (group.startsWith('bare-')) return bareDrain(url, group, n, Date.now() + timeoutMs, db, stats);
   const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: poolSize(CONCURRENCY) }, { statementNameGenerator: queueStatementName }) });
   const options = { mode: 'lease' as const, concurrency: CONCURRENCY, ...RULES[group] };
   @Module({
@@ -111,22 +111,26 @@ export async function runFlow(
   }
 }
 
-/** A slot-holding rule's drain on bare clients: the same claim and completion, no library (bare-limited.ts). */
-async function bareDrain(url: string, group: FlowGroup, n: number, db: Client, stats: StatementStats | null) {
+/**
+ * A slot-holding rule's drain on bare clients: the same claim and completion, no library
+ * (bare-limited.ts). The backlog goes in as the other rows' does (then ANALYZE); the clock runs
+ * from the first claim to the last completion.
+ */
+async function bareDrain(url: string, group: FlowGroup, n: number, deadline: number, db: Client, stats: StatementStats | null) {
   const rules = RULES[group];
   const limits = { globalConcurrency: rules.globalConcurrency ?? null, partitionConcurrency: rules.partitionConcurrency ?? null, rateLimit: null };
   await prepareBareLimited(db, n, PARTITIONS[group] ?? 0);
-  await db.query('CHECKPOINT');
   const [a, b] = [await connect(url), await connect(url)];
   try {
     await stats?.reset();
     const t0 = performance.now();
-    const done = await runBareLimited(a, b, limits, CONCURRENCY);
-    const tasksPerSec = (n / (performance.now() - t0)) * 1000;
-    if (done !== n) throw new Error(`bare loop completed ${done} of ${n}`);
+    const { completed, claims } = await runBareLimited(a, b, limits, CONCURRENCY, deadline);
+    const ms = performance.now() - t0;
+    if (completed !== n) throw new Error(`bare loop completed ${completed} of ${n}`);
     const st = PARTITIONS[group] ? await stats?.read(PARTITIONED_CLAIM) : undefined;
     const claimMsPerCall = st && st.claimCalls > 0 ? st.claimMs / st.claimCalls : null;
-    return { metrics: { tasksPerSec, bWaitP50: null, bWaitMax: null, claimMsPerCall }, settings: `bare pg clients, claim_limited ${JSON.stringify(limits)}, ${CONCURRENCY} slots` };
+    const metrics = { tasksPerSec: (n / ms) * 1000, bWaitP50: null, bWaitMax: null, claimMsPerCall, bareCycleMs: ms / claims };
+    return { metrics, settings: `bare pg clients, claim_limited ${JSON.stringify(limits)}, ${CONCURRENCY} slots` };
   } finally {
     await Promise.all([a.end(), b.end()]);
   }
