@@ -8,6 +8,7 @@ import { leaseParams, parseIds, type ClaimedRow } from '../../libs/pg-queue/src/
 import type { PrismaClientLike } from '../../libs/pg-queue/src/types';
 import { DEFAULT_HANDLER_OPTIONS } from '../../libs/pg-queue/src/pg-queue.options';
 import { QUEUE } from './common';
+import { SCHEMA } from './physical-limit';
 
 /**
  * Scenario 9's bound for a limited queue: what a rule allows with no library around pg-queue's
@@ -20,7 +21,6 @@ import { QUEUE } from './common';
  * its slots per claim: these rows measure that cap on this machine.
  */
 
-const SCHEMA = 'pgqueue';
 /** The completion a lease worker sends (outside a transaction: its row-lock wait bounded). */
 const COMPLETE = completeStatements(SCHEMA, 'archive', ROW_LOCK_WAIT_MS).complete;
 const CHANNEL = notifyChannel(SCHEMA);
