@@ -3,12 +3,12 @@ import { LimitsRepository, type QueueLimits } from '../../libs/pg-queue/src/sql/
 import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { ROW_LOCK_WAIT_MS } from '../../libs/pg-queue/src/sql/fragments.sql';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
-import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
+import { queueStatementName } from '../../libs/pg-queue/src/sql/statement-names';
 import { leaseParams, parseIds, type ClaimedRow } from '../../libs/pg-queue/src/sql/statement-values';
 import type { PrismaClientLike } from '../../libs/pg-queue/src/types';
 import { DEFAULT_HANDLER_OPTIONS } from '../../libs/pg-queue/src/pg-queue.options';
 import { QUEUE } from './common';
-import { SCHEMA } from './physical-limit';
+import { SCHEMA, installBacklog } from './physical-limit';
 
 /**
  * Scenario 9's bound for a limited queue: what a rule allows with no library around pg-queue's
@@ -25,10 +25,12 @@ import { SCHEMA } from './physical-limit';
 const COMPLETE = completeStatements(SCHEMA, 'archive', ROW_LOCK_WAIT_MS).complete;
 const CHANNEL = notifyChannel(SCHEMA);
 
-/** A PrismaClientLike over a bare client, so the claim is LimitsRepository's own call (one statement). */
+/**
+ * A PrismaClientLike over a bare client, so the claim is LimitsRepository's own call (one
+ * statement), prepared under the name the module gives it through Prisma (queueStatementName).
+ */
 function executor(c: Client): PrismaClientLike {
-  const names = new Map<string, string>();
-  const name = (text: string) => names.get(text) ?? (names.set(text, `s${names.size}`), `s${names.size - 1}`);
+  const name = (text: string) => queueStatementName({ sql: text }) || undefined;
   return {
     $queryRawUnsafe: async <T>(text: string, ...values: unknown[]) => (await c.query({ name: name(text), text, values })).rows as T,
     $executeRawUnsafe: async (text: string, ...values: unknown[]) => (await c.query({ name: name(text), text, values })).rowCount ?? 0,
@@ -42,12 +44,7 @@ function executor(c: Client): PrismaClientLike {
  * then ANALYZE: as the library's rows enqueue theirs.
  */
 export async function prepareBareLimited(db: Client, n: number, partitions: number): Promise<void> {
-  await db.query(printSchemaSql(SCHEMA));
-  await db.query(
-    `INSERT INTO ${SCHEMA}.task (queue, payload, partition_key)
-     SELECT $1, jsonb_build_object('seq', g), CASE WHEN $3::int > 0 THEN 'p' || (g % $3::int) END FROM generate_series(0, $2::int - 1) g`,
-    [QUEUE, n, partitions],
-  );
+  await installBacklog(db, n, partitions);
   await db.query('ANALYZE');
 }
 

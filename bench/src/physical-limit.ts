@@ -25,12 +25,21 @@ const NO_FOLLOW_UPS = '[]';
 
 /** Installs pg-queue's schema with its own printed SQL and inserts `n` pending no-op tasks. */
 export async function prepareLimit(db: Client, n: number): Promise<void> {
+  await installBacklog(db, n);
+  await db.query(`VACUUM ANALYZE ${SCHEMA}.task`);
+}
+
+/**
+ * pg-queue's schema (its own printed SQL) and `n` pending no-op tasks, spread over `partitions`
+ * partitions (0: none), for the bare loops.
+ */
+export async function installBacklog(db: Client, n: number, partitions = 0): Promise<void> {
   await db.query(printSchemaSql(SCHEMA));
   await db.query(
-    `INSERT INTO ${SCHEMA}.task (queue, payload) SELECT $1, jsonb_build_object('seq', g) FROM generate_series(1, $2::int) g`,
-    [QUEUE, n],
+    `INSERT INTO ${SCHEMA}.task (queue, payload, partition_key)
+     SELECT $1, jsonb_build_object('seq', g), CASE WHEN $3::int > 0 THEN 'p' || (g % $3::int) END FROM generate_series(1, $2::int) g`,
+    [QUEUE, n, partitions],
   );
-  await db.query(`VACUUM ANALYZE ${SCHEMA}.task`);
 }
 
 /** One claimed batch of pg-queue's worker path on a bare client (see runBatch). */
