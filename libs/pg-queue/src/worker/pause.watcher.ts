@@ -49,7 +49,7 @@ export class PauseWatcher {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    await this.reading?.catch(() => undefined);
+    await this.reading;
   }
 
   private read(): Promise<void> {
@@ -59,10 +59,13 @@ export class PauseWatcher {
       const paused = new Set(pauses.filter((p) => p.partition === null).map((p) => p.queue));
       for (const w of this.workers()) w.setPaused(paused.has(w.queue));
     });
-    this.reading = reading.finally(() => {
-      if (this.reading === tracked) this.reading = null;
-    });
-    const tracked = this.reading;
+    // What stop() waits for; it settles either way, so a failed read rejects only where it is caught.
+    const tracked: Promise<void> = reading
+      .catch(() => undefined)
+      .then(() => {
+        if (this.reading === tracked) this.reading = null;
+      });
+    this.reading = tracked;
     return reading;
   }
 
