@@ -139,9 +139,12 @@ describe("a business transaction holding a running task's row", () => {
       expect((await app.queue.get(parent))?.state).toBe('running');
       await holder;
       await waitFor("the parent's back-off written after the commit", () => backedOff([parent]), { timeoutMs: 10_000 });
+      // Each outcome is published once its statement answered, which can be after the test saw the
+      // row committed: wait for one per task, then demand they are the back-offs.
       const ours = [parent, ...others];
-      const outcomes = events.filter((e) => e.type !== 'claimed' && ours.includes(e.taskId)).map((e) => [e.taskId, e.type]);
-      expect(outcomes.sort()).toEqual(ours.map((id) => [id, 'backed-off']).sort());
+      const outcomes = () => events.filter((e) => e.type !== 'claimed' && ours.includes(e.taskId)).map((e) => [e.taskId, e.type]);
+      await waitFor('an outcome published for each task', () => outcomes().length >= ours.length, { timeoutMs: 10_000 });
+      expect(outcomes().sort()).toEqual(ours.map((id) => [id, 'backed-off']).sort());
     } finally {
       sub.unsubscribe();
     }
