@@ -1,7 +1,7 @@
 /**
- * A worker process whose background statements fail (the pause read after a LISTEN reconnect, the
- * claims, the rescuer's pass) keeps running: each failure is logged and retried, none ends the
- * process as an unhandled rejection, and the work goes on once the statements succeed again. The
+ * A worker process whose background statements fail (the pause read after a LISTEN reconnect, and
+ * the claims) keeps running: each failure is logged and retried, none ends the process as an
+ * unhandled rejection, and the work goes on once the statements succeed again. The
  * failure is real: pgqueue.queue_pause is renamed away, so every statement that reads it fails
  * (42P01), then renamed back. The LISTEN session is terminated meanwhile, so the reconnect
  * re-reads the pauses while the table is gone (what a PostgreSQL restart does to that read).

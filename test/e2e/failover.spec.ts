@@ -155,6 +155,10 @@ describe('failover: the address moves to a synchronous standby', () => {
       return tx.pending + tx.running + lease.pending + lease.running === 0 ? { tx, lease } : null;
     };
     const states = await waitFor('every task to finish', allDone, { timeoutMs: 50_000, everyMs: 100 });
+    // A completion's event is published once its statement answered, which can be after the poll
+    // above saw its row done: give the last ones a moment (the assertion below says which is missing).
+    const eachWorked = () => workers.every((w) => completions.some((c) => c.at >= promotedAt && c.worker === w.name));
+    await waitFor('a completion event from each instance after the promotion', eachWorked, { timeoutMs: 5_000 }).catch(() => undefined);
     const after = completions.filter((c) => c.at >= promotedAt);
     const firstMs = Math.min(...after.map((c) => c.at)) - promotedAt;
     const lastMs = Math.max(...after.map((c) => c.at)) - promotedAt;
