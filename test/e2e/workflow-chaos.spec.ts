@@ -3,10 +3,11 @@
  * three outside calls recorded with their step keys, two transactions writing ledger rows, a sleep,
  * a signal wait) run over three worker processes, one of them SIGKILLed about every 300 ms and
  * replaced (test/support/killing-fleet.ts), and PostgreSQL (a cluster of the spec's own) restarted
- * once mid-run. Only processes that ran a workflow call already are killed ("WORKING"): on this
- * 2-core machine a replacement takes seconds to start, and killing processes as soon as they are
- * READY, as chaos.spec.ts does, lands every kill in a start-up, before any workflow call, so that
- * nothing finishes while the killing lasts. A third of the signals are sent before any worker runs, the rest during the chaos.
+ * once mid-run. Only processes that ran a workflow call at least MIN_WORKING_MS ago are killed
+ * ("WORKING"): on this 2-core machine a replacement takes seconds to start. Killing processes as
+ * soon as they are READY, as chaos.spec.ts does, landed every kill in a start-up, before any
+ * workflow call; killing them as soon as they were WORKING let each work for a few hundred ms, so
+ * that 0 to 10 of 300 workflows finished while the killing lasted (CI runs of 2026-11-27). A third of the signals are sent before any worker runs, the rest during the chaos.
  *
  * End state: every workflow done; each transaction step's ledger row exactly once; every run of an
  * outside call (at least once) used the one key `${id}:${step}`; each workflow's one signal consumed
@@ -24,6 +25,8 @@ const WORKFLOWS = Number(process.env.WF_CHAOS_WORKFLOWS ?? 300);
 const WORKERS = 3;
 const KILL_EVERY_MS = 300;
 const MIN_KILLS = 5;
+/** How long a process has been running workflows before it may be killed: work gets done between kills. */
+const MIN_WORKING_MS = 2000;
 const CHAOS_MS = Number(process.env.CHAOS_SOAK_MS ?? 15_000);
 const LEASE_MS = 1500;
 const RESCUE_MS = 250;
@@ -86,6 +89,7 @@ describe('workflow chaos: worker processes SIGKILLed and a PostgreSQL restart', 
       size: WORKERS,
       everyMs: KILL_EVERY_MS,
       readyMarker: 'WORKING', // kills land mid-workflow, not on a process still starting (see the file's comment)
+      minReadyMs: MIN_WORKING_MS,
       spawn: (worker) => startFixtureProcess('workflow-worker', [JSON.stringify({ url: cluster.url, worker, leaseMs: LEASE_MS, rescueIntervalMs: RESCUE_MS })]),
       // A replacement whose start-up meets the restart fails it, as documented (one line, exit 1),
       // and is replaced like any other; one that fails so at any other time is a bug.

@@ -24,7 +24,8 @@ export interface KillingFleet {
  * Keeps `size` worker processes running and, about every `everyMs` (uniformly within ±33 %), SIGKILLs
  * one of them at random and starts a replacement in its place. Only members that printed
  * `readyMarker` are killed, so every kill lands on a process that runs the library, not on one still
- * loading its modules. Members that die on their own are replaced too, and reported. With
+ * loading its modules; with `minReadyMs`, only once they printed it that long ago (seen at the
+ * killing's ticks), so that work gets done between kills on a machine where start-ups are slow. Members that die on their own are replaced too, and reported. With
  * `holdFire`, the members start but the first kill waits for `startKilling()` (a phase without
  * kills before one with them, on the same processes). `expectedExit(output, at)` (at: Date.now() of
  * the exit) names the deaths a spec caused itself, such as a start-up that met a database it restarts.
@@ -34,6 +35,7 @@ export function startKillingFleet(opts: {
   everyMs: number;
   spawn: (name: string) => FixtureProcess;
   readyMarker?: string;
+  minReadyMs?: number;
   holdFire?: boolean;
   expectedExit?: (output: string, at: number) => boolean;
 }): KillingFleet {
@@ -49,6 +51,7 @@ export function startKillingFleet(opts: {
   let fire = () => undefined as void;
   const fired = opts.holdFire ? new Promise<void>((resolve) => (fire = resolve)) : Promise.resolve();
   const names = new Map<FixtureProcess, string>();
+  const readySince = new Map<FixtureProcess, number>();
 
   const spawnAt = (slot: number) => {
     const name = `w${slot}-${started++}`;
@@ -70,7 +73,11 @@ export function startKillingFleet(opts: {
     while (killing) {
       await pause(opts.everyMs * (0.67 + Math.random() * 0.66));
       if (!killing) break;
-      const victims = members.map((m, slot) => ({ m, slot })).filter(({ m }) => m.saw(ready) && !m.hasExited);
+      const now = Date.now();
+      for (const m of members) if (!readySince.has(m) && m.saw(ready)) readySince.set(m, now);
+      const victims = members
+        .map((m, slot) => ({ m, slot }))
+        .filter(({ m }) => readySince.has(m) && now - readySince.get(m)! >= (opts.minReadyMs ?? 0) && !m.hasExited);
       if (victims.length === 0) continue;
       const { m, slot } = victims[Math.floor(Math.random() * victims.length)];
       killedByUs.add(m);
