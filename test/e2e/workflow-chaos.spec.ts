@@ -1,13 +1,14 @@
 /**
  * Workflow chaos (issue 24, proofs): WORKFLOWS workflows of wfx.chaos (test/fixtures/workflow-worker.ts:
  * three outside calls recorded with their step keys, two transactions writing ledger rows, a sleep,
- * a signal wait) run over three worker processes, one of them SIGKILLed about every 300 ms and
- * replaced (test/support/killing-fleet.ts), and PostgreSQL (a cluster of the spec's own) restarted
- * once mid-run. Only processes that ran a workflow call at least MIN_WORKING_MS ago are killed
- * ("WORKING"): on this 2-core machine a replacement takes seconds to start. Killing processes as
- * soon as they are READY, as chaos.spec.ts does, landed every kill in a start-up, before any
- * workflow call; killing them as soon as they were WORKING let each work for a few hundred ms, so
- * that 0 to 10 of 300 workflows finished while the killing lasted (CI runs of 2026-11-27). A third of the signals are sent before any worker runs, the rest during the chaos.
+ * a signal wait) run over three worker processes, one of them SIGKILLed (a kill tried about every
+ * 300 ms) and replaced (test/support/killing-fleet.ts), and PostgreSQL (a cluster of the spec's
+ * own) restarted once mid-run. Only processes that ran a workflow call at least MIN_WORKING_MS ago
+ * are killed ("WORKING"): on this 2-core machine a replacement takes seconds to start. Killing
+ * processes as soon as they are READY, as chaos.spec.ts does, landed every kill in a start-up,
+ * before any workflow call; killing them as soon as they were WORKING let each work a few hundred
+ * ms, so that 0 to 10 of 300 workflows finished while the killing lasted (CI runs of 2026-11-27).
+ * A third of the signals are sent before any worker runs, the rest during the chaos.
  *
  * End state: every workflow done; each transaction step's ledger row exactly once; every run of an
  * outside call (at least once) used the one key `${id}:${step}`; each workflow's one signal consumed

@@ -25,10 +25,11 @@ export interface KillingFleet {
  * one of them at random and starts a replacement in its place. Only members that printed
  * `readyMarker` are killed, so every kill lands on a process that runs the library, not on one still
  * loading its modules; with `minReadyMs`, only once they printed it that long ago (seen at the
- * killing's ticks), so that work gets done between kills on a machine where start-ups are slow. Members that die on their own are replaced too, and reported. With
- * `holdFire`, the members start but the first kill waits for `startKilling()` (a phase without
- * kills before one with them, on the same processes). `expectedExit(output, at)` (at: Date.now() of
- * the exit) names the deaths a spec caused itself, such as a start-up that met a database it restarts.
+ * killing's ticks), so that work gets done between kills on a machine where start-ups are slow.
+ * Members that die on their own are replaced too, and reported. With `holdFire`, the members
+ * start but the first kill waits for `startKilling()` (a phase without kills before one with them,
+ * on the same processes). `expectedExit(output, at)` (at: Date.now() of the exit) names the deaths a
+ * spec caused itself, such as a start-up that met a database it restarts.
  */
 export function startKillingFleet(opts: {
   size: number;
