@@ -42,7 +42,7 @@ export class PauseWatcher {
   /** Reads again now (the LISTEN connection came back: notifications may have been missed). */
   refresh(): void {
     if (this.stopped) return;
-    this.read().catch((err: unknown) => this.logger.warn(`could not read paused queues: ${(err as Error).message}`));
+    void this.readOrWarn();
   }
 
   async stop(): Promise<void> {
@@ -59,23 +59,21 @@ export class PauseWatcher {
       const paused = new Set(pauses.filter((p) => p.partition === null).map((p) => p.queue));
       for (const w of this.workers()) w.setPaused(paused.has(w.queue));
     });
-    // What stop() waits for; it settles either way, so a failed read rejects only where it is caught.
-    const tracked: Promise<void> = reading
-      .catch(() => undefined)
-      .then(() => {
-        if (this.reading === tracked) this.reading = null;
-      });
-    this.reading = tracked;
+    // What stop() waits for: it settles either way, so a failed read rejects only where it is caught.
+    this.reading = reading.catch(() => undefined);
     return reading;
+  }
+
+  /** A read after the start: a failure is logged, and the next period reads again. */
+  private readOrWarn(): Promise<void> {
+    return this.read().catch((err: unknown) => this.logger.warn(`could not read paused queues: ${(err as Error).message}`));
   }
 
   private schedule(): void {
     if (this.stopped) return;
     this.timer = setTimeout(() => {
       this.timer = null;
-      this.read()
-        .catch((err: unknown) => this.logger.warn(`could not read paused queues: ${(err as Error).message}`))
-        .finally(() => this.schedule());
+      void this.readOrWarn().then(() => this.schedule());
     }, this.intervalMs());
     this.timer.unref();
   }
