@@ -20,6 +20,8 @@ export class StallProxy {
   private refusing = false;
   /** stallAfter's markers and what it resolves (null: not armed). */
   private trigger: { markers: string[]; fired: () => void } | null = null;
+  /** refuseOn's markers and what it resolves (null: not armed). */
+  private refuseTrigger: { markers: string[]; fired: () => void } | null = null;
   port = 0;
   /** Milliseconds by which each chunk from a client is held before it is forwarded (0: at once). */
   delayMs = 0;
@@ -74,6 +76,15 @@ export class StallProxy {
     return new Promise((fired) => (this.trigger = { markers, fired }));
   }
 
+  /**
+   * Refuses (see refuse) on the next chunk from a client that holds every one of `markers`, before
+   * forwarding it: the server never gets that statement, and the client sees its connection drop.
+   * Resolves then.
+   */
+  refuseOn(...markers: string[]): Promise<void> {
+    return new Promise((fired) => (this.refuseTrigger = { markers, fired }));
+  }
+
   /** Forwards what was held, and everything after. */
   resume(): void {
     this.stalled = false;
@@ -102,6 +113,13 @@ export class StallProxy {
       // Paused sockets emit no 'data' and no 'end' until resumed: nothing leaks through a stall.
       const fromClient = from === client;
       from.on('data', (chunk: Buffer) => {
+        const r = this.refuseTrigger;
+        if (fromClient && r && r.markers.every((m) => chunk.toString('latin1').includes(m))) {
+          this.refuseTrigger = null;
+          this.refuse();
+          r.fired();
+          return;
+        }
         if (fromClient && this.delayMs > 0) setTimeout(() => to.write(chunk), this.delayMs);
         else to.write(chunk);
         const t = this.trigger;

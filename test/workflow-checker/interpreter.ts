@@ -1,0 +1,133 @@
+/**
+ * The generated-program workflow checker, part 2: one `@Workflow` method that runs any program
+ * (programs.ts) through the public WorkflowContext API, the handlers of its children and follow-up
+ * tasks, and what the outside world saw (every run of every step). Faults that belong inside a
+ * call (a step that is slow this once) are set here by the harness.
+ */
+import { Injectable } from '@nestjs/common';
+import { TaskHandler, Workflow, type LeaseTaskContext, type Task, type WorkflowContext } from '@app/pg-queue';
+import type { PrismaClient } from '../../src/generated/prisma/client';
+import type { Call, Program } from './programs';
+
+export interface ProgramInput {
+  /** 'clean' or 'faulty': which run of the trial (the two run at once in separate schemas). */
+  run: string;
+  program: Program;
+}
+
+export const WORKFLOW_QUEUE = 'chk.program';
+/** The handler's timeout: programs' steps take at most 1.2 s in all (programArb). */
+export const ATTEMPT_TIMEOUT_MS = 3000;
+/** Short leases, so that an attempt lost with its instance comes back within the trial. */
+export const LEASE_MS = 4000;
+
+/** What the outside world saw, shared by the apps of this process. */
+export const outside = {
+  /** Runs of each step's function, by `${run}:${workflowId}:${step}` (every run, even one given up on). */
+  runs: new Map<string, number>(),
+  /** The step key each run of a step passed on, by the same key. */
+  keys: new Map<string, Set<string>>(),
+  /** `${run}:${step}` → ms: the next run of that step (in any workflow of that run) takes this long. */
+  slow: new Map<string, number>(),
+  reset(): void {
+    this.runs.clear();
+    this.keys.clear();
+    this.slow.clear();
+  },
+};
+
+function wait(ms: number, signal: AbortSignal | null): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => (clearTimeout(timer), reject(signal.reason)), { once: true });
+  });
+}
+
+async function call(input: ProgramInput, wf: WorkflowContext<PrismaClient>, c: Call): Promise<string> {
+  switch (c.op) {
+    case 'step': {
+      const mode = c.mode;
+      let runsThisCall = 0;
+      const fn = async () => {
+        const key = `${input.run}:${wf.workflowId}:${c.name}`;
+        const runs = (outside.runs.get(key) ?? 0) + 1;
+        outside.runs.set(key, runs);
+        outside.keys.set(key, (outside.keys.get(key) ?? new Set()).add(wf.stepKey(c.name)));
+        runsThisCall++;
+        const slow = outside.slow.get(`${input.run}:${c.name}`);
+        if (slow !== undefined) outside.slow.delete(`${input.run}:${c.name}`);
+        await wait(slow ?? c.latencyMs, c.honoursSignal ? wf.signal : null);
+        if (mode.kind === 'permanent') throw new Error(`permanent ${c.name}`);
+        if (mode.kind === 'transient' && runs <= mode.fails) throw new Error(`transient ${c.name} (run ${runs})`);
+        if (mode.kind === 'retried' && runsThisCall <= mode.fails) throw new Error(`retried ${c.name} (run ${runsThisCall} of this call)`);
+        return `${c.name}:v`;
+      };
+      return wf.step(c.name, fn, mode.kind === 'retried' ? { maxAttempts: mode.fails + 1, backoff: { type: 'fixed', delayMs: 20 } } : {});
+    }
+    case 'transaction':
+      return wf.transaction(c.name, async (tx) => {
+        await tx.$executeRawUnsafe('INSERT INTO chk_ledger (run, workflow, entry) VALUES ($1, $2, $3)', input.run, wf.workflowId, c.name);
+        return `${c.name}:tx`;
+      });
+    case 'sleep':
+      await wf.sleep(c.ms);
+      return 'z';
+    case 'signal': {
+      const got = await wf.waitForSignal<string>(c.name, c.timeoutMs === null ? {} : { timeoutMs: c.timeoutMs });
+      return `${c.name}:${got}`;
+    }
+    case 'enqueue':
+      await wf.enqueue('chk.follow', { run: input.run });
+      return 'enq';
+    case 'child':
+      return `${c.name}:${await wf.child<number>(c.name, 'chk.child', { fails: c.fails })}`;
+    case 'patched':
+      return (await wf.patched(c.id)) ? call(input, wf, c.then) : 'unpatched';
+  }
+}
+
+async function runProgram(input: ProgramInput, wf: WorkflowContext<PrismaClient>): Promise<string[]> {
+  const out: string[] = [];
+  for (const b of input.program.blocks) {
+    if (b.op === 'call') out.push(await call(input, wf, b.call));
+    else if (b.op === 'parallel') {
+      const parts = await Promise.all(
+        b.branches.map(async (branch) => {
+          const got: string[] = [];
+          for (const c of branch) got.push(await call(input, wf, c));
+          return got;
+        }),
+      );
+      out.push(...parts.flat());
+    } else {
+      try {
+        for (const c of b.body) out.push(await call(input, wf, c));
+      } catch (err) {
+        if (b.handler === 'compensate') out.push(await wf.step(`undo-${b.tag}`, () => `undo-${b.tag}:v`));
+        else if (b.handler === 'rethrow') {
+          await wf.step(`log-${b.tag}`, () => undefined);
+          throw err;
+        } else throw new Error(`wrapped ${b.tag}: ${(err as Error).message}`);
+      }
+    }
+  }
+  return out;
+}
+
+@Injectable()
+export class CheckedPrograms {
+  @Workflow(WORKFLOW_QUEUE, { backoff: { type: 'fixed', delayMs: 10 }, timeoutMs: ATTEMPT_TIMEOUT_MS, leaseMs: LEASE_MS, concurrency: 20 })
+  program(input: ProgramInput, wf: WorkflowContext<PrismaClient>): Promise<string[]> {
+    return runProgram(input, wf);
+  }
+
+  @TaskHandler('chk.child', { mode: 'lease', maxAttempts: 1, concurrency: 10 })
+  async child(task: Task<{ fails: boolean }>, _ctx: LeaseTaskContext): Promise<number> {
+    if (task.payload.fails) throw new Error('the child fails');
+    return 42;
+  }
+
+  @TaskHandler('chk.follow', { mode: 'lease', concurrency: 10 })
+  async follow(_task: Task, _ctx: LeaseTaskContext): Promise<void> {}
+}
