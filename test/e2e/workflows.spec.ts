@@ -40,9 +40,10 @@ class Flows {
       keys.set(wf.workflowId, [...(keys.get(wf.workflowId) ?? []), wf.stepKey('charge')]);
       return { chargeId: `ch-${input.n}`, at: new Date(0) };
     });
-    await wf.transaction('reserve', (tx) => tx.$executeRawUnsafe('INSERT INTO wf_ledger (workflow, entry) VALUES ($1, $2)', wf.workflowId, 'reserve'));
+    // Changed code (`mismatch`): the journal's transaction "reserve" is now a step of that name.
+    if (mismatch) await wf.step('reserve', () => 1);
+    else await wf.transaction('reserve', (tx) => tx.$executeRawUnsafe('INSERT INTO wf_ledger (workflow, entry) VALUES ($1, $2)', wf.workflowId, 'reserve'));
     if (failOnce.delete(wf.workflowId)) throw new Error('fails once after its transaction');
-    if (mismatch) await wf.step('inserted-later', () => 1);
     await wf.sleep(50);
     const delivered = await wf.waitForSignal<{ at: string }>('delivered', { timeoutMs: 60_000 });
     const id = await wf.enqueue('flow.email', { n: input.n });
@@ -85,7 +86,8 @@ class Flows {
       }
       if (input.rule === 'large') await wf.step('big', () => 'x'.repeat(2_000_000));
       if (input.rule === 'mismatch') {
-        await wf.step(mismatch ? 'renamed' : 'first', () => 1);
+        if (mismatch) await wf.transaction('first', async () => 1); // changed code: the journal's step "first" is now a transaction
+        else await wf.step('first', () => 1);
         await wf.waitForSignal('go');
       }
       return 'went on';
@@ -185,7 +187,7 @@ describe('durable workflows', () => {
     } finally {
       mismatch = false;
     }
-    expect((await queue().get(id))!.lastError).toMatch(/WorkflowReplayError.*at call 3 the journal has a sleep, the code called step "inserted-later"/s);
+    expect((await queue().get(id))!.lastError).toMatch(/WorkflowReplayError.*at call 2 the journal has transaction "reserve", the code called step "reserve"/s);
     // Fixed code: retry replays it from its journal.
     expect(await queue().retry(id)).toBe(true);
     await waitFor('condition', async () => (await queue().get(id))?.workflow?.waitingFor?.kind === 'signal' || (await queue().get(id))?.state === 'done');
@@ -258,6 +260,6 @@ describe('durable workflows', () => {
     const [t, l, r] = await Promise.all([twice, large, renamed].map((id) => queue().get(id)));
     expect(t).toMatchObject({ attempt: 1, lastError: expect.stringMatching(/^WorkflowDefinitionError: .*named "same" twice/) });
     expect(l).toMatchObject({ attempt: 1, lastError: expect.stringMatching(/^NonRetryableError: .*the result of "big" cannot be journaled: .*over the 262144-byte limit/) });
-    expect(r!.lastError).toMatch(/^WorkflowReplayError: .*at call 1 the journal has step "first", the code called step "renamed"/);
+    expect(r!.lastError).toMatch(/^WorkflowReplayError: .*at call 1 the journal has step "first", the code called transaction "first"/);
   }, 30_000);
 });

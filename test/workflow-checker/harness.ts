@@ -11,6 +11,7 @@
  * left `running` or `waiting` at the end, and a cancel that always ends the workflow.
  */
 import fc from 'fast-check';
+import { Logger } from '@nestjs/common';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { TaskEvent, TaskInfo } from '@app/pg-queue';
 import { PrismaClient } from '../../src/generated/prisma/client';
@@ -76,7 +77,10 @@ export class CheckerFleet {
   private readonly clients: PrismaClient[] = [];
   /** The app's own client, for the business transactions that send signals. */
   private business!: PrismaClient;
-  private refusingUntil = 0;
+  /** Instances whose close met a drop: closed again at the end. */
+  private readonly unclosed: QueueApp[] = [];
+  /** Drops under way (they may overlap). */
+  private dropping = 0;
   stats = { trials: 0, faults: 0, workflows: 0 };
 
   constructor(private readonly db: TestDatabase) {}
@@ -94,7 +98,7 @@ export class CheckerFleet {
 
   async close(): Promise<void> {
     this.proxy.admit();
-    for (const a of [this.cleanWorker, ...this.faultyWorkers, this.cleanApi, this.faultyApi]) await a?.close();
+    for (const a of [this.cleanWorker, ...this.faultyWorkers, ...this.unclosed, this.cleanApi, this.faultyApi]) await a?.close().catch(() => undefined);
     await Promise.all(this.clients.map((c) => c.$disconnect().catch(() => undefined)));
     await this.proxy?.close();
   }
@@ -113,10 +117,12 @@ export class CheckerFleet {
           rescueIntervalMs: 500,
         });
         app.queue.events$.subscribe((e) => this.events[label].push(e));
+        if (!process.env.CHECK_VERBOSE) Logger.overrideLogger(false); // (the testing module sets its own on each boot)
         return app;
       } catch (err) {
-        if (tries >= 20) throw err;
-        await pause(250); // its connections were dropped while it booted
+        // Its connections were dropped while it booted (a drop of the fault plan): boot it again.
+        if (tries >= 40) throw new Error(`the checker could not boot a ${label} instance: ${(err as Error).message}`);
+        await pause(250);
       }
     }
   }
@@ -174,12 +180,12 @@ export class CheckerFleet {
       this.stats.faults++;
       if (f.kind === 'drop') {
         this.proxy.refuse();
-        this.refusingUntil = Math.max(this.refusingUntil, Date.now() + f.ms);
+        this.dropping++;
         await pause(f.ms);
-        if (Date.now() >= this.refusingUntil) this.proxy.admit();
+        if (--this.dropping === 0) this.proxy.admit(); // the last of overlapping drops
       } else if (f.kind === 'shutdown') {
         const old = this.faultyWorkers.shift();
-        await old?.close();
+        await old?.close().catch(() => this.unclosed.push(old)); // its pool may have met a drop as it closed
         this.faultyWorkers.push(await this.worker('faulty'));
       } else if (f.kind === 'slow') {
         if (steps.length > 0) outside.slow.set(`faulty:${steps[f.step % steps.length].name}`, ATTEMPT_TIMEOUT_MS + 2500);

@@ -77,6 +77,8 @@ function callArb(where: 'top' | 'branch' | 'compensated' | 'retried'): fc.Arbitr
     { weight: 1, arbitrary: fc.constant({ op: 'enqueue' } as Call) },
     { weight: 1, arbitrary: fc.boolean().map((fails) => ({ op: 'child', name: '', fails: fails && where === 'compensated' }) as Call) },
   );
+  // patched() in a concurrent branch is not supported (README: the other branches may still have calls to replay).
+  if (where === 'branch') return plain;
   return fc.oneof({ weight: 9, arbitrary: plain }, { weight: 1, arbitrary: steps.map((then) => ({ op: 'patched', id: '', then }) as Call) });
 }
 

@@ -230,6 +230,18 @@ export class ShutdownAbortError extends PgQueueError {
   }
 }
 
+/**
+ * An attempt could not go on because the database failed under the queue's own statements (a
+ * workflow's journal write, a park): unreachable, restarting, or busy (a pool with no connection
+ * free, a statement timeout). Not the task's failure: the task is given back uncounted.
+ */
+export class DatabaseUnavailableError extends PgQueueError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message);
+    if (options) this.cause = options.cause;
+  }
+}
+
 /** A schedule declaration (module option `schedules[i]` or a handler's `schedule`) that cannot work. */
 export class InvalidScheduleError extends InvalidOptionsError {}
 

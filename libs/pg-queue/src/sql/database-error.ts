@@ -30,3 +30,28 @@ export function isConnectionLost(err: unknown): boolean {
   const code = databaseError(err)?.code ?? (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && CONNECTION_LOST.test(code);
 }
+
+/** What Prisma's driver adapter calls a connection it lost or could not open. */
+const ADAPTER_UNREACHABLE = new Set(['DatabaseNotReachable', 'ConnectionClosed', 'SocketTimeout', 'TooManyConnections']);
+/** Prisma's codes for the same, and for a pool that had no connection to give in time (P2024). */
+const PRISMA_UNREACHABLE = new Set(['P1001', 'P1002', 'P1008', 'P1017', 'P2024']);
+/** A statement that gave up on its time or on a lock, or a transaction the server chose to end. */
+const BUSY = /^(57014|55P03|40001|40P01)$/;
+
+/**
+ * True for an error that says the database could not serve a statement right now: the connection
+ * was lost (see isConnectionLost), could not be had (a pool timeout, an unreachable server, a
+ * socket the driver saw close without a SQLSTATE), or the statement was timed out or chosen as a
+ * deadlock victim. What the queue's own statements meet in a failover or under load; running the
+ * work again later is the answer, never recording it as the task's failure.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  if (isConnectionLost(err)) return true;
+  const e = err as { code?: unknown; message?: unknown; cause?: { kind?: unknown }; meta?: { driverAdapterError?: { cause?: { kind?: unknown } } } } | null;
+  const kind = e?.meta?.driverAdapterError?.cause?.kind ?? e?.cause?.kind;
+  if (typeof kind === 'string' && ADAPTER_UNREACHABLE.has(kind)) return true;
+  if (typeof e?.code === 'string' && PRISMA_UNREACHABLE.has(e.code)) return true;
+  const code = databaseError(err)?.code ?? (typeof e?.code === 'string' ? e.code : undefined);
+  if (code !== undefined && BUSY.test(code)) return true;
+  return typeof e?.message === 'string' && /Connection terminated|Server has closed the connection|Can't reach database server|ECONNRESET|ECONNREFUSED|socket hang up|Timed out fetching a new connection/i.test(e.message);
+}

@@ -10,6 +10,8 @@ export interface JournalRow {
   name: string;
   outcome: 'ok' | 'error' | 'waiting';
   result: any;
+  /** False: tentative, forgotten if an attempt fails before the workflow parks (see forgetTentative). */
+  kept?: boolean;
 }
 
 export interface ParkRequest {
@@ -61,7 +63,7 @@ export class WorkflowRepository {
   async recordMany(db: SqlExecutor, entries: readonly JournalRecord[]): Promise<Set<string>> {
     const rows = [...entries]
       .sort((x, y) => (BigInt(x.lease.id) < BigInt(y.lease.id) ? -1 : BigInt(x.lease.id) > BigInt(y.lease.id) ? 1 : 0))
-      .map((e) => ({ id: e.lease.id, token: e.lease.token, seq: e.seq, kind: e.kind, name: e.name, outcome: e.outcome, result: e.resultJson, since_ms: e.sinceMs }));
+      .map((e) => ({ id: e.lease.id, token: e.lease.token, seq: e.seq, kind: e.kind, name: e.name, outcome: e.outcome, result: e.resultJson, since_ms: e.sinceMs, kept: e.kept ?? true }));
     const written = await db.$queryRawUnsafe<{ task_id: string; seq: number }[]>(this.sql.recordMany, JSON.stringify(rows));
     return new Set(written.map((w) => `${w.task_id}/${w.seq}`));
   }
@@ -105,8 +107,8 @@ export class WorkflowRepository {
     return rows[0]?.state ?? null;
   }
 
-  forgetFailure(db: SqlExecutor, lease: Lease, seq: number): Promise<number> {
-    return db.$executeRawUnsafe(this.sql.forgetFailure, lease.id, lease.token, seq) as Promise<number>;
+  forgetTentative(db: SqlExecutor, lease: Lease): Promise<number> {
+    return db.$executeRawUnsafe(this.sql.forgetTentative, lease.id, lease.token) as Promise<number>;
   }
 
   linkChild(db: SqlExecutor, parentId: string, childId: string): Promise<number> {
@@ -147,4 +149,6 @@ export interface JournalRecord {
   outcome: 'ok' | 'error' | 'waiting';
   resultJson: string | null;
   sinceMs: number;
+  /** False: a tentative entry (see forgetTentative); default true. */
+  kept?: boolean;
 }

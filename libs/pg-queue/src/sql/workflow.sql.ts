@@ -20,7 +20,7 @@ export const WAKE_NOTICE = '!wake@';
 
 /**
  * Durable workflows (see workflow/). A workflow is a task run in lease mode whose context journals
- * each call in workflow_step, by call position. Every journal write is fenced like a completion:
+ * each call in workflow_step (seq: its position; workflow/journal.ts says how a replay finds it). Every journal write is fenced like a completion:
  * it names the attempt's lease token and takes the task row FOR KEY SHARE, so it commits only
  * while that lease is held, and no claim or rescue (FOR UPDATE SKIP LOCKED) takes the task over
  * before it commits (a new attempt then loads a journal that has it). The weakest row lock, as the
@@ -56,14 +56,14 @@ export function workflowStatements(schema: string) {
      * fragments.sql.ts), by task, in call order.
      */
     journals: `
-SELECT task_id::text AS task_id, seq, kind, name, outcome, result FROM ${s}.workflow_step
+SELECT task_id::text AS task_id, seq, kind, name, outcome, result, kept FROM ${s}.workflow_step
 WHERE task_id = ANY ((SELECT string_to_array($1, ',')::bigint[])::bigint[])
 ORDER BY task_id, seq`,
 
     /**
      * Records call $3 ($4 kind, $5 name, $6 outcome, $7 result JSON), fenced (see above); $8: ms
      * since the call started. No row back: the lease is lost, or the position was taken (only by an
-     * attempt that held the lease before this one).
+     * attempt that held the lease before this one). Kept (see forgetTentative).
      */
     record: `
 INSERT INTO ${s}.workflow_step (task_id, seq, kind, name, outcome, result, attempt, started_at, finished_at)
@@ -75,13 +75,13 @@ RETURNING seq`,
      * Records many calls of many attempts at once (JournalWriter: the calls that end in the same
      * turn of the event loop), each fenced by its own lease as in `record`: one statement instead
      * of one per call. $1: JSON rows { id, token, seq, kind, name, outcome, result (JSON text or
-     * null), since_ms }, in task id order (the row locks are taken in that order). Returns the
+     * null), since_ms, kept }, in task id order (the row locks are taken in that order). Returns the
      * entries written; an entry absent lost its lease, or its position was taken.
      */
     recordMany: `
-INSERT INTO ${s}.workflow_step (task_id, seq, kind, name, outcome, result, attempt, started_at, finished_at)
-SELECT f.id, e.seq, e.kind, e.name, e.outcome, e.result::jsonb, f.attempt, clock_timestamp() - e.since_ms * interval '1 millisecond', clock_timestamp()
-FROM json_to_recordset($1::json) AS e(id bigint, token uuid, seq int, kind text, name text, outcome text, result text, since_ms float8)
+INSERT INTO ${s}.workflow_step (task_id, seq, kind, name, outcome, result, attempt, started_at, finished_at, kept)
+SELECT f.id, e.seq, e.kind, e.name, e.outcome, e.result::jsonb, f.attempt, clock_timestamp() - e.since_ms * interval '1 millisecond', clock_timestamp(), e.kept
+FROM json_to_recordset($1::json) AS e(id bigint, token uuid, seq int, kind text, name text, outcome text, result text, since_ms float8, kept boolean)
 CROSS JOIN LATERAL (SELECT t.id, t.attempt FROM ${s}.task t WHERE t.id = e.id AND t.lease_token = e.token FOR KEY SHARE) f
 ON CONFLICT (task_id, seq) DO NOTHING
 RETURNING task_id::text AS task_id, seq`,
@@ -143,20 +143,29 @@ WITH parked AS (
       run_at = now(), woken = NULL, attempt = greatest(t.attempt - 1, 0),
       locked_by = NULL, lease_token = NULL, locked_until = NULL
   WHERE t.id = $1::bigint AND t.lease_token = $2::uuid AND NOT ${cancelRequestedOf(s)}${rowLockBound()}
-  RETURNING t.queue, t.state, t.run_at, t.wake_at
+  RETURNING t.id, t.queue, t.state, t.run_at, t.wake_at
+), kept AS (
+  -- What the attempt decided stands from here on: its tentative entries are kept (see forgetTentative).
+  UPDATE ${s}.workflow_step w SET kept = true FROM parked p WHERE w.task_id = p.id AND NOT w.kept
+  RETURNING 1
 ), wake AS (
   SELECT pg_notify($7, '${WAKE_NOTICE}' || (extract(epoch FROM wake_at) * 1000)::bigint) FROM parked WHERE state = 'waiting' AND wake_at IS NOT NULL
 ), ${notifyCte("SELECT queue, run_at FROM parked WHERE state = 'pending'", '$7')}
-SELECT state, (SELECT count(*) FROM wake)::int AS wake, (SELECT count(*) FROM notified)::int AS notified FROM parked`,
+SELECT state, (SELECT count(*) FROM wake)::int AS wake, (SELECT count(*) FROM notified)::int AS notified,
+       (SELECT count(*) FROM kept)::int AS kept FROM parked`,
 
     /**
-     * After a failed attempt: forgets the error entry $3 of the call whose error ended it, so that
-     * the next attempt runs that call again. Errors the code caught stay: it went on from them. Fenced.
+     * After a failed attempt: forgets the tentative entries (kept false: failed steps and
+     * transactions, and the steps after such a failure in its attempt, see WorkflowRun), of this
+     * attempt and of any earlier one that ended without parking (a crash, a timeout, a shutdown), so
+     * that the next attempt runs those calls again. A park keeps them: the code went on from them.
+     * A transaction's success, an enqueue, a child, a sleep or a consumed signal is never tentative.
+     * Fenced.
      */
-    forgetFailure: `
+    forgetTentative: `
 DELETE FROM ${s}.workflow_step w
 USING (${fence}) f
-WHERE w.task_id = f.id AND w.seq = $3 AND w.outcome = 'error'`,
+WHERE w.task_id = f.id AND NOT w.kept`,
 
     /** Links child $2 to its parent workflow $1: the child's end leaves the parent a debt (dependencies.sql.ts). */
     linkChild: `

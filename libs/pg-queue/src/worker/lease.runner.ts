@@ -1,6 +1,6 @@
 import { keepResult } from './task-result';
 import { isConnectionLost } from '../sql/database-error';
-import { LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../errors';
+import { DatabaseUnavailableError, LeaseLostError, ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Task, TaskHandlerFn } from '../types';
 import type { Attempt } from './attempt';
@@ -160,7 +160,7 @@ export class LeaseRunner {
       }
       // The server's state, not the task's (a failover: see isConnectionLost): given back uncounted.
       const lostConnection = result.kind === 'error' && isConnectionLost(result.error);
-      if (lostConnection || (result.kind === 'aborted' && result.reason instanceof ShutdownAbortError)) {
+      if (lostConnection || (result.kind === 'aborted' && (result.reason instanceof ShutdownAbortError || result.reason instanceof DatabaseUnavailableError))) {
         await releaseAttempts(this.deps, [a], `task ${a.task.id} of "${a.task.queue}"`);
         return 'written';
       }

@@ -12,11 +12,15 @@ describe('ReplayCursor', () => {
     c.assertConsumed();
   });
 
-  it('names both sides of a mismatch, by kind or by name', () => {
+  it('names both sides of a mismatch: the journal has another kind of call under that name', () => {
     const c = new ReplayCursor('7', [entry(0, 'transaction', 'reserve')]);
-    expect(() => c.call('step', 'charge')).toThrow(new WorkflowReplayError('7', 1, 'transaction "reserve"', 'called step "charge"'));
+    expect(() => c.call('step', 'reserve')).toThrow(new WorkflowReplayError('7', 1, 'transaction "reserve"', 'called step "reserve"'));
+  });
+
+  it('a call of a new name runs as new; the entry no call replayed fails the run when it returns or parks', () => {
     const d = new ReplayCursor('7', [entry(0, 'step', 'a')]);
-    expect(() => d.call('step', 'b')).toThrow(/at call 1 the journal has step "a", the code called step "b"/);
+    expect(d.call('step', 'b')).toEqual({ seq: 1, entry: null });
+    expect(() => d.assertConsumed()).toThrow(/at call 1 the journal has step "a", the code returned without making that call/);
   });
 
   it('refuses a repeated step name, but not repeated sleeps, signals or enqueues', () => {
@@ -60,9 +64,34 @@ describe('ReplayCursor', () => {
     expect(fresh.call('step', 'b').seq).toBe(2);
   });
 
-  it('numbers calls started together (Promise.all) by the order of the calls, whatever order they end in', () => {
-    const c = new ReplayCursor('7', [entry(1, 'step', 'b')]);
+  it('matches named calls started together (Promise.all) by name, whatever order they ended in the first time', () => {
+    // The first run: a and b started together, b ended first, and each branch then made a second call.
+    const c = new ReplayCursor('7', [entry(0, 'step', 'a'), entry(1, 'step', 'b'), entry(2, 'step', 'b2'), entry(3, 'step', 'a2')]);
     const [a, b] = [c.call('step', 'a'), c.call('step', 'b')];
-    expect([a.seq, a.entry, b.seq, b.entry]).toEqual([0, null, 1, entry(1, 'step', 'b')]);
+    expect([a.seq, b.seq]).toEqual([0, 1]);
+    // The replay: both return at once, so a's branch makes its second call first.
+    expect(c.call('step', 'a2').entry).toEqual(entry(3, 'step', 'a2'));
+    expect(c.call('step', 'b2').entry).toEqual(entry(2, 'step', 'b2'));
+    expect(c.call('step', 'c')).toEqual({ seq: 4, entry: null });
+    c.assertConsumed();
+  });
+
+  it('matches sleeps, signal waits and enqueues by their order among calls of the same kind and name', () => {
+    const c = new ReplayCursor('7', [entry(0, 'signal', 'paid'), entry(1, 'sleep', 'sleep'), entry(2, 'enqueue', 'mail'), entry(3, 'signal', 'paid'), entry(4, 'signal', 'shipped')]);
+    expect(c.call('signal', 'shipped').seq).toBe(4);
+    expect(c.call('enqueue', 'mail').seq).toBe(2);
+    expect(c.call('signal', 'paid').seq).toBe(0);
+    expect(c.call('signal', 'paid').seq).toBe(3);
+    expect(c.call('signal', 'paid')).toEqual({ seq: 5, entry: null });
+    expect(c.call('sleep', 'sleep').seq).toBe(1);
+    c.assertConsumed();
+  });
+
+  it('patched checks its id as a call name, and leaves a marker no call asks for alone', () => {
+    expect(() => new ReplayCursor('7', []).patched('')).toThrow(WorkflowDefinitionError);
+    expect(() => new ReplayCursor('7', []).patched('a\u0000')).toThrow(WorkflowDefinitionError);
+    const c = new ReplayCursor('7', [entry(0, 'patch', 'gone'), entry(1, 'step', 'a')]);
+    c.call('step', 'a');
+    c.assertConsumed();
   });
 });

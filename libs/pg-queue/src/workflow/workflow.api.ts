@@ -17,9 +17,11 @@ export interface TransactionStepOptions {
 }
 
 /**
- * What a `@Workflow` method receives besides its input. Each call is journaled by its position:
- * after a crash, a lost lease, a deploy or a wake-up the method runs again from the top and every
- * call that finished returns its journaled outcome instead of running again. Anything that varies
+ * What a `@Workflow` method receives besides its input. Each call is journaled (steps,
+ * transactions and children by name; sleeps, signal waits and enqueues by their order among calls
+ * of the same kind and name): after a crash, a lost lease, a deploy or a wake-up the method runs
+ * again from the top and every call that finished returns its journaled outcome instead of running
+ * again. Anything that varies
  * from run to run (the clock, randomness, I/O) belongs inside a step.
  */
 export interface WorkflowContext<TTx = any> {

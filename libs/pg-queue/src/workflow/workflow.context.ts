@@ -1,8 +1,9 @@
-import { LeaseLostError, NonRetryableError, PgQueueError } from '../errors';
+import { DatabaseUnavailableError, LeaseLostError, NonRetryableError, PgQueueError } from '../errors';
+import { isDatabaseUnavailable } from '../sql/database-error';
 import { buildTaskRow, serialisePayload, type RowLimits } from '../core/task-input';
 import { currentTraceContext, inStepSpan } from '../observability/tracing';
 import type { WorkflowRepository } from '../sql/workflow.repository';
-import { WORKFLOW_TX_BOUNDS, type ParkRequest } from '../sql/workflow.repository';
+import { WORKFLOW_TX_BOUNDS, type JournalRecord, type ParkRequest } from '../sql/workflow.repository';
 import type { NewTaskRow } from '../sql/statement-values';
 import type { FollowUpOptions, PrismaClientLike, SqlExecutor } from '../types';
 import type { Attempt } from '../worker/attempt';
@@ -28,6 +29,8 @@ export interface WorkflowRunDeps {
 const NEVER = new Promise<never>(() => undefined);
 /** What a call that parks throws inside `op`: its own promise settles, the caller's never does. */
 const PARKING = Symbol('pg-queue workflow parking');
+/** No error of the step's function yet (see transaction). */
+const NO_ERROR = Symbol('pg-queue no error');
 
 /** The value a run's `parked` promise resolves to. */
 export const PARKED: unique symbol = Symbol('pg-queue workflow parked');
@@ -39,8 +42,15 @@ export class WorkflowRun implements WorkflowContext {
   park: ParkRequest | null = null;
   private resolvePark!: (v: typeof PARKED) => void;
   private readonly inFlight = new Set<Promise<unknown>>();
-  /** The position of the call each error came from (recorded or replayed), to forget it if it fails the attempt. */
-  private readonly errorCalls = new WeakMap<object, number>();
+  /**
+   * Whether this run met a failure of a step or a transaction that no park has kept yet (it
+   * journaled one, or replayed one that an attempt ending without a park journaled). Such failures,
+   * and the steps that succeed after them (the way from a failure to the attempt's end: a log, a
+   * compensation, a fallback), are journaled as tentative: a failure of the attempt forgets them
+   * and the retry runs them again (WorkflowRunner); a park keeps them. Steps before the first
+   * failure keep their results, as transactions, enqueues, children, sleeps and signals always do.
+   */
+  failing = false;
 
   constructor(
     private readonly a: Attempt,
@@ -65,33 +75,47 @@ export class WorkflowRun implements WorkflowContext {
   step<T>(name: string, fn: () => T | Promise<T>, options: StepOptions = {}): Promise<T> {
     const { seq, entry } = this.position('step', name);
     return this.op(async () => {
-      if (entry) return this.replayed(seq, entry, name);
+      if (entry) return this.replayed(entry, name);
       const started = performance.now();
+      let value: T;
       try {
-        return await this.recordValue(seq, 'step', name, await inStepSpan('step', name, this.a.task.id, () => runStep(fn, options, this.a.signal)), started);
+        value = await inStepSpan('step', name, this.a.task.id, () => runStep(fn, options, this.a.signal));
       } catch (err) {
-        if (err instanceof LeaseLostError) throw err;
+        // Given up (a shutdown, a timeout, a cancel): an abort is not the step's outcome, it runs again.
+        if (this.a.aborted) throw err;
         await this.recordError(seq, 'step', name, err, started);
         throw err;
       }
+      return this.recordValue(seq, 'step', name, value, started);
     });
   }
 
   transaction<T>(name: string, fn: (tx: any) => Promise<T>, options: TransactionStepOptions = {}): Promise<T> {
     const { seq, entry } = this.position('transaction', name);
     return this.op(async () => {
-      if (entry) return this.replayed(seq, entry, name);
+      if (entry) return this.replayed(entry, name);
       const started = performance.now();
       let json: string;
+      let fnError: unknown = NO_ERROR;
       try {
         json = await inStepSpan('transaction', name, this.a.task.id, () => this.deps.prisma.$transaction(async (tx) => {
-          const value = this.json(await fn(tx), name);
-          if (!(await this.deps.repo.record(tx, this.a.lease, seq, 'transaction', name, 'ok', value, performance.now() - started))) throw this.lost();
-          return value;
+          let value: T;
+          try {
+            value = await fn(tx);
+          } catch (err) {
+            fnError = err;
+            throw err;
+          }
+          const json = this.json(value, name);
+          if (!(await this.deps.repo.record(tx, this.a.lease, seq, 'transaction', name, 'ok', json, performance.now() - started))) throw this.lost();
+          return json;
         }, { maxWait: WORKFLOW_TX_BOUNDS.maxWait, timeout: options.timeoutMs ?? 30_000 }));
       } catch (err) {
-        if (err instanceof LeaseLostError) throw err;
-        await this.recordError(seq, 'transaction', name, err, started); // rolled back: nothing of it stays
+        if (this.a.aborted || err === this.fatal) throw err;
+        // Rolled back: nothing of it stays. Only the function's own error is the step's outcome; a
+        // transaction that could not start or commit, or a lost connection, runs the step again.
+        if (err !== fnError || isDatabaseUnavailable(err)) throw this.unavailable(err);
+        await this.recordError(seq, 'transaction', name, err, started);
         throw err;
       }
       this.cursor.recorded({ seq, kind: 'transaction', name, outcome: 'ok', result: JSON.parse(json) });
@@ -113,12 +137,12 @@ export class WorkflowRun implements WorkflowContext {
     const { seq, entry } = this.position('signal', name);
     return this.op(async () => {
       if (entry?.outcome === 'ok') return (entry.result?.v ?? null) as T | null;
-      const got = await this.deps.repo.takeSignal(this.deps.prisma, this.a.lease, seq, name, options.timeoutMs ?? null);
+      const got = await this.journaled(() => this.deps.repo.takeSignal(this.deps.prisma, this.a.lease, seq, name, options.timeoutMs ?? null));
       if (!got.held) throw this.lost();
       if (got.took) return got.payload as T;
       const until = got.until === null ? null : Date.parse(got.until);
       if (until !== null && until <= got.nowMs) {
-        if (!(await this.deps.repo.resolve(this.deps.prisma, this.a.lease, seq, 'ok', '{"v":null}'))) throw this.lost();
+        if (!(await this.journaled(() => this.deps.repo.resolve(this.deps.prisma, this.a.lease, seq, 'ok', '{"v":null}')))) throw this.lost();
         return null;
       }
       return this.parkOn({ waitingFor: `signal:${name}`, wakeAt: until, signal: name, childSeq: null });
@@ -137,19 +161,22 @@ export class WorkflowRun implements WorkflowContext {
     const { seq, entry } = this.position('child', name);
     return this.op(async () => {
       if (entry?.outcome === 'ok') return entry.result.v as R;
-      if (entry?.outcome === 'error') throw this.failedAt(seq, new ChildWorkflowError(entry.result.id, queue, entry.result.state));
+      if (entry?.outcome === 'error') throw new ChildWorkflowError(entry.result.id, queue, entry.result.state);
       const childId = entry ? (entry.result.id as string) : await this.insertOnce(seq, 'child', name, queue, input, options, true);
       return this.parkOn({ waitingFor: `child:${childId}`, wakeAt: null, signal: null, childSeq: seq });
     });
   }
 
   async patched(id: string): Promise<boolean> {
-    const { value, mark } = this.cursor.patched(id);
-    if (mark !== null) {
-      await this.op(async () => {
-        if (!(await this.deps.journal.record({ lease: this.a.lease, seq: mark, kind: 'patch', name: id, outcome: 'ok', resultJson: '{}', sinceMs: 0 }))) throw this.lost();
-      });
+    let patch: { value: boolean; mark: number | null };
+    try {
+      patch = this.cursor.patched(id);
+    } catch (err) {
+      this.fatal ??= err as Error;
+      throw err;
     }
+    const { value, mark } = patch;
+    if (mark !== null) await this.op(() => this.write({ lease: this.a.lease, seq: mark, kind: 'patch', name: id, outcome: 'ok', resultJson: '{}', sinceMs: 0 }));
     return value;
   }
 
@@ -171,8 +198,14 @@ export class WorkflowRun implements WorkflowContext {
 
   /** Resolves once every call under way has settled, or the attempt was given up. */
   async settled(): Promise<void> {
-    while (this.inFlight.size > 0 && !this.a.aborted) {
-      await Promise.race([Promise.allSettled([...this.inFlight]), new Promise<void>((resolve) => this.a.signal.addEventListener('abort', () => resolve(), { once: true }))]);
+    if (this.inFlight.size === 0 || this.a.aborted) return;
+    let onAbort!: () => void;
+    const aborted = new Promise<void>((resolve) => (onAbort = resolve));
+    this.a.signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      while (this.inFlight.size > 0 && !this.a.aborted) await Promise.race([Promise.allSettled([...this.inFlight]), aborted]);
+    } finally {
+      this.a.signal.removeEventListener('abort', onAbort);
     }
   }
 
@@ -184,7 +217,7 @@ export class WorkflowRun implements WorkflowContext {
       else {
         at = until();
         const json = JSON.stringify({ until: new Date(at).toISOString() });
-        if (!(await this.deps.journal.record({ lease: this.a.lease, seq, kind: 'sleep', name: 'sleep', outcome: 'ok', resultJson: json, sinceMs: 0 }))) throw this.lost();
+        await this.write({ lease: this.a.lease, seq, kind: 'sleep', name: 'sleep', outcome: 'ok', resultJson: json, sinceMs: 0 });
       }
       if (this.deps.clock.msUntil(at) <= 0) return;
       return this.parkOn({ waitingFor: 'sleep', wakeAt: at, signal: null, childSeq: null });
@@ -195,18 +228,18 @@ export class WorkflowRun implements WorkflowContext {
   private async insertOnce(seq: number, kind: CallKind, name: string, queue: string, payload: unknown, options: FollowUpOptions | undefined, child: boolean): Promise<string> {
     const row = buildTaskRow(queue, payload, options, this.deps.rowLimits, this.a.task.id, currentTraceContext());
     const started = performance.now();
-    return this.deps.prisma.$transaction(async (tx) => {
+    return this.journaled(() => this.deps.prisma.$transaction(async (tx) => {
       const [id] = await this.deps.insert(tx, [row]);
       if (child) await this.deps.repo.linkChild(tx, this.a.task.id, id);
       const outcome = child ? 'waiting' : 'ok';
       if (!(await this.deps.repo.record(tx, this.a.lease, seq, kind, name, outcome, JSON.stringify({ id }), performance.now() - started))) throw this.lost();
       return id;
-    }, WORKFLOW_TX_BOUNDS);
+    }, WORKFLOW_TX_BOUNDS));
   }
 
   private async recordValue<T>(seq: number, kind: CallKind, name: string, value: T, started: number): Promise<T> {
     const json = this.json(value, name);
-    if (!(await this.deps.journal.record({ lease: this.a.lease, seq, kind, name, outcome: 'ok', resultJson: json, sinceMs: performance.now() - started }))) throw this.lost();
+    await this.write({ lease: this.a.lease, seq, kind, name, outcome: 'ok', resultJson: json, sinceMs: performance.now() - started, kept: !this.failing });
     const result = JSON.parse(json);
     this.cursor.recorded({ seq, kind, name, outcome: 'ok', result });
     return result.v as T; // as a replay will see it (JSON): Dates become strings on every run alike
@@ -214,27 +247,44 @@ export class WorkflowRun implements WorkflowContext {
 
   private async recordError(seq: number, kind: CallKind, name: string, err: unknown, started: number): Promise<void> {
     const json = JSON.stringify({ error: journaledError(err) });
-    if (!(await this.deps.journal.record({ lease: this.a.lease, seq, kind, name, outcome: 'error', resultJson: json, sinceMs: performance.now() - started }))) throw this.lost();
-    this.failedAt(seq, err);
+    this.failing = true;
+    await this.write({ lease: this.a.lease, seq, kind, name, outcome: 'error', resultJson: json, sinceMs: performance.now() - started, kept: false });
   }
 
-  /** The call whose (recorded) error `err` is, or its cause's; null for an error from elsewhere. */
-  failedCall(err: unknown): number | null {
-    for (let e = err, depth = 0; typeof e === 'object' && e !== null && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-      const seq = this.errorCalls.get(e);
-      if (seq !== undefined) return seq;
+  /** Journals an entry outside a transaction (batched, see JournalWriter); a lost lease or database ends the attempt. */
+  private async write(entry: JournalRecord): Promise<void> {
+    if (!(await this.journaled(() => this.deps.journal.record(entry)))) throw this.lost();
+  }
+
+  /**
+   * A statement of the journal's own. If it fails, the call it journals has no outcome: the attempt
+   * ends (see unavailable), so the workflow's code never sees the database's error as the call's.
+   */
+  private async journaled<T>(statement: () => Promise<T>): Promise<T> {
+    try {
+      return await statement();
+    } catch (err) {
+      if (err instanceof LeaseLostError || this.a.aborted) throw err;
+      throw this.unavailable(err);
     }
-    return null;
   }
 
-  private failedAt<E>(seq: number, err: E): E {
-    if (typeof err === 'object' && err !== null) this.errorCalls.set(err, seq);
-    return err;
+  /**
+   * Ends the attempt on a database failure of the journal's (its write, a transaction that could
+   * not start or commit, a reply lost after a commit): given back uncounted when the database was
+   * unreachable or busy (DatabaseUnavailableError), else failed as any attempt; what the attempt
+   * journaled before stays, and the next attempt replays it, or runs again what it lacks.
+   */
+  private unavailable(err: unknown): unknown {
+    const reason = isDatabaseUnavailable(err) ? new DatabaseUnavailableError(`pg-queue: workflow ${this.a.task.id}: the database failed under its journal (given back uncounted): ${(err as Error)?.message ?? String(err)}`, { cause: err }) : err;
+    this.a.abort(reason);
+    return reason;
   }
 
   /** A journaled outcome, as the call returns or throws it. */
-  private replayed(seq: number, entry: JournalEntry, name: string): any {
-    if (entry.outcome === 'error') throw this.failedAt(seq, new StepFailedError(name, entry.result.error.name, entry.result.error.message));
+  private replayed(entry: JournalEntry, name: string): any {
+    if (entry.kept === false) this.failing = true;
+    if (entry.outcome === 'error') throw new StepFailedError(name, entry.result.error.name, entry.result.error.message);
     return entry.result?.v;
   }
 
@@ -264,12 +314,14 @@ export class WorkflowRun implements WorkflowContext {
    * longer under way: its promise for the workflow never settles); after a park nothing new starts.
    */
   private op<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.park !== null) return NEVER;
+    // After a park, or once the attempt is given up, nothing new starts: a catch that compensates
+    // on a shutdown's abort would run its compensation for a step that is only interrupted.
+    if (this.park !== null || this.a.aborted) return NEVER;
     const p = fn();
     this.inFlight.add(p);
     const done = () => this.inFlight.delete(p);
     p.then(done, done);
-    return p.catch((err: unknown) => (err === PARKING ? NEVER : Promise.reject(err)));
+    return p.catch((err: unknown) => (err === PARKING || this.a.aborted ? NEVER : Promise.reject(err)));
   }
 
   private lost(): LeaseLostError {

@@ -1,9 +1,9 @@
 import { NonRetryableError, PgQueueError } from '../errors';
 
 /**
- * The workflow's code no longer matches its journal: at some call position the journal records
- * another kind or name of call than the code made (code changed under a running workflow, or a
- * call that depends on something outside a step). Fatal: the workflow ends dead, to be retried with
+ * The workflow's code no longer matches its journal: the journal has another kind of call under a
+ * name the code called, or the code returned without a call the journal has (code changed under a
+ * running workflow, or a call that depends on something outside a step). Fatal: the workflow ends dead, to be retried with
  * `retry(id)` once the code is fixed (or branched with `wf.patched`).
  */
 export class WorkflowReplayError extends NonRetryableError {
@@ -15,7 +15,7 @@ export class WorkflowReplayError extends NonRetryableError {
     readonly called: string,
   ) {
     super(`pg-queue: workflow ${taskId} cannot replay its journal: at call ${position} the journal has ${recorded}, the code ${called}. ` +
-      'Calls must come in the same order on every run: changed code needs wf.patched(), and anything that varies (time, randomness, I/O) belongs inside a step');
+      'Changed code needs wf.patched(), and anything that varies (time, randomness, I/O) belongs inside a step');
   }
 }
 

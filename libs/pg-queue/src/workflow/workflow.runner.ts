@@ -1,6 +1,6 @@
 import type { Logger } from '@nestjs/common';
-import { TaskCancelledError } from '../errors';
-import { isLockTimeout } from '../sql/database-error';
+import { DatabaseUnavailableError, TaskCancelledError } from '../errors';
+import { isDatabaseUnavailable, isLockTimeout } from '../sql/database-error';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Attempt } from '../worker/attempt';
 import { invokeTraced, type InvokeOutcome } from '../worker/handler.invoker';
@@ -36,14 +36,27 @@ export class WorkflowRunner implements WorkflowEngine {
     try {
       journal = (await this.journals.journal(a.task.id)) as JournalEntry[];
     } catch (error) {
-      return { kind: 'error', error };
+      return this.givenBack(error);
     }
     const run = new WorkflowRun(a, new ReplayCursor(a.task.id, journal), this.deps);
     const method = handler.handle as unknown as (input: unknown, wf: WorkflowRun) => unknown;
-    const outcome = await invokeTraced(a, 'lease', handler.options.timeoutMs, () => Promise.race([Promise.resolve(method(a.task.payload, run)), run.parked]));
+    // The timeout bounds the whole attempt: the method, and then the calls still under way (a
+    // Promise.all that a park or an error ended waits for its other calls to record first).
+    const thrown: { error?: unknown; did: boolean } = { did: false };
+    let outcome = await invokeTraced(a, 'lease', handler.options.timeoutMs, async () => {
+      const returned = Promise.resolve().then(() => method(a.task.payload, run));
+      returned.catch((error: unknown) => Object.assign(thrown, { error, did: true }));
+      try {
+        return await Promise.race([returned, run.parked]);
+      } finally {
+        await run.settled();
+        await new Promise(setImmediate); // a rejection of the method that those calls caused reaches it
+      }
+    });
     if (outcome.kind === 'aborted') return outcome;
-    await run.settled(); // calls still under way (a Promise.all that a park or an error ended) record first
-    if (a.aborted) return { kind: 'aborted', reason: a.abortReason, settled: Promise.resolve() };
+    // A call parked, and another's error then ended the method (Promise.all): the attempt failed. Its
+    // error must be forgotten, not replayed by every later attempt.
+    if (outcome.kind === 'ok' && outcome.value === PARKED && thrown.did) outcome = { kind: 'error', error: thrown.error };
     if (run.fatal) return { kind: 'error', error: run.fatal }; // even if the code caught it and went on
     if (outcome.kind === 'ok' && outcome.value === PARKED) return this.park(a, run);
     if (outcome.kind === 'ok') {
@@ -54,13 +67,23 @@ export class WorkflowRunner implements WorkflowEngine {
       }
       return outcome;
     }
-    const failed = run.failedCall(outcome.error);
-    try {
-      if (failed !== null) await this.deps.repo.forgetFailure(this.deps.prisma, a.lease, failed);
-    } catch (err) {
-      this.logger.warn(`workflow ${a.task.id}: could not clear its failed call from the journal: ${(err as Error).message}`);
+    // The attempt failed: what it (or an earlier attempt that did not park) journaled tentatively
+    // is forgotten, so the next attempt runs those calls again (see WorkflowRun.failing).
+    if (run.failing) {
+      try {
+        await this.deps.repo.forgetTentative(this.deps.prisma, a.lease);
+      } catch (err) {
+        return this.givenBack(err); // the next attempt would replay this one's failure: not counted
+      }
     }
     return outcome;
+  }
+
+  /** A statement of the attempt's own failed: the attempt is given back uncounted when the database was unavailable, else failed. */
+  private givenBack(err: unknown): InvokeOutcome {
+    if (!isDatabaseUnavailable(err)) return { kind: 'error', error: err };
+    const reason = new DatabaseUnavailableError(`pg-queue: the database failed under a workflow's statement (given back uncounted): ${(err as Error)?.message ?? String(err)}`, { cause: err });
+    return { kind: 'aborted', reason, settled: Promise.resolve() };
   }
 
   private async park(a: Attempt, run: WorkflowRun): Promise<InvokeOutcome | { kind: 'parked' }> {
@@ -79,9 +102,9 @@ export class WorkflowRunner implements WorkflowEngine {
           await new Promise((r) => setTimeout(r, PARK_RETRY_MS));
           continue;
         }
-        // The lease expires and the rescuer gives the task back: the replay parks again.
-        this.logger.error(`workflow ${a.task.id} of "${a.task.queue}" could not park: ${(err as Error).message}`);
-        return { kind: 'parked' };
+        // Given back uncounted (or owed so, while the database cannot be reached): the replay parks again.
+        this.logger.warn(`workflow ${a.task.id} of "${a.task.queue}" could not park: ${(err as Error).message}`);
+        return this.givenBack(err);
       }
     }
   }

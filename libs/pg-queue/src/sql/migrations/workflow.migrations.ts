@@ -22,7 +22,7 @@ ALTER TABLE ${s}.task
   ADD COLUMN IF NOT EXISTS waiting_for text,
   ADD COLUMN IF NOT EXISTS woken boolean;
 
--- The journal: one row per call of a workflow's context, by call position. Written once (a signal
+-- The journal: one row per call of a workflow's context (seq: a position in call order). Written once (a signal
 -- wait's or a child's row goes from 'waiting' to its outcome), read whole when an attempt starts.
 CREATE TABLE IF NOT EXISTS ${s}.workflow_step (
   task_id      bigint      NOT NULL,
@@ -59,6 +59,18 @@ CREATE INDEX IF NOT EXISTS workflow_signal_task_idx ON ${s}.workflow_signal (tas
 CREATE INDEX IF NOT EXISTS task_wake_idx ON ${s}.task (wake_at) WHERE state = 'waiting' AND wake_at IS NOT NULL;
 `,
         },
+      ],
+    },
+    {
+      version: 26,
+      name: 'workflow_tentative_entries',
+      sql: [
+        `
+-- Whether a journal entry stays when an attempt fails (see workflow.sql.ts forgetTentative): false
+-- for a failed step or transaction and for the steps after such a failure in its attempt, until the
+-- workflow next parks. A constant default: no table rewrite.
+ALTER TABLE ${s}.workflow_step ADD COLUMN IF NOT EXISTS kept boolean NOT NULL DEFAULT true;
+`,
       ],
     },
   ];

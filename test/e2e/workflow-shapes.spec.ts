@@ -1,0 +1,286 @@
+/**
+ * Ordinary program shapes that workflows must replay (the named cases of the defects the
+ * generated-program checker, test/workflow-checker/, looks for in general): concurrent branches of
+ * several calls, a catch that logs and rethrows or wraps, a deploy or a timeout in the middle of a
+ * step of a saga, a step that hangs beside a sleep, a journal write or a park that meets a dropped
+ * connection.
+ */
+import { Injectable } from '@nestjs/common';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { PrismaClient } from '../../src/generated/prisma/client';
+import { Workflow, type WorkflowContext } from '@app/pg-queue';
+import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { holdTaskRow } from '../support/held-task-row';
+import { StallProxy } from '../support/stall-proxy';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { pause, waitFor } from '../support/wait-for';
+
+/** Runs of each outside call, by `${workflowId}:${name}`. */
+const runs = new Map<string, number>();
+const ran = (wf: WorkflowContext, name: string) => {
+  const n = (runs.get(`${wf.workflowId}:${name}`) ?? 0) + 1;
+  runs.set(`${wf.workflowId}:${name}`, n);
+  return n;
+};
+const later = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => (clearTimeout(timer), reject(signal.reason)), { once: true });
+  });
+/** What the next run of `hang` waits for (a step that hangs until it is given up). */
+let hangMs = 0;
+let proxy: StallProxy;
+
+@Injectable()
+class Shapes {
+  /** Branch 1's first call ends last: the first run journals b-0 before a-0's branch goes on. */
+  @Workflow('shape.branches')
+  async branches(_: unknown, wf: WorkflowContext) {
+    const parts = await Promise.all(
+      [40, 0].map(async (ms, i) => {
+        const fetched = await wf.step(`fetch-${i}`, () => later(ms).then(() => `f${i}`));
+        const stored = await wf.step(`store-${i}`, () => `s${i}`);
+        return `${fetched}${stored}`;
+      }),
+    );
+    await wf.sleep(10);
+    return parts;
+  }
+
+  @Workflow('shape.rethrow', { maxAttempts: 3, backoff: { type: 'fixed', delayMs: 10 } })
+  async rethrow(_: unknown, wf: WorkflowContext) {
+    try {
+      await wf.step('flaky', () => {
+        if (ran(wf, 'flaky') === 1) throw new Error('first run fails');
+        return 'ok';
+      });
+    } catch (err) {
+      await wf.step('log', () => void ran(wf, 'log'));
+      throw err;
+    }
+    return wf.step('after', () => 'after');
+  }
+
+  @Workflow('shape.wrap', { maxAttempts: 3, backoff: { type: 'fixed', delayMs: 10 } })
+  async wrap(_: unknown, wf: WorkflowContext) {
+    try {
+      return await wf.step('flaky', () => {
+        if (ran(wf, 'flaky') === 1) throw new Error('first run fails');
+        return 'ok';
+      });
+    } catch (err) {
+      throw new Error(`could not: ${(err as Error).message}`); // no cause
+    }
+  }
+
+  /** A saga: a step that honours wf.signal, compensated only if it really fails. */
+  @Workflow('shape.saga', { maxAttempts: 3, backoff: { type: 'fixed', delayMs: 10 }, timeoutMs: 1000, leaseMs: 2000 })
+  async saga(_: unknown, wf: WorkflowContext) {
+    try {
+      await wf.step('charge', async () => {
+        ran(wf, 'charge');
+        const ms = hangMs;
+        hangMs = 0;
+        await later(ms, wf.signal); // as fetch(url, { signal }) does
+        return 'charged';
+      });
+      return 'charged';
+    } catch {
+      await wf.step('refund', () => void ran(wf, 'refund'));
+      return 'compensated';
+    }
+  }
+
+  /** A step in its retry back-off during a shutdown. */
+  @Workflow('shape.backoff-saga', { maxAttempts: 3, backoff: { type: 'fixed', delayMs: 10 }, leaseMs: 2000 })
+  async backoffSaga(_: unknown, wf: WorkflowContext) {
+    try {
+      await wf.step(
+        'charge',
+        () => {
+          if (ran(wf, 'charge') === 1) throw new Error('busy, try again');
+          return 'charged';
+        },
+        { maxAttempts: 2, backoff: { type: 'fixed', delayMs: 3000 } },
+      );
+      return 'charged';
+    } catch {
+      await wf.step('refund', () => void ran(wf, 'refund'));
+      return 'compensated';
+    }
+  }
+
+  @Workflow('shape.hang-beside-sleep', { maxAttempts: 2, backoff: { type: 'fixed', delayMs: 10 }, timeoutMs: 1000 })
+  async hangBesideSleep(_: unknown, wf: WorkflowContext) {
+    await Promise.all([wf.step('slow', () => (ran(wf, 'slow') === 1 ? later(4000) : undefined)), wf.sleep(10)]);
+    return 'done';
+  }
+
+  @Workflow('shape.park-drop', { maxAttempts: 1, leaseMs: 2000 })
+  async parkDrop(_: unknown, wf: WorkflowContext) {
+    return wf.waitForSignal<string>('go');
+  }
+
+  /** The step's value reaches the journal over a connection that drops (see the test). */
+  @Workflow('shape.lost-write', { maxAttempts: 3, backoff: { type: 'fixed', delayMs: 10 } })
+  async lostWrite(_: unknown, wf: WorkflowContext) {
+    try {
+      await wf.step('charge', () => {
+        if (ran(wf, 'charge') === 1) {
+          proxy.refuse(); // the journal write that follows meets no connection
+          setTimeout(() => proxy.admit(), 500);
+        }
+        return 'charged';
+      });
+      return 'charged';
+    } catch {
+      await wf.step('refund', () => void ran(wf, 'refund'));
+      return 'compensated';
+    }
+  }
+}
+
+describe('workflow shapes', () => {
+  let db: TestDatabase;
+  let a: QueueApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    proxy = new StallProxy(Number(new URL(db.url).port));
+    await proxy.start();
+    a = await bootQueueApp(db.prisma(10), [Shapes], { workerId: 'shapes-a', databaseUrl: db.url, shutdownTimeoutMs: 200 });
+  }, 60_000);
+
+  afterAll(async () => {
+    await a?.close();
+    proxy.admit();
+    await proxy?.close();
+    await db?.drop();
+  });
+
+  const ended = async (id: string, timeoutMs = 20_000) =>
+    waitFor(`workflow ${id} ended`, async () => {
+      const t = await a.queue.get(id);
+      return t && ['done', 'dead', 'cancelled'].includes(t.state) ? t : null;
+    }, { timeoutMs });
+
+  it('concurrent branches of two calls each replay after a park, whatever order they ended in', async () => {
+    const id = await a.queue.enqueue('shape.branches', {});
+    const t = await ended(id);
+    expect([t.state, t.lastError]).toEqual(['done', null]);
+    expect(t.result).toEqual(['f0s0', 'f1s1']);
+  });
+
+  it('a catch that runs a logging step and rethrows: retried, and done once the step succeeds', async () => {
+    const id = await a.queue.enqueue('shape.rethrow', {});
+    const t = await ended(id);
+    expect([t.state, t.result, t.attempt]).toEqual(['done', 'after', 2]);
+    expect([runs.get(`${id}:flaky`), runs.get(`${id}:log`)]).toEqual([2, 1]);
+  });
+
+  it('a catch that throws another error (no cause): the step runs again on the next attempt', async () => {
+    const id = await a.queue.enqueue('shape.wrap', {});
+    const t = await ended(id);
+    expect([t.state, t.result, t.attempt]).toEqual(['done', 'ok', 2]);
+  });
+
+  // A business transaction holds each workflow's row while its attempt is given up (it enqueued a
+  // task that depends on it): the attempt's outcome waits for the row, the step's journal write
+  // does not (it only shares the row), so a journaled abort would be there first to be replayed.
+  it('a timeout in the middle of a step that honours wf.signal does not make the saga compensate', async () => {
+    hangMs = 5000;
+    const id = await a.queue.enqueue('shape.saga', {});
+    await waitFor('the step under way', () => runs.get(`${id}:charge`) === 1);
+    await holdTaskRow(db.prisma(2), a.queue, id, 2000);
+    const t = await ended(id);
+    expect([t.state, t.result]).toEqual(['done', 'charged']);
+    expect([runs.get(`${id}:charge`), runs.get(`${id}:refund`)]).toEqual([2, undefined]);
+  });
+
+  it('a shutdown in the middle of a step, or of its retry back-off, does not make the saga compensate', async () => {
+    const old = await bootQueueApp(db.prisma(6), [Shapes], { workerId: 'shapes-old', databaseUrl: db.url, shutdownTimeoutMs: 200 });
+    await a.close(); // only `old` runs them, until it shuts down
+    hangMs = 60_000;
+    const honours = await old.queue.enqueue('shape.saga', {});
+    const backingOff = await old.queue.enqueue('shape.backoff-saga', {});
+    await waitFor('both steps under way', () => runs.get(`${honours}:charge`) === 1 && runs.get(`${backingOff}:charge`) === 1);
+    await pause(100);
+    const business = db.prisma(4);
+    await holdTaskRow(business, old.queue, honours, 1500);
+    await holdTaskRow(business, old.queue, backingOff, 1500);
+    await old.close(); // the deploy: its attempts are given up mid-step (their rows held: back by their leases' end)
+    a = await bootQueueApp(db.prisma(10), [Shapes], { workerId: 'shapes-new', databaseUrl: db.url, shutdownTimeoutMs: 200, rescueIntervalMs: 200 });
+    for (const id of [honours, backingOff]) {
+      const t = await ended(id);
+      expect([id, t.state, t.result]).toEqual([id, 'done', 'charged']);
+      expect(runs.get(`${id}:refund`)).toBeUndefined();
+    }
+  }, 40_000);
+
+  it("the handler's timeout bounds a step that hangs beside a sleep", async () => {
+    const id = await a.queue.enqueue('shape.hang-beside-sleep', {});
+    await waitFor('the slow step started', () => runs.get(`${id}:slow`) === 1);
+    const startedAt = Date.now();
+    // At 1 s the attempt times out: it fails, and the next one runs (the step returns at 4 s).
+    const t = await ended(id, 10_000);
+    expect([t.state, t.result, t.attempt]).toEqual(['done', 'done', 2]);
+    expect(Date.now() - startedAt).toBeLessThan(3500);
+  });
+});
+
+describe('workflow shapes through a dropped connection', () => {
+  let db: TestDatabase;
+  let app: QueueApp;
+
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    proxy = new StallProxy(Number(new URL(db.url).port));
+    await proxy.start();
+    app = await bootQueueApp(db.prisma(10), [], { autoStart: false });
+  }, 60_000);
+
+  afterAll(async () => {
+    proxy.admit();
+    await proxy?.close();
+    await db?.drop();
+  });
+
+  it("a step whose journal write meets a dropped connection is run again, never journaled as failed", async () => {
+    const viaProxy = new PrismaClient({ adapter: new PrismaPg({ connectionString: proxy.url(db.url), max: 6 }) });
+    const worker = await bootQueueApp(viaProxy, [Shapes], { workerId: 'shapes-proxy', databaseUrl: db.url, shutdownTimeoutMs: 200 });
+    try {
+      const id = await app.queue.enqueue('shape.lost-write', {});
+      const t = await waitFor('the workflow ended', async () => {
+        const got = await app.queue.get(id);
+        return got && ['done', 'dead'].includes(got.state) ? got : null;
+      });
+      expect([t.state, t.result]).toEqual(['done', 'charged']);
+      expect(runs.get(`${id}:refund`)).toBeUndefined();
+      expect(t.attempt).toBe(1); // given back uncounted
+    } finally {
+      await worker.close();
+      await viaProxy.$disconnect();
+    }
+  });
+
+  it('a park that meets a dropped connection costs no attempt: a workflow of one attempt still takes its signal', async () => {
+    const viaProxy = new PrismaClient({ adapter: new PrismaPg({ connectionString: proxy.url(db.url), max: 6 }) });
+    const worker = await bootQueueApp(viaProxy, [Shapes], { workerId: 'shapes-park', databaseUrl: db.url, shutdownTimeoutMs: 200, rescueIntervalMs: 200 });
+    try {
+      const dropped = proxy.refuseOn('waiting_for = CASE'); // the park statement: never reaches the server
+      const id = await app.queue.enqueue('shape.park-drop', {});
+      await dropped;
+      setTimeout(() => proxy.admit(), 300);
+      await waitFor('the workflow parked', async () => (await app.queue.get(id))?.state === 'waiting', { timeoutMs: 15_000 });
+      await app.queue.signal(id, 'go', 'went');
+      const t = await waitFor('the workflow ended', async () => {
+        const got = await app.queue.get(id);
+        return got && ['done', 'dead'].includes(got.state) ? got : null;
+      });
+      expect([t.state, t.result, t.lastError]).toEqual(['done', 'went', null]);
+    } finally {
+      await worker.close();
+      await viaProxy.$disconnect();
+    }
+  }, 40_000);
+});
