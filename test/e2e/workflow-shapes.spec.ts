@@ -7,9 +7,10 @@
  */
 import { Injectable } from '@nestjs/common';
 import { PrismaPg } from '@prisma/adapter-pg';
+import { Client } from 'pg';
 import { PrismaClient } from '../../src/generated/prisma/client';
 import { Workflow, type WorkflowContext } from '@app/pg-queue';
-import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { holdTaskRow } from '../support/held-task-row';
 import { StallProxy } from '../support/stall-proxy';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
@@ -30,6 +31,7 @@ const later = (ms: number, signal?: AbortSignal) =>
 /** What the next run of `hang` waits for (a step that hangs until it is given up). */
 let hangMs = 0;
 let proxy: StallProxy;
+let gate = deferred();
 
 @Injectable()
 class Shapes {
@@ -119,6 +121,12 @@ class Shapes {
   @Workflow('shape.park-drop', { maxAttempts: 1, leaseMs: 2000 })
   async parkDrop(_: unknown, wf: WorkflowContext) {
     return wf.waitForSignal<string>('go');
+  }
+
+  @Workflow('shape.gated-wait')
+  async gatedWait(_: unknown, wf: WorkflowContext) {
+    await wf.step('gate', () => (ran(wf, 'gate'), gate.promise));
+    return wf.waitForSignal('go');
   }
 
   /** The step's value reaches the journal over a connection that drops (see the test). */
@@ -216,6 +224,25 @@ describe('workflow shapes', () => {
       expect(runs.get(`${id}:refund`)).toBeUndefined();
     }
   }, 40_000);
+
+  it('a cancel that races a park always ends the workflow', async () => {
+    gate = deferred();
+    const id = await a.queue.enqueue('shape.gated-wait', {});
+    await waitFor('the gate step under way', () => runs.get(`${id}:gate`) === 1);
+    // A transaction holds the row for 800 ms: the park waits for it with a snapshot from before the
+    // cancel below, which reads the task running and commits a request meanwhile.
+    const holder = new Client({ connectionString: db.url });
+    await holder.connect();
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM pgqueue.task WHERE id = $1 FOR NO KEY UPDATE', [id]);
+    const released = pause(800).then(() => holder.query('COMMIT')).finally(() => holder.end());
+    gate.resolve();
+    await waitFor('the park waiting for the row', async () => (await db.sql(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%WITH parked AS%'`)).length > 0, { everyMs: 20 });
+    expect(['requested', 'cancelled']).toContain(await a.queue.cancel(id));
+    await released;
+    const t = await ended(id, 10_000);
+    expect(t.state).toBe('cancelled');
+  });
 
   it("the handler's timeout bounds a step that hangs beside a sleep", async () => {
     const id = await a.queue.enqueue('shape.hang-beside-sleep', {});

@@ -8,6 +8,18 @@ export function operateStatements(schema: string) {
   const s = quoteIdent(schema);
   return marked({
     /**
+     * Run first in cancel's transaction: locks task $1's row (waiting at most $2 ms: a business
+     * transaction may hold it), so that cancel and a workflow's park serialise on the row. A park
+     * under way is waited for, and the cancel statement then sees the task parked (and cancels it
+     * at once); a park that comes after waits for the cancel, and then meets the row as cancel left
+     * it: `woken`, so it goes back to pending, and its next attempt ends cancelled (journals in
+     * workflow.sql.ts). Without the lock a cancel that read the task running could leave its request
+     * to a workflow that parks meanwhile, for ever.
+     */
+    cancelLock: `
+SELECT set_config('lock_timeout', $2, true) IS NULL AS bound, (SELECT state FROM ${s}.task WHERE id = $1::bigint FOR NO KEY UPDATE) AS state`,
+
+    /**
      * Cancel. A pending, waiting (or dead) task moves to the archive as cancelled at once; its
      * dependants get debts (they end cancelled too, see dependencies.sql.ts). A running task
      * gets a cancel request (a row in task_cancel, which a transactional handler's row lock does not
@@ -32,6 +44,10 @@ ${toldCte(s, "SELECT id, 'cancelled' AS state, queue, watched FROM now_cancelled
   SELECT id FROM ${s}.task WHERE id = $1::bigint AND state = 'running'
   ON CONFLICT DO NOTHING
   RETURNING task_id
+), marked AS (
+  -- A workflow parking now (see cancelLock) finds its row changed: its park goes pending, not waiting.
+  UPDATE ${s}.task t SET woken = true FROM requested r WHERE t.id = r.task_id
+  RETURNING 1
 ), signalled AS (
   SELECT pg_notify($2, '!cancel ' || task_id) FROM requested
 )

@@ -1,5 +1,7 @@
 import type { PrismaClientLike, SqlExecutor, TaskState } from '../types';
 import { inBoundedTransaction, ONE_ROW_BOUNDS } from './bounded-transaction';
+import { isLockTimeout } from './database-error';
+import { ROW_LOCK_WAIT_MS } from './fragments.sql';
 import { JIT_OFF } from './inspect.fragments';
 import { notifyChannel } from './identifiers';
 import { inspectStatements } from './inspect.sql';
@@ -137,9 +139,26 @@ export class OperatorRepository {
     return db.$queryRawUnsafe<{ error: string; count: number; dead: number; last_seen: Date }[]>(this.inspectSql.topErrors, queue, limit);
   }
 
-  async cancel(db: SqlExecutor, id: string): Promise<{ cancelled: number; requested: number }> {
-    const [res] = await db.$queryRawUnsafe<{ cancelled: number; requested: number }[]>(this.operateSql.cancel, id, this.channel);
-    return { cancelled: res.cancelled, requested: res.requested };
+  /**
+   * Cancels task `id` (see cancel and cancelLock in operate.sql.ts): in a transaction that first
+   * locks its row, so that a workflow parking at that moment is either cancelled parked or told at
+   * its park. A row held past ROW_LOCK_WAIT_MS (a business transaction that enqueued a dependant of
+   * it) is cancelled without the lock, as a running task with no park in sight is.
+   */
+  async cancel(prisma: PrismaClientLike, id: string): Promise<{ cancelled: number; requested: number }> {
+    const statement = async (db: SqlExecutor) => {
+      const [res] = await db.$queryRawUnsafe<{ cancelled: number; requested: number }[]>(this.operateSql.cancel, id, this.channel);
+      return { cancelled: res.cancelled, requested: res.requested };
+    };
+    try {
+      return await inBoundedTransaction(prisma, `cancel of task ${id}`, ONE_ROW_BOUNDS, 1, async (tx) => {
+        await tx.$queryRawUnsafe(this.operateSql.cancelLock, id, `${ROW_LOCK_WAIT_MS}ms`);
+        return statement(tx);
+      });
+    } catch (err) {
+      if (!isLockTimeout((err as { cause?: unknown }).cause ?? err)) throw err;
+      return statement(prisma);
+    }
   }
 
   /**

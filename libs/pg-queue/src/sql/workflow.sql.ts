@@ -53,11 +53,16 @@ export function workflowStatements(schema: string) {
   return marked({
     /**
      * The journals of tasks $1 (ids as comma-separated text, parsed once: see HELD in
-     * fragments.sql.ts), by task, in call order.
+     * fragments.sql.ts), by task, in call order; and, as a row of kind 'cancel' at seq -1, a cancel
+     * request that waits for the task (a cancel that met its park, see operate.sql.ts cancelLock):
+     * the attempt ends cancelled before it runs anything.
      */
     journals: `
+WITH ids AS (SELECT string_to_array($1, ',')::bigint[] AS ids)
 SELECT task_id::text AS task_id, seq, kind, name, outcome, result, kept FROM ${s}.workflow_step
-WHERE task_id = ANY ((SELECT string_to_array($1, ',')::bigint[])::bigint[])
+WHERE task_id = ANY ((SELECT ids FROM ids)::bigint[])
+UNION ALL
+SELECT task_id::text, -1, 'cancel', '', 'ok', NULL, true FROM ${s}.task_cancel WHERE task_id = ANY ((SELECT ids FROM ids)::bigint[])
 ORDER BY task_id, seq`,
 
     /**

@@ -38,6 +38,7 @@ export class WorkflowRunner implements WorkflowEngine {
     } catch (error) {
       return this.givenBack(error);
     }
+    if (journal.some((e) => (e.kind as string) === 'cancel')) return { kind: 'aborted', reason: new TaskCancelledError(a.task.id), settled: Promise.resolve() };
     const run = new WorkflowRun(a, new ReplayCursor(a.task.id, journal), this.deps);
     const method = handler.handle as unknown as (input: unknown, wf: WorkflowRun) => unknown;
     // The timeout bounds the whole attempt: the method, and then the calls still under way (a
