@@ -11,7 +11,7 @@ import { Client } from 'pg';
 import { PrismaClient } from '../../src/generated/prisma/client';
 import { Workflow, type WorkflowContext } from '@app/pg-queue';
 import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
-import { holdTaskRow } from '../support/held-task-row';
+import { holdTaskRow, longestLockWait } from '../support/held-task-row';
 import { StallProxy } from '../support/stall-proxy';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { pause, waitFor } from '../support/wait-for';
@@ -32,6 +32,7 @@ const later = (ms: number, signal?: AbortSignal) =>
 let hangMs = 0;
 let proxy: StallProxy;
 let gate = deferred();
+const LONG_NAME = `payment-confirmed-${'x'.repeat(300)}`;
 
 @Injectable()
 class Shapes {
@@ -121,6 +122,19 @@ class Shapes {
   @Workflow('shape.park-drop', { maxAttempts: 1, leaseMs: 2000 })
   async parkDrop(_: unknown, wf: WorkflowContext) {
     return wf.waitForSignal<string>('go');
+  }
+
+  @Workflow('shape.wait')
+  async wait(_: unknown, wf: WorkflowContext) {
+    return wf.waitForSignal<string>('paid');
+  }
+
+  /** A wait that times out, then one on a long signal name. */
+  @Workflow('shape.timed-wait')
+  async timedWait(_: unknown, wf: WorkflowContext) {
+    const none = await wf.waitForSignal('never', { timeoutMs: 50 });
+    const long = await wf.waitForSignal<string>(LONG_NAME);
+    return [none, long];
   }
 
   @Workflow('shape.gated-wait')
@@ -242,6 +256,40 @@ describe('workflow shapes', () => {
     await released;
     const t = await ended(id, 10_000);
     expect(t.state).toBe('cancelled');
+  });
+
+  it('a signal sent early inside a long business transaction: the workflow parks without spinning or waiting on a lock, and wakes at the commit', async () => {
+    const claims: number[] = [];
+    const sub = a.queue.events$.subscribe((e) => e.queue === 'shape.wait' && e.type === 'claimed' && claims.push(Date.now()));
+    try {
+      const business = db.prisma(2);
+      const id = await a.queue.enqueue('shape.wait', {});
+      let committedAt = 0;
+      const sending = business.$transaction(async (tx) => {
+        await a.queue.signal(id, 'paid', 'p', { tx });
+        await pause(4000);
+        committedAt = Date.now();
+      }, { timeout: 20_000 });
+      const waits = await longestLockWait((text) => db.sql(text), 3500);
+      await sending;
+      const t = await ended(id, 10_000);
+      expect([t.state, t.result]).toEqual(['done', 'p']);
+      // One claim before the commit (it parks at once, as waiting), one after (woken by the commit).
+      expect(claims.filter((at) => at < committedAt)).toHaveLength(1);
+      expect(claims.length).toBe(2);
+      expect(waits).toBeLessThan(500);
+    } finally {
+      sub.unsubscribe();
+    }
+  }, 30_000);
+
+  it('a signal wait that timed out says so; a signal name of up to 512 characters can be sent as it can be waited for', async () => {
+    const id = await a.queue.enqueue('shape.timed-wait', {});
+    await waitFor('the second wait parked', async () => (await a.queue.get(id))?.workflow?.waitingFor?.name === LONG_NAME);
+    await a.queue.signal(id, LONG_NAME, 'paid');
+    const t = await ended(id);
+    expect([t.state, t.result]).toEqual(['done', [null, 'paid']]);
+    expect(t.workflow!.steps.map((s) => [s.kind, s.outcome, s.timedOut])).toEqual([['signal', 'ok', true], ['signal', 'ok', false]]);
   });
 
   it("the handler's timeout bounds a step that hangs beside a sleep", async () => {

@@ -77,6 +77,7 @@ export class CheckerFleet {
   private readonly clients: PrismaClient[] = [];
   /** The app's own client, for the business transactions that send signals. */
   private business!: PrismaClient;
+  private closed = false;
   /** Instances whose close met a drop: closed again at the end. */
   private readonly unclosed: QueueApp[] = [];
   /** Drops under way (they may overlap). */
@@ -97,6 +98,7 @@ export class CheckerFleet {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     this.proxy.admit();
     for (const a of [this.cleanWorker, ...this.faultyWorkers, ...this.unclosed, this.cleanApi, this.faultyApi]) await a?.close().catch(() => undefined);
     await Promise.all(this.clients.map((c) => c.$disconnect().catch(() => undefined)));
@@ -106,6 +108,7 @@ export class CheckerFleet {
   private async worker(label: 'clean' | 'faulty'): Promise<QueueApp> {
     const viaProxy = label === 'faulty';
     for (let tries = 0; ; tries++) {
+      if (this.closed) throw new Error('the checker is closing');
       try {
         const url = viaProxy ? this.proxy.url(this.db.url) : this.db.url;
         const prisma = viaProxy ? this.prismaAt(url) : this.db.prisma(12);
@@ -196,39 +199,45 @@ export class CheckerFleet {
       }
     });
 
-    // Watch the rows until every workflow has ended: send late signals, time the attempts.
     const runningSince = new Map<string, number>();
     const final = new Map<string, TaskInfo>();
     const finalStates = new Set(['done', 'dead', 'cancelled']);
-    while (final.size < INSTANCES * 2 && Date.now() - started < TRIAL_DEADLINE_MS) {
-      for (const run of runs) {
-        const api = run.label === 'clean' ? this.cleanApi : this.faultyApi;
-        for (const id of run.ids) {
-          const key = `${run.label}:${id}`;
-          if (final.has(key)) continue;
-          const t = await api.queue.get(id);
-          if (!t) continue;
-          if (finalStates.has(t.state)) final.set(key, t);
-          if (t.state === 'running' && t.lockedBy) {
-            const lease = `${key}:${t.lockedBy}:${t.startedAt?.getTime()}`;
-            const since = runningSince.get(lease) ?? Date.now();
-            runningSince.set(lease, since);
-            if (Date.now() - since > ATTEMPT_TIMEOUT_MS + RUNNING_SLACK_MS && !violations.some((v) => v.startsWith(`${key}: an attempt`))) {
-              violations.push(`${key}: an attempt has been running for ${Date.now() - since} ms, past its ${ATTEMPT_TIMEOUT_MS} ms timeout`);
+    try {
+      // Watch the rows until every workflow has ended: send late signals, time the attempts.
+      while (final.size < INSTANCES * 2 && Date.now() - started < TRIAL_DEADLINE_MS) {
+        for (const run of runs) {
+          const api = run.label === 'clean' ? this.cleanApi : this.faultyApi;
+          for (const id of run.ids) {
+            const key = `${run.label}:${id}`;
+            if (final.has(key)) continue;
+            const t = await api.queue.get(id);
+            if (!t) continue;
+            if (finalStates.has(t.state)) final.set(key, t);
+            if (t.state === 'running' && t.lockedBy) {
+              const lease = `${key}:${t.lockedBy}:${t.startedAt?.getTime()}`;
+              const since = runningSince.get(lease) ?? Date.now();
+              runningSince.set(lease, since);
+              if (Date.now() - since > ATTEMPT_TIMEOUT_MS + RUNNING_SLACK_MS && !violations.some((v) => v.startsWith(`${key}: an attempt`))) {
+                violations.push(`${key}: an attempt has been running for ${Date.now() - since} ms, past its ${ATTEMPT_TIMEOUT_MS} ms timeout`);
+              }
+            }
+            const waiting = t.workflow?.waitingFor;
+            if (waiting?.kind === 'signal' && waiting.name) {
+              const s = toSend.get(`${run.label}:${id}:${waiting.name}`);
+              if (s && (s.timing === 'late' || s.timing === 'twice') && s.sent < (s.timing === 'twice' ? 2 : 1)) send(s);
             }
           }
-          const waiting = t.workflow?.waitingFor;
-          if (waiting?.kind === 'signal' && waiting.name) {
-            const s = toSend.get(`${run.label}:${id}:${waiting.name}`);
-            if (s && (s.timing === 'late' || s.timing === 'twice') && s.sent < (s.timing === 'twice' ? 2 : 1)) send(s);
-          }
         }
+        await pause(100);
       }
-      await pause(100);
+    } finally {
+      // Whatever happened above, no fault of this trial outlives it.
+      for (const [i, r] of (await Promise.allSettled(faults)).entries()) {
+        if (r.status === 'rejected') violations.push(`the fault ${JSON.stringify(plan.faults[i])} could not be carried out: ${(r.reason as Error)?.message}`);
+      }
+      this.proxy.admit();
+      await Promise.allSettled(pending);
     }
-    await Promise.all(faults);
-    this.proxy.admit();
-    await Promise.all(pending);
 
     for (const run of runs) {
       const api = run.label === 'clean' ? this.cleanApi : this.faultyApi;

@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from '../errors';
 import { serialisePayload } from '../core/task-input';
+import { isTextKey } from '../core/task-rules';
 import type { TaskDetailRow } from '../sql/operator.repository';
 import type { WorkflowRepository } from '../sql/workflow.repository';
 import { WORKFLOW_TX_BOUNDS } from '../sql/workflow.repository';
@@ -12,8 +13,10 @@ import type { WorkflowInfo, WorkflowStepInfo, WorkflowWait } from '../workflow/w
  * the caller's writes), else in a transaction of its own. Returns the signal's id.
  */
 export async function sendSignal(prisma: PrismaClientLike, repo: WorkflowRepository, tx: SqlExecutor | null, id: string, name: unknown, payload: unknown, maxBytes: number): Promise<string> {
-  if (typeof name !== 'string' || name.length === 0 || name.length > 200) {
-    throw new InvalidArgumentError('name', `expected a signal name (a non-empty string of at most 200 characters), got ${JSON.stringify(name)}`);
+  if (!isTextKey(name)) {
+    // The rule of waitForSignal's names (and every call name): the same signal can be sent and waited for.
+    const shown = typeof name === 'string' ? JSON.stringify(name.slice(0, 100)) : typeof name;
+    throw new InvalidArgumentError('name', `expected a signal name (a non-empty string of at most 512 characters, without U+0000 or unpaired surrogates), got ${shown}`);
   }
   const json = serialisePayload(`signal ${name}`, payload === undefined ? null : payload, maxBytes);
   const sent = tx !== null ? await repo.send(tx, id, name, json) : await prisma.$transaction((t) => repo.send(t, id, name, json), WORKFLOW_TX_BOUNDS);
@@ -29,6 +32,7 @@ export function workflowOf(row: TaskDetailRow): WorkflowInfo | undefined {
     kind: s.kind as WorkflowStepInfo['kind'],
     name: s.name,
     outcome: s.outcome as WorkflowStepInfo['outcome'],
+    timedOut: s.timedOut === true,
     attempt: s.attempt,
     startedAt: s.startedAt === null ? null : new Date(s.startedAt),
     finishedAt: new Date(s.finishedAt),

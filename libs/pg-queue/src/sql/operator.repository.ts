@@ -42,7 +42,7 @@ export interface TaskRow {
 export interface TaskDetailRow extends TaskRow {
   waiting_for: string | null;
   wake_at: Date | null;
-  journal: { seq: number; kind: string; name: string; outcome: string; attempt: number; startedAt: string | null; finishedAt: string }[] | null;
+  journal: { seq: number; kind: string; name: string; outcome: string; attempt: number; startedAt: string | null; finishedAt: string; timedOut?: boolean }[] | null;
 }
 
 /**

@@ -14,6 +14,7 @@ describe('runtime functions', () => {
     ['claim_limited', 4, '4606aa931dc35a3a'],
     ['claim_limited', 5, 'b24db32ee79c0a34'],
     ['claim_limited', 6, '3cd4a36e80f3e718'],
+    ['workflow_signal_committed', 1, '347f965f3cfd5676'],
   ];
 
   it("pins each function's text to its release: a changed body needs a new release, listed above", () => {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { quoteIdent } from './identifiers';
 import { limitedClaim } from './limited-claim.function';
+import { SIGNAL_LOCK_NAMESPACE } from './workflow.sql';
 
 /**
  * SQL functions whose body may change from one release to the next. Not migrations: the installer
@@ -163,4 +164,41 @@ END $fn$`,
 };
 
 /** In the order they are installed. */
-export const RUNTIME_FUNCTIONS: readonly RuntimeFunctionDefinition[] = [archivePartitions, archivePartitionStep, limitedClaim];
+/**
+ * `workflow_signal_committed()`: the deferred constraint trigger of workflow_signal (migration 27),
+ * run once per signal at its sender's commit, inside that transaction: a workflow parked on that
+ * signal goes back to pending, and its queue's workers hear of it at the commit. The signal lock
+ * (see workflow.sql.ts) is taken here, for the moment of the commit only, not for the sender's whole
+ * transaction: a park takes it before its snapshot, so the park either sees the committed signal or
+ * has committed before this update, which then finds it parked. The row is taken SKIP LOCKED: a
+ * commit never waits for another transaction that holds the workflow's row (one that enqueued a
+ * task depending on it); the waker's pass (wakeDue) wakes such a workflow instead.
+ */
+const workflowSignalCommitted: RuntimeFunctionDefinition = {
+  name: 'workflow_signal_committed',
+  args: '',
+  requires: 27,
+  release: 1,
+  body: (s) => workflowSignalCommittedSql(s),
+};
+
+/** workflow_signal_committed's text; the migration that adds its trigger creates it with this text too. */
+export function workflowSignalCommittedSql(s: string): string {
+  return `
+CREATE OR REPLACE FUNCTION ${s}.workflow_signal_committed() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+  woke text;
+BEGIN
+  PERFORM pg_advisory_xact_lock(${SIGNAL_LOCK_NAMESPACE}, hashtext(NEW.task_id::text));
+  UPDATE ${s}.task t SET state = 'pending', run_at = now(), wake_at = NULL, waiting_for = NULL
+  WHERE t.id = (SELECT w.id FROM ${s}.task w
+                WHERE w.id = NEW.task_id AND w.state = 'waiting' AND w.waiting_for = 'signal:' || NEW.name
+                FOR UPDATE SKIP LOCKED)
+  RETURNING t.queue INTO woke;
+  IF woke IS NOT NULL THEN PERFORM pg_notify(TG_TABLE_SCHEMA || '_task_ready', woke); END IF;
+  RETURN NULL;
+END
+$fn$`;
+}
+
+export const RUNTIME_FUNCTIONS: readonly RuntimeFunctionDefinition[] = [archivePartitions, archivePartitionStep, limitedClaim, workflowSignalCommitted];

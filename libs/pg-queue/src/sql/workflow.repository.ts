@@ -120,8 +120,7 @@ export class WorkflowRepository {
    * signal id, or the state of a target that cannot take it ('done', 'cancelled', or null: unknown).
    */
   async send(db: SqlExecutor, taskId: string, name: string, payloadJson: string): Promise<{ id: string } | { state: string | null }> {
-    await db.$queryRawUnsafe(this.sql.sendLock, taskId);
-    const [row] = await db.$queryRawUnsafe<{ id: string | null; state: string | null }[]>(this.sql.send, taskId, name, payloadJson, this.channel);
+    const [row] = await db.$queryRawUnsafe<{ id: string | null; state: string | null }[]>(this.sql.send, taskId, name, payloadJson);
     return row.id !== null ? { id: row.id } : { state: row.state };
   }
 

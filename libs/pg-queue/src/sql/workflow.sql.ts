@@ -8,12 +8,13 @@ import { cancelRequestedOf, marked, notifyCte, rowLockBound } from './fragments.
  */
 export function journalJson(schema: string, taskId: string): string {
   return `(SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
-                                    'startedAt', w.started_at, 'finishedAt', w.finished_at) ORDER BY w.seq)
+                                    'startedAt', w.started_at, 'finishedAt', w.finished_at,
+                                    'timedOut', w.kind = 'signal' AND w.result ? 'timedOut') ORDER BY w.seq)
    FROM ${quoteIdent(schema)}.workflow_step w WHERE w.task_id = ${taskId})`;
 }
 
 /** First key of the advisory lock that orders a signal against a workflow parking on it; the second is hashtext(task id). */
-const SIGNAL_LOCK_NAMESPACE = 0x70_67_77; // "pgw"
+export const SIGNAL_LOCK_NAMESPACE = 0x70_67_77; // "pgw"
 
 /** The notification that tells waker loops when the earliest parked workflow wakes: `!wake@<epoch ms>`. */
 export const WAKE_NOTICE = '!wake@';
@@ -30,9 +31,11 @@ export const WAKE_NOTICE = '!wake@';
  * one. A parked workflow is a task in state 'waiting' with waiting_for set, out of every claim
  * index; the waker moves those whose wake_at has come back to pending.
  *
- * Lost wake-ups: a signal and a park on it serialise on an advisory lock per task (a signal is sent
- * inside the caller's transaction, whose length we do not control: a row lock there would stall the
- * workflow's heartbeats). A child's end reaches a parked or running parent through its dependency
+ * Lost wake-ups: a signal and a park on it serialise on an advisory lock per task, which the signal
+ * takes only at its sender's commit (the deferred trigger workflow_signal_committed, runtime-functions.ts,
+ * wakes a workflow parked on it there): a signal is sent inside the caller's transaction, whose
+ * length we do not control, so neither a lock held for it nor a row lock there may stall the
+ * workflow's park or heartbeats. A child's end reaches a parked or running parent through its dependency
  * debt (dependencies.sql.ts): the settle updates the parent's row either way (pending, or `woken`),
  * so the park, which updates the same row, sees it whichever commits first.
  */
@@ -177,37 +180,39 @@ WHERE w.task_id = f.id AND NOT w.kept`,
 UPDATE ${s}.task SET dependants = coalesce(dependants, '{}') || $1::bigint WHERE id = $2::bigint`,
 
     /**
-     * Sends signal $2 (payload $3, JSON) to task $1, after taking the signal lock: buffered, and a
-     * workflow parked on that signal goes back to pending. Returns the signal's id, or none with
-     * the target's state ('done', 'cancelled' or NULL: unknown) when it cannot take signals. $4 channel.
+     * Sends signal $2 (payload $3, JSON) to task $1: buffered; a workflow parked on that signal goes
+     * back to pending when the caller's transaction commits (workflow_signal_committed). No lock
+     * beyond the row's insert. Returns the signal's id, or none with the target's state ('done',
+     * 'cancelled' or NULL: unknown) when it cannot take signals.
      */
     send: `
 WITH target AS (
   SELECT id FROM ${s}.task WHERE id = $1::bigint AND state IN ('pending', 'running', 'waiting', 'dead')
 ), sent AS (
   INSERT INTO ${s}.workflow_signal (task_id, name, payload) SELECT id, $2, $3::jsonb FROM target RETURNING id
-), woke AS (
-  UPDATE ${s}.task t SET state = 'pending', run_at = now(), wake_at = NULL, waiting_for = NULL
-  WHERE t.id = $1::bigint AND t.state = 'waiting' AND t.waiting_for = 'signal:' || $2 AND EXISTS (SELECT 1 FROM sent)
-  RETURNING t.queue, t.run_at
-), ${notifyCte('SELECT queue, run_at FROM woke', '$4')}
-SELECT (SELECT id::text FROM sent) AS id, (SELECT count(*) FROM notified)::int AS notified,
+)
+SELECT (SELECT id::text FROM sent) AS id,
        CASE WHEN NOT EXISTS (SELECT 1 FROM sent)
             THEN coalesce((SELECT state FROM ${s}.task WHERE id = $1::bigint), (SELECT state FROM ${s}.task_archive WHERE id = $1::bigint)) END AS state`,
 
-    /** The signal lock of task $1, for a signal sent inside the caller's transaction. */
-    sendLock: `
-SELECT ${signalLock} IS NULL AS locked`,
-
     /**
-     * Wakes parked workflows of queues $1 whose wake_at has come, at most $2, and returns the next
-     * wake time among those left (epoch ms, or NULL). $3 channel.
+     * Wakes parked workflows of queues $1 whose wake_at has come, or (the safety net of
+     * workflow_signal_committed, which skips a row another transaction holds) whose signal is
+     * there, at most $2 of each, and returns the next wake time among those left (epoch ms, or
+     * NULL). The second set is read from the signals not consumed yet (workflow_signal_pending_idx):
+     * buffered signals are few. $3 channel.
      */
     wakeDue: `
-WITH due AS (
+WITH due_time AS (
   SELECT id FROM ${s}.task
   WHERE state = 'waiting' AND wake_at <= now() AND queue = ANY ($1::text[])
   ORDER BY wake_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), due_signal AS (
+  SELECT t.id FROM ${s}.workflow_signal g JOIN ${s}.task t ON t.id = g.task_id
+  WHERE g.consumed_seq IS NULL AND t.state = 'waiting' AND t.waiting_for = 'signal:' || g.name AND t.queue = ANY ($1::text[])
+  LIMIT $2 FOR UPDATE OF t SKIP LOCKED
+), due AS (
+  SELECT id FROM due_time UNION SELECT id FROM due_signal
 ), woke AS (
   UPDATE ${s}.task t SET state = 'pending', run_at = now(), wake_at = NULL, waiting_for = NULL
   FROM due WHERE t.id = due.id

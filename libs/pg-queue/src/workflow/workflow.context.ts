@@ -142,7 +142,7 @@ export class WorkflowRun implements WorkflowContext {
       if (got.took) return got.payload as T;
       const until = got.until === null ? null : Date.parse(got.until);
       if (until !== null && until <= got.nowMs) {
-        if (!(await this.journaled(() => this.deps.repo.resolve(this.deps.prisma, this.a.lease, seq, 'ok', '{"v":null}')))) throw this.lost();
+        if (!(await this.journaled(() => this.deps.repo.resolve(this.deps.prisma, this.a.lease, seq, 'ok', '{"v":null,"timedOut":true}')))) throw this.lost();
         return null;
       }
       return this.parkOn({ waitingFor: `signal:${name}`, wakeAt: until, signal: name, childSeq: null });

@@ -86,7 +86,7 @@ function journalPanel(w: WorkflowInfo, when: (d: Date | null) => Html | string):
     ? html`<p class="workflow-wait">Waiting for ${w.waitingFor.kind}${w.waitingFor.name ? html` <strong>${w.waitingFor.name}</strong>` : ''}${w.waitingFor.until ? html` until ${when(w.waitingFor.until)}` : ', no time bound'}</p>`
     : '';
   const rows = w.steps.map(
-    (s) => html`<tr><td>${s.seq + 1}</td><td>${s.kind}</td><td>${s.name}</td><td>${stateBadge(s.outcome === 'ok' ? 'done' : s.outcome === 'error' ? 'dead' : 'waiting')} ${s.outcome}</td><td>${s.attempt}</td><td>${when(s.startedAt)}</td><td>${s.startedAt ? duration(s.finishedAt.getTime() - s.startedAt.getTime()) : '—'}</td></tr>`,
+    (s) => html`<tr><td>${s.seq + 1}</td><td>${s.kind}</td><td>${s.name}</td><td>${s.timedOut ? html`${stateBadge('waiting')} timed out` : html`${stateBadge(s.outcome === 'ok' ? 'done' : s.outcome === 'error' ? 'dead' : 'waiting')} ${s.outcome}`}</td><td>${s.attempt}</td><td>${when(s.startedAt)}</td><td>${s.startedAt ? duration(s.finishedAt.getTime() - s.startedAt.getTime()) : '—'}</td></tr>`,
   );
   return html`<section class="panel workflow-journal">
 <h2>Workflow journal</h2>

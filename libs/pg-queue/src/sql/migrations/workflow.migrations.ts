@@ -1,4 +1,5 @@
 import type { SchemaMigration } from '../schema.sql';
+import { workflowSignalCommittedSql } from '../runtime-functions';
 
 /**
  * Migration 17: durable workflows (see workflow/ and workflow.sql.ts). A workflow is a task whose
@@ -70,6 +71,20 @@ CREATE INDEX IF NOT EXISTS task_wake_idx ON ${s}.task (wake_at) WHERE state = 'w
 -- for a failed step or transaction and for the steps after such a failure in its attempt, until the
 -- workflow next parks. A constant default: no table rewrite.
 ALTER TABLE ${s}.workflow_step ADD COLUMN IF NOT EXISTS kept boolean NOT NULL DEFAULT true;
+`,
+      ],
+    },
+    {
+      version: 27,
+      name: 'workflow_signal_commit',
+      sql: [
+        `${workflowSignalCommittedSql(s)};
+-- A signal wakes its workflow when its sender commits (see workflow_signal_committed in
+-- runtime-functions.ts, which keeps the function's body up to date): a signal sent inside a long
+-- business transaction no longer holds the signal lock, and a park no longer waits for it.
+DROP TRIGGER IF EXISTS workflow_signal_committed ON ${s}.workflow_signal;
+CREATE CONSTRAINT TRIGGER workflow_signal_committed AFTER INSERT ON ${s}.workflow_signal
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${s}.workflow_signal_committed();
 `,
       ],
     },
