@@ -64,6 +64,35 @@ class Shapes {
     return wf.step('after', () => 'after');
   }
 
+  /** A branch parks first; the other then fails, and its catch's call never returns (the run parked). */
+  @Workflow('shape.fail-beside-park', { maxAttempts: 3, backoff: { type: 'fixed', delayMs: 10 } })
+  async failBesidePark(_: unknown, wf: WorkflowContext) {
+    const [got] = await Promise.all([
+      wf.waitForSignal<string>('ok'),
+      (async () => {
+        try {
+          await wf.step('reserve', async () => {
+            await later(50);
+            if (ran(wf, 'reserve') === 1) throw new Error('first run fails');
+          });
+        } catch (err) {
+          await wf.step('log', () => undefined);
+          throw err;
+        }
+      })(),
+    ]);
+    return got;
+  }
+
+  /** A transaction whose own statement always passes its statement_timeout. */
+  @Workflow('shape.slow-transaction', { maxAttempts: 2, backoff: { type: 'fixed', delayMs: 10 } })
+  async slowTransaction(_: unknown, wf: WorkflowContext) {
+    await wf.transaction('slow', async (tx) => {
+      await tx.$executeRawUnsafe("SET LOCAL statement_timeout = '20ms'");
+      await tx.$queryRawUnsafe('SELECT pg_sleep(1)');
+    });
+  }
+
   @Workflow('shape.wrap', { maxAttempts: 3, backoff: { type: 'fixed', delayMs: 10 } })
   async wrap(_: unknown, wf: WorkflowContext) {
     try {
@@ -198,6 +227,22 @@ describe('workflow shapes', () => {
     const t = await ended(id);
     expect([t.state, t.result, t.attempt]).toEqual(['done', 'after', 2]);
     expect([runs.get(`${id}:flaky`), runs.get(`${id}:log`)]).toEqual([2, 1]);
+  });
+
+  it('a step that fails beside a park (Promise.all) is retried once the workflow wakes, not replayed as failed for ever', async () => {
+    const id = await a.queue.enqueue('shape.fail-beside-park', {});
+    await waitFor('parked on its signal', async () => (await a.queue.get(id))?.state === 'waiting' && runs.get(`${id}:reserve`) === 1);
+    await a.queue.signal(id, 'ok', 'yes');
+    const t = await ended(id);
+    expect([t.state, t.result]).toEqual(['done', 'yes']);
+    expect(runs.get(`${id}:reserve`)).toBe(2);
+  });
+
+  it("a transaction's own statement timeout is its failure, counted: the workflow ends dead after its attempts, not given back for ever", async () => {
+    const id = await a.queue.enqueue('shape.slow-transaction', {});
+    const t = await ended(id, 15_000);
+    expect([t.state, t.attempt]).toEqual(['dead', 2]);
+    expect(t.lastError).toMatch(/statement timeout/);
   });
 
   it('a catch that throws another error (no cause): the step runs again on the next attempt', async () => {

@@ -45,8 +45,11 @@ ${toldCte(s, "SELECT id, 'cancelled' AS state, queue, watched FROM now_cancelled
   ON CONFLICT DO NOTHING
   RETURNING task_id
 ), marked AS (
-  -- A workflow parking now (see cancelLock) finds its row changed: its park goes pending, not waiting.
-  UPDATE ${s}.task t SET woken = true FROM requested r WHERE t.id = r.task_id
+  -- A workflow parking now (see cancelLock) finds its row changed: its park goes pending, not
+  -- waiting. SKIP LOCKED: this transaction holds the row after cancelLock; without it (the lock
+  -- was not had in time) the cancel does not wait for the transaction that holds it.
+  UPDATE ${s}.task t SET woken = true
+  WHERE t.id = (SELECT w.id FROM ${s}.task w JOIN requested r ON r.task_id = w.id FOR UPDATE OF w SKIP LOCKED)
   RETURNING 1
 ), signalled AS (
   SELECT pg_notify($2, '!cancel ' || task_id) FROM requested

@@ -23,6 +23,8 @@ export interface ParkRequest {
   signal: string | null;
   /** For a child wait: the position of its entry. */
   childSeq: number | null;
+  /** Whether the park keeps the tentative journal entries (see forgetTentative): false when a failure came after the park was asked for. */
+  keep: boolean;
 }
 
 /** How long a park waits for the signal lock (a signal sent in a transaction still open holds it). */
@@ -87,7 +89,7 @@ export class WorkflowRepository {
    * cannot take the signal lock in time returns the task to pending instead (see workflow.sql.ts).
    */
   async park(prisma: PrismaClientLike, lease: Lease, p: ParkRequest): Promise<'waiting' | 'pending' | null> {
-    const params = [lease.id, lease.token, p.waitingFor, p.wakeAt === null ? null : new Date(p.wakeAt), p.signal, p.childSeq, this.channel] as const;
+    const params = [lease.id, lease.token, p.waitingFor, p.wakeAt === null ? null : new Date(p.wakeAt), p.signal, p.childSeq, this.channel, p.keep] as const;
     if (p.signal === null) return this.parked(prisma, params);
     try {
       return await prisma.$transaction(async (tx) => {
@@ -98,7 +100,7 @@ export class WorkflowRepository {
       if (!isLockTimeout(err)) throw err;
       // A signal transaction held the lock past the bound: park as due, the replay looks again.
       // (If the row's lock timed out instead, this times out too and the caller tries again.)
-      return this.parked(prisma, [lease.id, lease.token, p.waitingFor, new Date(0), null, null, this.channel]);
+      return this.parked(prisma, [lease.id, lease.token, p.waitingFor, new Date(0), null, null, this.channel, p.keep]);
     }
   }
 

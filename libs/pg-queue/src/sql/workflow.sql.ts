@@ -140,7 +140,8 @@ SELECT set_config('lock_timeout', $2, true) AS bound, ${signalLock} IS NULL AS l
      * its time ($4 passed), a signal of that name ($5), the child's entry resolved ($6: its
      * position), or `woken` (a child ended while it ran). A cancel request leaves the row alone (the
      * caller records the cancellation as for any attempt). Its wait for the row lock is bounded (a
-     * business transaction may hold the row, see rowLockBound); the caller tries again. $7 channel.
+     * business transaction may hold the row, see rowLockBound); the caller tries again. $7 channel;
+     * $8: keep the attempt's tentative entries (false when a failure came after it asked to park).
      */
     park: `
 WITH parked AS (
@@ -154,7 +155,7 @@ WITH parked AS (
   RETURNING t.id, t.queue, t.state, t.run_at, t.wake_at
 ), kept AS (
   -- What the attempt decided stands from here on: its tentative entries are kept (see forgetTentative).
-  UPDATE ${s}.workflow_step w SET kept = true FROM parked p WHERE w.task_id = p.id AND NOT w.kept
+  UPDATE ${s}.workflow_step w SET kept = true FROM parked p WHERE w.task_id = p.id AND NOT w.kept AND $8::boolean
   RETURNING 1
 ), wake AS (
   SELECT pg_notify($7, '${WAKE_NOTICE}' || (extract(epoch FROM wake_at) * 1000)::bigint) FROM parked WHERE state = 'waiting' AND wake_at IS NOT NULL

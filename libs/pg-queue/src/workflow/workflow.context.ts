@@ -1,5 +1,5 @@
 import { DatabaseUnavailableError, LeaseLostError, NonRetryableError, PgQueueError } from '../errors';
-import { isDatabaseUnavailable } from '../sql/database-error';
+import { isConnectionLost, isDatabaseUnavailable } from '../sql/database-error';
 import { buildTaskRow, serialisePayload, type RowLimits } from '../core/task-input';
 import { currentTraceContext, inStepSpan } from '../observability/tracing';
 import type { WorkflowRepository } from '../sql/workflow.repository';
@@ -26,7 +26,11 @@ export interface WorkflowRunDeps {
   journal: JournalWriter;
 }
 
-const NEVER = new Promise<never>(() => undefined);
+/**
+ * A promise that never settles, for a call that parked or was given up. One per call: a shared one
+ * would keep every awaiting method (and its run, attempt and journal) reachable for good.
+ */
+const never = <T>(): Promise<T> => new Promise<T>(() => undefined);
 /** What a call that parks throws inside `op`: its own promise settles, the caller's never does. */
 const PARKING = Symbol('pg-queue workflow parking');
 /** No error of the step's function yet (see transaction). */
@@ -39,7 +43,7 @@ export const PARKED: unique symbol = Symbol('pg-queue workflow parked');
 export class WorkflowRun implements WorkflowContext {
   /** Resolves with PARKED once a call parked the workflow: the runner stops waiting for the method. */
   readonly parked: Promise<typeof PARKED>;
-  park: ParkRequest | null = null;
+  park: Omit<ParkRequest, 'keep'> | null = null;
   private resolvePark!: (v: typeof PARKED) => void;
   private readonly inFlight = new Set<Promise<unknown>>();
   /**
@@ -51,6 +55,11 @@ export class WorkflowRun implements WorkflowContext {
    * failure keep their results, as transactions, enqueues, children, sleeps and signals always do.
    */
   failing = false;
+  /**
+   * A failure journaled after a call asked to park (a concurrent branch's): the code never got to
+   * handle it (its next call never returns), so the park must not keep it (see park in workflow.sql.ts).
+   */
+  failedWhileParking = false;
 
   constructor(
     private readonly a: Attempt,
@@ -114,7 +123,8 @@ export class WorkflowRun implements WorkflowContext {
         if (this.a.aborted || err === this.fatal) throw err;
         // Rolled back: nothing of it stays. Only the function's own error is the step's outcome; a
         // transaction that could not start or commit, or a lost connection, runs the step again.
-        if (err !== fnError || isDatabaseUnavailable(err)) throw this.unavailable(err);
+        // (The function's own statement timeout or deadlock is its failure: retried and counted.)
+        if (err !== fnError || isConnectionLost(err)) throw this.unavailable(err);
         await this.recordError(seq, 'transaction', name, err, started);
         throw err;
       }
@@ -248,6 +258,7 @@ export class WorkflowRun implements WorkflowContext {
   private async recordError(seq: number, kind: CallKind, name: string, err: unknown, started: number): Promise<void> {
     const json = JSON.stringify({ error: journaledError(err) });
     this.failing = true;
+    if (this.park !== null) this.failedWhileParking = true;
     await this.write({ lease: this.a.lease, seq, kind, name, outcome: 'error', resultJson: json, sinceMs: performance.now() - started, kept: false });
   }
 
@@ -301,7 +312,7 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   /** Ends the attempt as parked (the runner records it); the call never returns in this run. */
-  private parkOn(request: ParkRequest): never {
+  private parkOn(request: Omit<ParkRequest, 'keep'>): never {
     if (this.park === null) {
       this.park = request;
       this.resolvePark(PARKED);
@@ -316,12 +327,12 @@ export class WorkflowRun implements WorkflowContext {
   private op<T>(fn: () => Promise<T>): Promise<T> {
     // After a park, or once the attempt is given up, nothing new starts: a catch that compensates
     // on a shutdown's abort would run its compensation for a step that is only interrupted.
-    if (this.park !== null || this.a.aborted) return NEVER;
+    if (this.park !== null || this.a.aborted) return never();
     const p = fn();
     this.inFlight.add(p);
     const done = () => this.inFlight.delete(p);
     p.then(done, done);
-    return p.catch((err: unknown) => (err === PARKING || this.a.aborted ? NEVER : Promise.reject(err)));
+    return p.catch((err: unknown) => (err === PARKING || this.a.aborted ? never<T>() : Promise.reject(err)));
   }
 
   private lost(): LeaseLostError {

@@ -8,6 +8,7 @@ import type { WorkflowEngine } from '../worker/worker.deps';
 import { ReplayCursor, type JournalEntry } from './journal';
 import { JournalLoader } from './journal.loader';
 import { PARKED, WorkflowRun, type WorkflowRunDeps } from './workflow.context';
+import type { ParkRequest } from '../sql/workflow.repository';
 
 /** Pause before a park whose row was held is tried again. */
 const PARK_RETRY_MS = 500;
@@ -59,7 +60,7 @@ export class WorkflowRunner implements WorkflowEngine {
     // error must be forgotten, not replayed by every later attempt.
     if (outcome.kind === 'ok' && outcome.value === PARKED && thrown.did) outcome = { kind: 'error', error: thrown.error };
     if (run.fatal) return { kind: 'error', error: run.fatal }; // even if the code caught it and went on
-    if (outcome.kind === 'ok' && outcome.value === PARKED) return this.park(a, run);
+    if (outcome.kind === 'ok' && outcome.value === PARKED) return this.park(a, run, { ...run.park!, keep: !run.failedWhileParking });
     if (outcome.kind === 'ok') {
       try {
         run.cursor.assertConsumed();
@@ -87,8 +88,7 @@ export class WorkflowRunner implements WorkflowEngine {
     return { kind: 'aborted', reason, settled: Promise.resolve() };
   }
 
-  private async park(a: Attempt, run: WorkflowRun): Promise<InvokeOutcome | { kind: 'parked' }> {
-    const request = run.park!;
+  private async park(a: Attempt, run: WorkflowRun, request: ParkRequest): Promise<InvokeOutcome | { kind: 'parked' }> {
     for (;;) {
       try {
         const state = await this.deps.repo.park(this.deps.prisma, a.lease, request);
