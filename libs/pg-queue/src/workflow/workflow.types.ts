@@ -6,8 +6,8 @@ export interface WorkflowStepInfo {
   name: string;
   /** 'waiting': a signal wait or a child not resolved yet. */
   outcome: 'ok' | 'error' | 'waiting';
-  /** A signal wait that ended by its `timeoutMs`, with no signal (its outcome is 'ok', its value null). */
-  timedOut: boolean;
+  /** True for a signal wait that ended by its `timeoutMs`, with no signal (its outcome is 'ok', its value null). */
+  timedOut?: boolean;
   /** The attempt that recorded it. */
   attempt: number;
   startedAt: Date | null;
