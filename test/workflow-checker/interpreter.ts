@@ -41,6 +41,7 @@ function wait(ms: number, signal: AbortSignal | null): Promise<void> {
     if (signal?.aborted) return reject(signal.reason);
     const onAbort = () => (clearTimeout(timer), reject(signal!.reason));
     const timer = setTimeout(() => (signal?.removeEventListener('abort', onAbort), resolve()), ms);
+    timer.unref(); // a step slowed past the timeout may outlive its trial, and the test file
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
