@@ -78,8 +78,6 @@ export class CheckerFleet {
   /** The app's own client, for the business transactions that send signals. */
   private business!: PrismaClient;
   private closed = false;
-  /** Instances whose close met a drop: closed again at the end. */
-  private readonly unclosed: QueueApp[] = [];
   /** Drops under way (they may overlap). */
   private dropping = 0;
   stats = { trials: 0, faults: 0, workflows: 0 };
@@ -100,7 +98,7 @@ export class CheckerFleet {
   async close(): Promise<void> {
     this.closed = true;
     this.proxy.admit();
-    for (const a of [this.cleanWorker, ...this.faultyWorkers, ...this.unclosed, this.cleanApi, this.faultyApi]) await a?.close().catch(() => undefined);
+    for (const a of [this.cleanWorker, ...this.faultyWorkers, this.cleanApi, this.faultyApi]) await a?.close().catch(() => undefined);
     await Promise.all(this.clients.map((c) => c.$disconnect().catch(() => undefined)));
     await this.proxy?.close();
   }
@@ -188,7 +186,7 @@ export class CheckerFleet {
         if (--this.dropping === 0) this.proxy.admit(); // the last of overlapping drops
       } else if (f.kind === 'shutdown') {
         const old = this.faultyWorkers.shift();
-        await old?.close().catch(() => this.unclosed.push(old)); // its pool may have met a drop as it closed
+        await old?.close().catch(() => undefined); // its pool may have met a drop as it closed (a close is not tried twice)
         this.faultyWorkers.push(await this.worker('faulty'));
       } else if (f.kind === 'slow') {
         if (steps.length > 0) outside.slow.set(`faulty:${steps[f.step % steps.length].name}`, ATTEMPT_TIMEOUT_MS + 2500);
