@@ -7,6 +7,9 @@ const TRUSTED_ROUND_TRIP_MS = 10;
  * due: it claims early, finds nothing, and the task waits for the next wake-up. Every claim
  * reports the database's time; the latest claim with a short round trip (under 10 ms, or twice
  * the best seen) sets the estimate, so a clock that is stepped is followed at the next claim.
+ * A slow answer still proves bounds: the database read its clock while the local one read between
+ * sending and receiving. An estimate outside them (a step, on a machine so loaded that no claim
+ * came back quickly) moves to the nearer bound, wrong by at most that round trip.
  */
 export class DatabaseClock {
   /** Database time minus local time, in ms. */
@@ -22,6 +25,8 @@ export class DatabaseClock {
     if (roundTrip <= Math.max(TRUSTED_ROUND_TRIP_MS, 2 * this.bestRoundTripMs) || receivedAt - this.measuredAt > 60_000) {
       this.offsetMs = dbNowMs - (sentAt + receivedAt) / 2;
       this.measuredAt = receivedAt;
+    } else {
+      this.offsetMs = Math.min(Math.max(this.offsetMs, dbNowMs - receivedAt), dbNowMs - sentAt);
     }
   }
 
