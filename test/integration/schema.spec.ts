@@ -36,6 +36,7 @@ describe('schema installation', () => {
       'task_debounce',
       'task_dependency_debt',
       'task_watch',
+      'workflow_child_debt',
       'workflow_signal',
       'workflow_step',
     ]);

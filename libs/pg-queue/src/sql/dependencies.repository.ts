@@ -3,6 +3,7 @@ import type { SqlExecutor } from '../types';
 import { databaseError } from './database-error';
 import { dependencyStatements } from './dependencies.sql';
 import { parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
+import { workflowStatements } from './workflow.sql';
 
 /** How many debts one settle statement takes; a cascade of cancellations settles level by level. */
 const SETTLE_BATCH = 1000;
@@ -26,15 +27,21 @@ function dataFault(err: unknown): { message: string } | null {
   return db;
 }
 
-/** Runs the statements of fan-in dependencies (see dependencies.sql.ts). */
+/** How many children an older instance ended one rescuer pass records at most (sweepChildEnds). */
+const SWEEP_CHILDREN = 1000;
+
+/** Runs the statements of fan-in dependencies (see dependencies.sql.ts) and of workflow children's ends. */
 export class DependencyRepository {
   private readonly sql;
+  private readonly children;
 
   constructor(
     schema: string,
     private readonly channel: string,
   ) {
     this.sql = dependencyStatements(schema);
+    const { settleChildren, sweepChildEnds } = workflowStatements(schema);
+    this.children = { settleChildren, sweepChildEnds };
   }
 
   /**
@@ -75,11 +82,28 @@ export class DependencyRepository {
   }
 
   /**
-   * Settles every dependency debt (cascades included); returns how many were settled. A batch
-   * that fails on its data is bisected down to the debt at fault, which is quarantined (its
-   * dependant ends dead with the error): one such debt never holds up the others.
+   * Settles every dependency debt (cascades included), then every workflow child's end; returns
+   * how many were settled. A batch that fails on its data is bisected down to the debt at fault,
+   * which is quarantined (its dependant ends dead with the error): one such debt never holds up
+   * the others. `sweep` (a rescuer pass): first records the ends of children that an instance of
+   * an older release ended without a debt (see sweepChildEnds).
    */
-  async settle(db: SqlExecutor): Promise<number> {
+  async settle(db: SqlExecutor, sweep = false): Promise<number> {
+    if (sweep) await db.$queryRawUnsafe(this.children.sweepChildEnds, SWEEP_CHILDREN, this.channel);
+    const total = await this.settleFanIn(db);
+    return total + (await this.settleChildren(db));
+  }
+
+  private async settleChildren(db: SqlExecutor): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const [res] = await db.$queryRawUnsafe<{ taken: number; settled: number }[]>(this.children.settleChildren, SETTLE_BATCH, this.channel, SETTLE_BYTES);
+      total += res.settled;
+      if (res.taken < SETTLE_BATCH && res.settled === res.taken) return total;
+    }
+  }
+
+  private async settleFanIn(db: SqlExecutor): Promise<number> {
     let total = 0;
     // After a statement failed on its data, the next ones wait for the debts it locked (see settleWaiting).
     let waiting = false;

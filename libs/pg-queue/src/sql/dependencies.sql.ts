@@ -1,6 +1,7 @@
 import { quoteIdent } from './identifiers';
 import { marked, notifyCte, taskInput, TASK_COLUMNS } from './fragments.sql';
 import { toldCte } from './watch.sql';
+import { childEndedCtes } from './workflow.sql';
 
 /** The notification that asks workers to settle dependency debts (see DependencySettler). */
 export const SETTLE_NOTICE = '!settle';
@@ -57,32 +58,19 @@ WITH taken AS (
       finished_at = CASE WHEN p.failed_parent IS NOT NULL THEN now() ELSE w.finished_at END
   FROM per p
   WHERE w.id = p.dependant AND w.state = 'waiting' AND w.waiting_for IS NULL
-  RETURNING w.id, w.queue, w.state, w.run_at, w.dependants, w.watched
-), child_ended AS (
-  -- A workflow's child (wf.child, see workflow.sql.ts) ended: its entry in the parent's journal
-  -- takes the outcome, and the parent goes back to pending if parked, or is marked \`woken\` if it
-  -- runs (its next park then does not wait). Both on the parent's row, which its park also updates.
-  UPDATE ${s}.workflow_step j
-  SET outcome = CASE WHEN d.outcome = 'done' THEN 'ok' ELSE 'error' END,
-      result = CASE WHEN d.outcome = 'done' THEN jsonb_build_object('id', d.parent::text, 'v', d.result)
-                    ELSE jsonb_build_object('id', d.parent::text, 'state', d.outcome) END,
-      finished_at = now()
-  FROM due d
-  WHERE j.task_id = d.dependant AND j.kind = 'child' AND j.outcome = 'waiting' AND j.result ->> 'id' = d.parent::text
-  RETURNING j.task_id
-), woken AS (
-  UPDATE ${s}.task w
-  SET state = CASE WHEN w.state = 'waiting' THEN 'pending' ELSE w.state END,
-      run_at = CASE WHEN w.state = 'waiting' THEN now() ELSE w.run_at END,
-      wake_at = CASE WHEN w.state = 'waiting' THEN NULL ELSE w.wake_at END,
-      waiting_for = CASE WHEN w.state = 'waiting' THEN NULL ELSE w.waiting_for END,
-      woken = w.state <> 'waiting'
-  WHERE w.id IN (SELECT task_id FROM child_ended) AND (w.state <> 'waiting' OR w.waiting_for IS NOT NULL)
-  RETURNING w.queue, w.state, w.run_at
-), cascaded AS (
+  RETURNING w.id, w.queue, w.state, w.run_at, w.dependants, w.workflow_parent, w.watched
+), legacy_child_ends AS (
+  -- A child linked before migration 28, by dependants: its end came as a fan-in debt.
+  SELECT dependant AS workflow, parent AS child, outcome, result FROM due
+), ${childEndedCtes(s, 'legacy_child_ends')}, cascaded AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome)
   SELECT unnest(dependants), id, 'cancelled' FROM settled WHERE state = 'cancelled' AND dependants IS NOT NULL
   RETURNING parent
+), cascaded_children AS (
+  -- A workflow's child that waited for other tasks: its parent hears it was cancelled.
+  INSERT INTO ${s}.workflow_child_debt (parent, child, outcome)
+  SELECT workflow_parent, id, 'cancelled' FROM settled WHERE state = 'cancelled' AND workflow_parent IS NOT NULL
+  RETURNING pg_notify($2, '${SETTLE_NOTICE}')
 ), ${toldCte(s, "SELECT id, state, queue, watched FROM settled WHERE state = 'cancelled'", '$2')},
 ${notifyCte("SELECT queue, run_at FROM settled WHERE state = 'pending' UNION ALL SELECT queue, run_at FROM woken WHERE state = 'pending'", '$2')}
 SELECT (SELECT count(*) FROM taken)::int AS taken, (SELECT count(*) FROM due)::int AS settled,
@@ -239,10 +227,14 @@ WITH fault AS (
       last_error = 'pg-queue: the results of the tasks it depends on could not be merged (at task '
                    || (SELECT parent FROM fault) || '): ' || $2::text
   WHERE w.id = (SELECT dependant FROM fault) AND w.state = 'waiting'
-  RETURNING w.id, w.queue, w.dependants, w.watched
+  RETURNING w.id, w.queue, w.dependants, w.workflow_parent, w.watched
 ), ${toldCte(s, "SELECT id, 'dead' AS state, queue, watched FROM failed", '$3')}, cascaded AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome)
   SELECT unnest(dependants), id, 'dead' FROM failed WHERE dependants IS NOT NULL
+  RETURNING pg_notify($3, '${SETTLE_NOTICE}')
+), cascaded_children AS (
+  INSERT INTO ${s}.workflow_child_debt (parent, child, outcome)
+  SELECT workflow_parent, id, 'dead' FROM failed WHERE workflow_parent IS NOT NULL
   RETURNING pg_notify($3, '${SETTLE_NOTICE}')
 )
 SELECT (SELECT count(*) FROM dropped)::int AS settled, (SELECT count(*) FROM cascaded)::int AS cascaded,
@@ -255,14 +247,20 @@ SELECT (SELECT count(*) FROM dropped)::int AS settled, (SELECT count(*) FROM cas
 
 /**
  * A CTE `debts` for statements that end tasks: one debt per dependant of each row of `source`
- * (columns id, dependants, outcome, result), and one `!settle` notification ($channel; Postgres
- * folds identical ones). Host statements read count(*) from it, which also makes sure it runs
- * whole. Rows without dependants cost a filter.
+ * (columns id, dependants, workflow_parent, outcome, result), one for the parent of a workflow's
+ * child (workflow_child_debt, see workflow.sql.ts), and one `!settle` notification ($channel;
+ * Postgres folds identical ones). Host statements read count(*) from it, which also makes sure it
+ * runs whole. Rows with neither cost a filter.
  */
 export function debtsCte(s: string, source: string, channel: string): string {
-  return `debts AS (
+  return `ended_parents AS (${source}
+), child_debts AS (
+  INSERT INTO ${s}.workflow_child_debt (parent, child, outcome, result)
+  SELECT x.workflow_parent, x.id, x.outcome, x.result FROM ended_parents x WHERE x.workflow_parent IS NOT NULL
+  RETURNING pg_notify(${channel}, '${SETTLE_NOTICE}')
+), debts AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome, result)
-  SELECT unnest(x.dependants), x.id, x.outcome, x.result FROM (${source}) x WHERE x.dependants IS NOT NULL
+  SELECT unnest(x.dependants), x.id, x.outcome, x.result FROM ended_parents x WHERE x.dependants IS NOT NULL
   RETURNING pg_notify(${channel}, '${SETTLE_NOTICE}')
 )`;
 }

@@ -24,7 +24,7 @@ SELECT count(*)::int AS moved FROM moved`,
      * What is left in each queue of $1: due (pending with run_at passed, or any pending when $2),
      * running under a live lease (in this process or another), running with an expired lease (for
      * the rescuer), waiting for dependencies, parked workflows (sleeping or waiting for a signal or a
-     * child), and dependency debts not settled yet (see
+     * child), and dependency and child debts not settled yet (see
      * dependencies.sql.ts). The drain waits for the debts; the rest is what its timeout reports.
      */
     left: `
@@ -35,7 +35,9 @@ SELECT q.queue,
        (SELECT count(*) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting' AND t.waiting_for IS NULL)::int AS waiting,
        (SELECT count(*) FROM ${s}.task t WHERE t.queue = q.queue AND t.state = 'waiting' AND t.waiting_for IS NOT NULL)::int AS parked,
        (SELECT count(*) FROM ${s}.task_dependency_debt d JOIN ${s}.task w ON w.id = d.dependant
-        WHERE w.queue = q.queue AND w.state = 'waiting')::int AS unsettled
+        WHERE w.queue = q.queue AND w.state = 'waiting')::int
+       + (SELECT count(*) FROM ${s}.workflow_child_debt d JOIN ${s}.task w ON w.id = d.parent
+          WHERE w.queue = q.queue AND w.state IN ('waiting', 'running'))::int AS unsettled
 FROM unnest($1::text[]) AS q(queue)
 ORDER BY q.queue`,
 

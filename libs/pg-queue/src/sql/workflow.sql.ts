@@ -13,6 +13,36 @@ export function journalJson(schema: string, taskId: string): string {
    FROM ${quoteIdent(schema)}.workflow_step w WHERE w.task_id = ${taskId})`;
 }
 
+/**
+ * CTEs `child_ended` and `woken` for statements that settle a workflow child's end: `due` (a CTE
+ * name) has one row per end with columns workflow (the parent), child, outcome ('done', 'dead',
+ * 'cancelled') and result. The child's entry in the parent's journal takes the outcome, and the
+ * parent goes back to pending if parked, or is marked `woken` if it runs (its next park then does
+ * not wait). Both on the parent's row, which its park also updates: whichever commits first, the
+ * other sees it. An end whose entry is no longer waiting (told twice) changes nothing.
+ */
+export function childEndedCtes(s: string, due: string): string {
+  return `child_ended AS (
+  UPDATE ${s}.workflow_step j
+  SET outcome = CASE WHEN d.outcome = 'done' THEN 'ok' ELSE 'error' END,
+      result = CASE WHEN d.outcome = 'done' THEN jsonb_build_object('id', d.child::text, 'v', d.result)
+                    ELSE jsonb_build_object('id', d.child::text, 'state', d.outcome) END,
+      finished_at = now()
+  FROM ${due} d
+  WHERE j.task_id = d.workflow AND j.kind = 'child' AND j.outcome = 'waiting' AND j.result ->> 'id' = d.child::text
+  RETURNING j.task_id
+), woken AS (
+  UPDATE ${s}.task w
+  SET state = CASE WHEN w.state = 'waiting' THEN 'pending' ELSE w.state END,
+      run_at = CASE WHEN w.state = 'waiting' THEN now() ELSE w.run_at END,
+      wake_at = CASE WHEN w.state = 'waiting' THEN NULL ELSE w.wake_at END,
+      waiting_for = CASE WHEN w.state = 'waiting' THEN NULL ELSE w.waiting_for END,
+      woken = w.state <> 'waiting'
+  WHERE w.id IN (SELECT task_id FROM child_ended) AND (w.state <> 'waiting' OR w.waiting_for IS NOT NULL)
+  RETURNING w.queue, w.state, w.run_at
+)`;
+}
+
 /** First key of the advisory lock that orders a signal against a workflow parking on it; the second is hashtext(task id). */
 export const SIGNAL_LOCK_NAMESPACE = 0x70_67_77; // "pgw"
 
@@ -35,9 +65,10 @@ export const WAKE_NOTICE = '!wake@';
  * takes only at its sender's commit (the deferred trigger workflow_signal_committed, runtime-functions.ts,
  * wakes a workflow parked on it there): a signal is sent inside the caller's transaction, whose
  * length we do not control, so neither a lock held for it nor a row lock there may stall the
- * workflow's park or heartbeats. A child's end reaches a parked or running parent through its dependency
- * debt (dependencies.sql.ts): the settle updates the parent's row either way (pending, or `woken`),
- * so the park, which updates the same row, sees it whichever commits first.
+ * workflow's park or heartbeats. A child's end reaches a parked or running parent through a debt
+ * (workflow_child_debt, written by the statement that ended it; settleChildren below) that updates the
+ * parent's row either way (pending, or `woken`), so the park, which updates the same row, sees it
+ * whichever commits first.
  */
 export function workflowStatements(schema: string) {
   const s = quoteIdent(schema);
@@ -176,9 +207,59 @@ DELETE FROM ${s}.workflow_step w
 USING (${fence}) f
 WHERE w.task_id = f.id AND NOT w.kept`,
 
-    /** Links child $2 to its parent workflow $1: the child's end leaves the parent a debt (dependencies.sql.ts). */
+    /**
+     * Links child $2 to its parent workflow $1: the statement that ends the child leaves the parent
+     * a debt (debtsCte in dependencies.sql.ts). workflow_parent, not dependants: migration 28.
+     */
     linkChild: `
-UPDATE ${s}.task SET dependants = coalesce(dependants, '{}') || $1::bigint WHERE id = $2::bigint`,
+UPDATE ${s}.task SET workflow_parent = $1::bigint WHERE id = $2::bigint`,
+
+    /**
+     * Settles up to $1 ends of workflow children (workflow_child_debt), oldest first, stopping at
+     * $3 bytes of results as stored (at least one): see childEndedCtes. SKIP LOCKED: two settlers
+     * never take the same debt. Parameters: $1 limit, $2 channel, $3 budget in bytes.
+     */
+    settleChildren: `
+WITH taken AS (
+  SELECT id, coalesce(pg_column_size(result), 0) AS bytes FROM ${s}.workflow_child_debt ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+), due AS (
+  DELETE FROM ${s}.workflow_child_debt
+  WHERE id = ANY (ARRAY (SELECT id FROM (SELECT id, sum(bytes) OVER (ORDER BY id) - bytes AS before FROM taken) b WHERE before < $3))
+  RETURNING parent AS workflow, child, outcome, result
+), ${childEndedCtes(s, 'due')}, ${notifyCte("SELECT queue, run_at FROM woken WHERE state = 'pending'", '$2')}
+SELECT (SELECT count(*) FROM taken)::int AS taken, (SELECT count(*) FROM due)::int AS settled,
+       (SELECT count(*) FROM notified)::int AS notified`,
+
+    /**
+     * Debts for children that ended with none recorded: an instance of a release before migration
+     * 28 ended them (it does not read workflow_parent). Each child entry still waiting whose task
+     * is dead or cancelled, or archived; up to $1 per run, for a rescuer pass. A child being
+     * settled now has a debt or no waiting entry (both change in one statement), so none is
+     * recorded twice but by two passes at once, which the settle takes as told twice. Parameters:
+     * $1 limit, $2 channel.
+     */
+    sweepChildEnds: `
+WITH ended AS (
+  SELECT j.task_id AS workflow, c.id AS child, c.state AS outcome, c.result
+  FROM ${s}.workflow_step j
+  CROSS JOIN LATERAL (
+    SELECT t.id, t.state, NULL::jsonb AS result FROM ${s}.task t
+    WHERE t.id = (j.result ->> 'id')::bigint AND t.state IN ('dead', 'cancelled')
+    UNION ALL
+    SELECT a.id, a.state, CASE WHEN a.state = 'done' THEN a.result END FROM ${s}.task_archive a
+    WHERE a.id = (j.result ->> 'id')::bigint
+    LIMIT 1
+  ) c
+  WHERE j.kind = 'child' AND j.outcome = 'waiting'
+    AND NOT EXISTS (SELECT 1 FROM ${s}.workflow_child_debt d WHERE d.child = c.id)
+    AND NOT EXISTS (SELECT 1 FROM ${s}.task_dependency_debt d WHERE d.dependant = j.task_id AND d.parent = c.id)
+  LIMIT $1
+), recorded AS (
+  INSERT INTO ${s}.workflow_child_debt (parent, child, outcome, result)
+  SELECT workflow, child, outcome, result FROM ended
+  RETURNING pg_notify($2, '!settle')
+)
+SELECT count(*)::int AS recorded FROM recorded`,
 
     /**
      * Sends signal $2 (payload $3, JSON) to task $1: buffered; a workflow parked on that signal goes

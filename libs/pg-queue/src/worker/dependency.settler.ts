@@ -10,6 +10,7 @@ import type { SqlExecutor } from '../types';
 export class DependencySettler {
   private running: Promise<void> | null = null;
   private again = false;
+  private sweep = false;
   private closed = false;
 
   constructor(
@@ -18,9 +19,13 @@ export class DependencySettler {
     private readonly logger: Logger,
   ) {}
 
-  /** Settles now (or once more after the round under way) and resolves when done; never rejects. */
-  request(): Promise<void> {
+  /**
+   * Settles now (or once more after the round under way) and resolves when done; never rejects.
+   * `sweep` (a rescuer round): also look for children's ends that no debt recorded.
+   */
+  request(sweep = false): Promise<void> {
     if (this.closed) return Promise.resolve(); // shut down: the Prisma client is no longer ours
+    this.sweep ||= sweep;
     if (this.running) {
       this.again = true;
       return this.running;
@@ -44,8 +49,10 @@ export class DependencySettler {
     do {
       if (this.closed) return;
       this.again = false;
+      const sweep = this.sweep;
+      this.sweep = false;
       try {
-        await this.repo.settle(this.db);
+        await this.repo.settle(this.db, sweep);
       } catch (err) {
         this.logger.error(`settling task dependencies failed: ${(err as Error).message}`);
         return; // the rescuer's next round tries again

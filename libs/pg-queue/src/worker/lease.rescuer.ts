@@ -69,7 +69,7 @@ export class LeaseRescuer {
     await this.rescueOnce();
     const nextCheckMs = await this.rescueGoneOnce();
     if (this.stopped) return; // a round now would outlive shutdown
-    await this.settler?.request();
+    await this.settler?.request(true);
     this.start(nextCheckMs);
   }
 

@@ -2,7 +2,7 @@ import type { SchemaMigration } from '../schema.sql';
 import { workflowSignalCommittedSql } from '../runtime-functions';
 
 /**
- * Migration 17: durable workflows (see workflow/ and workflow.sql.ts). A workflow is a task whose
+ * Migrations 17, 26, 27 and 28: durable workflows (see workflow/ and workflow.sql.ts). A workflow is a task whose
  * handler journals its steps; a parked one (sleeping, waiting for a signal or a child) is a task
  * in state `waiting` with `waiting_for` set. `s`: the quoted schema name. See schema.sql.ts for how
  * migrations are applied: new nullable columns and new tables (no rewrite, short locks), and the
@@ -86,6 +86,37 @@ DROP TRIGGER IF EXISTS workflow_signal_committed ON ${s}.workflow_signal;
 CREATE CONSTRAINT TRIGGER workflow_signal_committed AFTER INSERT ON ${s}.workflow_signal
   DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${s}.workflow_signal_committed();
 `,
+      ],
+    },
+    {
+      version: 28,
+      name: 'workflow_child_link',
+      sql: [
+        `
+-- A workflow's child names its parent here, not in dependants: instances of a release before 17,
+-- during a rolling deploy, read dependants and would settle the child's end with their fan-in
+-- statement (a done child left its parent waiting, a dead one cancelled it). They never read this.
+ALTER TABLE ${s}.task ADD COLUMN IF NOT EXISTS workflow_parent bigint;
+
+-- A workflow child's end, left for its parent by the statement that ended it (the same debt as
+-- task_dependency_debt's, in a table older instances do not know; settled by settleChildren in
+-- workflow.sql.ts). A few rows, gone seconds after their insert.
+CREATE TABLE IF NOT EXISTS ${s}.workflow_child_debt (
+  id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  parent   bigint NOT NULL,
+  child    bigint NOT NULL,
+  outcome  text   NOT NULL CHECK (outcome IN ('done', 'dead', 'cancelled')),
+  result   jsonb
+);
+`,
+        {
+          run: 'concurrently',
+          sql: `
+-- Journal entries of children not yet ended: what a rescuer pass reads to find children an older
+-- instance ended (it records no debt); see sweepChildEnds in workflow.sql.ts.
+CREATE INDEX IF NOT EXISTS workflow_step_child_waiting_idx ON ${s}.workflow_step (task_id) WHERE kind = 'child' AND outcome = 'waiting';
+`,
+        },
       ],
     },
   ];
