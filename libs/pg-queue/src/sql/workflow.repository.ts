@@ -12,7 +12,12 @@ export interface JournalRow {
   result: any;
   /** False: tentative, forgotten if an attempt fails before the workflow parks (see forgetTentative). */
   kept?: boolean;
+  /** True: `result` was left out of the load (see journals), read with `result` when the call replays. */
+  deferred?: boolean;
 }
+
+/** How many bytes of results (as stored) an attempt's journal load reads at most per workflow; the rest on replay. */
+export const JOURNAL_LOAD_BYTES = 256 * 1024;
 
 export interface ParkRequest {
   /** 'sleep', 'signal:<name>', 'child:<id>'. */
@@ -45,7 +50,7 @@ export class WorkflowRepository {
 
   /** The journals of `taskIds`, by task id (a task without entries is absent). */
   async journals(db: SqlExecutor, taskIds: string[]): Promise<Map<string, JournalRow[]>> {
-    const rows = await db.$queryRawUnsafe<(JournalRow & { task_id: string })[]>(this.sql.journals, taskIds.join(','));
+    const rows = await db.$queryRawUnsafe<(JournalRow & { task_id: string })[]>(this.sql.journals, taskIds.join(','), JOURNAL_LOAD_BYTES);
     const out = new Map<string, JournalRow[]>();
     for (const { task_id, ...row } of rows) {
       const entries = out.get(task_id);
@@ -53,6 +58,13 @@ export class WorkflowRepository {
       else out.set(task_id, [row]);
     }
     return out;
+  }
+
+  /** The result of journal entry `seq` of task `taskId` (one the load deferred). */
+  async result(db: SqlExecutor, taskId: string, seq: number): Promise<any> {
+    const rows = await db.$queryRawUnsafe<{ result: unknown }[]>(this.sql.result, taskId, seq);
+    if (rows.length === 0) throw new Error(`pg-queue: workflow ${taskId}: journal entry ${seq} is gone`);
+    return rows[0].result;
   }
 
   /** Records a call; false when the lease is no longer held. `resultJson`: JSON text or null. */

@@ -89,15 +89,23 @@ export function workflowStatements(schema: string) {
      * The journals of tasks $1 (ids as comma-separated text, parsed once: see HELD in
      * fragments.sql.ts), by task, in call order; and, as a row of kind 'cancel' at seq -1, a cancel
      * request that waits for the task (a cancel that met its park, see operate.sql.ts cancelLock):
-     * the attempt ends cancelled before it runs anything.
+     * the attempt ends cancelled before it runs anything. Results come with their entries up to $2
+     * bytes per task as stored (pg_column_size, which reads no TOAST), in call order; the rest are
+     * `deferred` (result NULL, never detoasted) and read by `result` when a call replays them, so
+     * an attempt does not read a long journal's results all at once.
      */
     journals: `
 WITH ids AS (SELECT string_to_array($1, ',')::bigint[] AS ids)
-SELECT task_id::text AS task_id, seq, kind, name, outcome, result, kept FROM ${s}.workflow_step
-WHERE task_id = ANY ((SELECT ids FROM ids)::bigint[])
+SELECT task_id::text AS task_id, seq, kind, name, outcome, CASE WHEN NOT deferred THEN result END AS result, kept, deferred
+FROM (SELECT task_id, seq, kind, name, outcome, result, kept,
+             sum(coalesce(pg_column_size(result), 0)) OVER (PARTITION BY task_id ORDER BY seq) > $2 AS deferred
+      FROM ${s}.workflow_step WHERE task_id = ANY ((SELECT ids FROM ids)::bigint[])) j
 UNION ALL
-SELECT task_id::text, -1, 'cancel', '', 'ok', NULL, true FROM ${s}.task_cancel WHERE task_id = ANY ((SELECT ids FROM ids)::bigint[])
+SELECT task_id::text, -1, 'cancel', '', 'ok', NULL, true, false FROM ${s}.task_cancel WHERE task_id = ANY ((SELECT ids FROM ids)::bigint[])
 ORDER BY task_id, seq`,
+
+    /** The result of task $1's journal entry $2 (one `journals` deferred). An entry's result changes only from waiting to its outcome. */
+    result: `SELECT result FROM ${s}.workflow_step WHERE task_id = $1::bigint AND seq = $2::int`,
 
     /**
      * Records call $3 ($4 kind, $5 name, $6 outcome, $7 result JSON), fenced (see above); $8: ms

@@ -13,6 +13,8 @@ export interface JournalEntry {
   result: any;
   /** False: tentative, forgotten if an attempt fails before the workflow parks (see WorkflowRun.failing). Absent: kept. */
   kept?: boolean;
+  /** True: `result` is not loaded yet (a long journal's), read when the call replays. */
+  deferred?: boolean;
 }
 
 /** Kinds whose calls are matched by name (unique within a workflow); the others by their order among calls of the same kind and name. */

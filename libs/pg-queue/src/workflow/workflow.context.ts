@@ -146,7 +146,7 @@ export class WorkflowRun implements WorkflowContext {
   waitForSignal<T = unknown>(name: string, options: { timeoutMs?: number } = {}): Promise<T | null> {
     const { seq, entry } = this.position('signal', name);
     return this.op(async () => {
-      if (entry?.outcome === 'ok') return (entry.result?.v ?? null) as T | null;
+      if (entry?.outcome === 'ok') return ((await this.resultOf(entry))?.v ?? null) as T | null;
       const got = await this.journaled(() => this.deps.repo.takeSignal(this.deps.prisma, this.a.lease, seq, name, options.timeoutMs ?? null));
       if (!got.held) throw this.lost();
       if (got.took) return got.payload as T;
@@ -162,7 +162,7 @@ export class WorkflowRun implements WorkflowContext {
   enqueue(queue: string, payload: unknown, options?: FollowUpOptions): Promise<string> {
     const { seq, entry } = this.position('enqueue', queue);
     return this.op(async () => {
-      if (entry) return entry.result.id as string;
+      if (entry) return (await this.resultOf(entry)).id as string;
       return this.insertOnce(seq, 'enqueue', queue, queue, payload, options, false);
     });
   }
@@ -170,9 +170,10 @@ export class WorkflowRun implements WorkflowContext {
   child<R = unknown>(name: string, queue: string, input: unknown, options?: FollowUpOptions): Promise<R> {
     const { seq, entry } = this.position('child', name);
     return this.op(async () => {
-      if (entry?.outcome === 'ok') return entry.result.v as R;
-      if (entry?.outcome === 'error') throw new ChildWorkflowError(entry.result.id, queue, entry.result.state);
-      const childId = entry ? (entry.result.id as string) : await this.insertOnce(seq, 'child', name, queue, input, options, true);
+      const result = entry ? await this.resultOf(entry) : null;
+      if (entry?.outcome === 'ok') return result.v as R;
+      if (entry?.outcome === 'error') throw new ChildWorkflowError(result.id, queue, result.state);
+      const childId = entry ? (result.id as string) : await this.insertOnce(seq, 'child', name, queue, input, options, true);
       return this.parkOn({ waitingFor: `child:${childId}`, wakeAt: null, signal: null, childSeq: seq });
     });
   }
@@ -223,7 +224,7 @@ export class WorkflowRun implements WorkflowContext {
     const { seq, entry } = this.position('sleep', 'sleep');
     return this.op(async () => {
       let at: number;
-      if (entry) at = Date.parse(entry.result.until);
+      if (entry) at = Date.parse((await this.resultOf(entry)).until);
       else {
         at = until();
         const json = JSON.stringify({ until: new Date(at).toISOString() });
@@ -293,10 +294,22 @@ export class WorkflowRun implements WorkflowContext {
   }
 
   /** A journaled outcome, as the call returns or throws it. */
-  private replayed(entry: JournalEntry, name: string): any {
+  private async replayed(entry: JournalEntry, name: string): Promise<any> {
     if (entry.kept === false) this.failing = true;
-    if (entry.outcome === 'error') throw new StepFailedError(name, entry.result.error.name, entry.result.error.message);
-    return entry.result?.v;
+    const result = await this.resultOf(entry);
+    if (entry.outcome === 'error') throw new StepFailedError(name, result.error.name, result.error.message);
+    return result?.v;
+  }
+
+  /**
+   * The stored result of an entry a call replays, read now if the journal's load deferred it; the
+   * entry lets go of it (each entry is replayed once), so a long attempt does not hold them all.
+   */
+  private async resultOf(entry: JournalEntry): Promise<any> {
+    const result = entry.deferred ? await this.journaled(() => this.deps.repo.result(this.deps.prisma, this.a.task.id, entry.seq)) : entry.result;
+    entry.result = undefined;
+    entry.deferred = false;
+    return result;
   }
 
   /** A call's result as stored; one that cannot be (too large, not JSON) fails the workflow, as no retry would change it. */
