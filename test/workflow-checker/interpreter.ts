@@ -2,10 +2,12 @@
  * The generated-program workflow checker, part 2: one `@Workflow` method that runs any program
  * (programs.ts) through the public WorkflowContext API, the handlers of its children and follow-up
  * tasks, and what the outside world saw (every run of every step). Faults that belong inside a
- * call (a step that is slow this once) are set here by the harness.
+ * call (a step that is slow this once) are set here by the harness. The faulty run's worker
+ * process (test/fixtures/checker-worker.ts) runs the same.
  */
 import { Injectable } from '@nestjs/common';
 import { TaskHandler, Workflow, type LeaseTaskContext, type Task, type WorkflowContext } from '@app/pg-queue';
+import { Pool } from 'pg';
 import type { PrismaClient } from '../../src/generated/prisma/client';
 import type { Call, Program } from './programs';
 
@@ -21,18 +23,32 @@ export const ATTEMPT_TIMEOUT_MS = 3000;
 /** Short leases, so that an attempt lost with its instance comes back within the trial. */
 export const LEASE_MS = 4000;
 
-/** What the outside world saw, shared by the apps of this process. */
+/**
+ * What the outside world saw: every run of every step, with the step key it passed on, as rows of
+ * chk_outside (run, workflow, step, key), written on a pool of its own straight to the database
+ * (never through the faulty run's proxy), so the worker processes a kill fault ends count with the
+ * apps of this process. `slow` is this process's alone: a slow fault is met by an in-process app.
+ */
 export const outside = {
-  /** Runs of each step's function, by `${run}:${workflowId}:${step}` (every run, even one given up on). */
-  runs: new Map<string, number>(),
-  /** The step key each run of a step passed on, by the same key. */
-  keys: new Map<string, Set<string>>(),
+  pool: null as Pool | null,
   /** `${run}:${step}` → ms: the next run of that step (in any workflow of that run) takes this long. */
   slow: new Map<string, number>(),
-  reset(): void {
-    this.runs.clear();
-    this.keys.clear();
-    this.slow.clear();
+  use(url: string): void {
+    this.pool = new Pool({ connectionString: url, max: 6 });
+    this.pool.on('error', () => undefined); // an idle connection dropped: the pool replaces it
+  },
+  /** Records a run of `step` and returns how many runs of it (this one included) the workflow has had. */
+  async ran(run: string, workflow: string, step: string, key: string): Promise<number> {
+    const { rows } = await this.pool!.query<{ runs: number }>(
+      `WITH ins AS (INSERT INTO chk_outside (run, workflow, step, key) VALUES ($1, $2, $3, $4) RETURNING 1)
+       SELECT (SELECT count(*) FROM chk_outside WHERE run = $1 AND workflow = $2 AND step = $3)::int + (SELECT count(*) FROM ins)::int AS runs`,
+      [run, workflow, step, key],
+    );
+    return rows[0].runs;
+  },
+  async close(): Promise<void> {
+    await this.pool?.end();
+    this.pool = null;
   },
 };
 
@@ -52,10 +68,7 @@ async function call(input: ProgramInput, wf: WorkflowContext<PrismaClient>, c: C
       const mode = c.mode;
       let runsThisCall = 0;
       const fn = async () => {
-        const key = `${input.run}:${wf.workflowId}:${c.name}`;
-        const runs = (outside.runs.get(key) ?? 0) + 1;
-        outside.runs.set(key, runs);
-        outside.keys.set(key, (outside.keys.get(key) ?? new Set()).add(wf.stepKey(c.name)));
+        const runs = await outside.ran(input.run, wf.workflowId, c.name, wf.stepKey(c.name));
         runsThisCall++;
         const slow = outside.slow.get(`${input.run}:${c.name}`);
         if (slow !== undefined) outside.slow.delete(`${input.run}:${c.name}`);
