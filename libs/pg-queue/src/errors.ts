@@ -240,6 +240,11 @@ export class DatabaseUnavailableError extends PgQueueError {
     super(message);
     if (options) this.cause = options.cause;
   }
+
+  /** The error for `cause`, a failure of the database under `what` (e.g. "workflow 12's journal"). */
+  static under(what: string, cause: unknown): DatabaseUnavailableError {
+    return new DatabaseUnavailableError(`pg-queue: the database failed under ${what} (given back uncounted): ${(cause as Error)?.message ?? String(cause)}`, { cause });
+  }
 }
 
 /** A schedule declaration (module option `schedules[i]` or a handler's `schedule`) that cannot work. */

@@ -288,7 +288,7 @@ export class WorkflowRun implements WorkflowContext {
    * journaled before stays, and the next attempt replays it, or runs again what it lacks.
    */
   private unavailable(err: unknown): unknown {
-    const reason = isDatabaseUnavailable(err) ? new DatabaseUnavailableError(`pg-queue: workflow ${this.a.task.id}: the database failed under its journal (given back uncounted): ${(err as Error)?.message ?? String(err)}`, { cause: err }) : err;
+    const reason = isDatabaseUnavailable(err) ? DatabaseUnavailableError.under(`workflow ${this.a.task.id}'s journal`, err) : err;
     this.a.abort(reason);
     return reason;
   }

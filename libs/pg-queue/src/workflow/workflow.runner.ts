@@ -84,8 +84,7 @@ export class WorkflowRunner implements WorkflowEngine {
   /** A statement of the attempt's own failed: the attempt is given back uncounted when the database was unavailable, else failed. */
   private givenBack(err: unknown): InvokeOutcome {
     if (!isDatabaseUnavailable(err)) return { kind: 'error', error: err };
-    const reason = new DatabaseUnavailableError(`pg-queue: the database failed under a workflow's statement (given back uncounted): ${(err as Error)?.message ?? String(err)}`, { cause: err });
-    return { kind: 'aborted', reason, settled: Promise.resolve() };
+    return { kind: 'aborted', reason: DatabaseUnavailableError.under("a workflow's statement", err), settled: Promise.resolve() };
   }
 
   private async park(a: Attempt, run: WorkflowRun, request: ParkRequest): Promise<InvokeOutcome | { kind: 'parked' }> {
