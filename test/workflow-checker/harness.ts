@@ -268,7 +268,7 @@ export class CheckerFleet {
         const id = run.ids[f.instance];
         if (run.cancelled.has(id)) return; // the first cancel's answer is the one that counts
         run.cancelled.set(id, 'under way');
-        run.cancelled.set(id, await this.faultyApi.queue.cancel(id));
+        run.cancelled.set(id, await again(() => this.faultyApi.queue.cancel(id))); // (the cluster may be restarting)
       }
     });
 
