@@ -11,9 +11,9 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { ChildWorkflowError, Workflow, type WorkflowContext } from '@app/pg-queue';
+import { ChildWorkflowError, TaskHandler, Workflow, type LeaseTaskContext, type Task, type WorkflowContext } from '@app/pg-queue';
 import type * as PgQueue from '@app/pg-queue';
-import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
 
@@ -22,6 +22,12 @@ const BEFORE_WORKFLOWS = '7c40073b7e94aad9d21b8ed80ddbf5883b8f4aff';
 
 @Injectable()
 class Parents {
+  /** Two workflows whose children share a key: both wait for the one task. */
+  @Workflow('old.keyed', { maxAttempts: 3 })
+  async keyed(input: { x: number }, wf: WorkflowContext) {
+    return wf.child<{ doubled: number }>('double', 'new.child', { x: input.x }, { key: `shared-${input.x}` });
+  }
+
   @Workflow('old.parent', { maxAttempts: 3 })
   async parent(input: { x: number }, wf: WorkflowContext) {
     try {
@@ -30,6 +36,17 @@ class Parents {
       if (!(err instanceof ChildWorkflowError)) throw err;
       return { caught: err.state };
     }
+  }
+}
+
+/** This release's handler of the keyed children, held until both parents wait for the one task. */
+@Injectable()
+class NewChildren {
+  static go = Promise.resolve();
+  @TaskHandler('new.child', { mode: 'lease' })
+  async run(task: Task<{ x: number }>, _ctx: LeaseTaskContext) {
+    await NewChildren.go;
+    return { doubled: task.payload.x * 2 };
   }
 }
 
@@ -44,7 +61,7 @@ function loadOldRelease(): { lib: typeof PgQueue; dir: string } {
 }
 
 /** Boots the old release's module with a handler for the children's queue: doubles x, dies on a negative x. */
-async function bootOldWorker(lib: typeof PgQueue, db: TestDatabase): Promise<INestApplicationContext> {
+async function bootOldWorker(lib: typeof PgQueue, db: TestDatabase, finished: 'archive' | 'delete' = 'archive'): Promise<INestApplicationContext> {
   @Injectable()
   class OldChildren {
     async run(task: { payload: { x: number } }) {
@@ -55,7 +72,7 @@ async function bootOldWorker(lib: typeof PgQueue, db: TestDatabase): Promise<INe
   const descriptor = Object.getOwnPropertyDescriptor(OldChildren.prototype, 'run')!;
   lib.TaskHandler('old.child', { maxAttempts: 1 })(OldChildren.prototype, 'run', descriptor);
   const moduleRef = await Test.createTestingModule({
-    imports: [lib.PgQueueModule.forRoot({ prisma: db.prisma(), pollIntervalMs: 200, rescueIntervalMs: 200, shutdownTimeoutMs: 5000 })],
+    imports: [lib.PgQueueModule.forRoot({ prisma: db.prisma(), pollIntervalMs: 200, rescueIntervalMs: 200, shutdownTimeoutMs: 5000, finished })],
     providers: [OldChildren],
   }).compile();
   return moduleRef.init();
@@ -104,6 +121,44 @@ describe('a rolling deploy from the release before workflows', () => {
     try {
       expect(await waitFor('the parent of the done child done', () => outcome(ok))).toEqual({ state: 'done', result: { doubled: { doubled: 42 } } });
       expect(await waitFor('the parent of the dead child done', () => outcome(dies))).toEqual({ state: 'done', result: { caught: 'dead' } });
+    } finally {
+      await current.close();
+    }
+  });
+
+  it("children that an old instance ran under finished: 'delete' (no row left) reach their parents as done", async () => {
+    let current: QueueApp = await bootQueueApp(db.prisma(), [Parents], { rescueIntervalMs: 200 });
+    const id = await current.queue.enqueue('old.parent', { x: 5 });
+    await waitFor('the parent parked on its child', () => parkedOnChild([id]));
+    await current.close();
+    const oldApp = await bootOldWorker(old.lib, db, 'delete');
+    try {
+      await waitFor('the child ended without a trace', async () => (await db.sql('SELECT 1 FROM pgqueue.task WHERE parent_id = $1 UNION ALL SELECT 1 FROM pgqueue.task_archive WHERE parent_id = $1', [id])).length === 0);
+    } finally {
+      await oldApp.close();
+    }
+    current = await bootQueueApp(db.prisma(), [Parents], { rescueIntervalMs: 200 });
+    try {
+      // Its result was not kept: the parent gets null, as a fan-in dependant of a deleted parent does.
+      expect(await waitFor('the parent done', () => outcome(id))).toEqual({ state: 'done', result: { doubled: null } });
+    } finally {
+      await current.close();
+    }
+  });
+
+  it('two workflows whose children share a key both get the one task\'s result, told by its end (not by a rescuer pass)', async () => {
+    const gate = deferred();
+    NewChildren.go = gate.promise;
+    // Rescuer passes far apart: only the child's end (its debts and their notification) can tell the parents in time.
+    const current = await bootQueueApp(db.prisma(), [Parents, NewChildren], { rescueIntervalMs: 120_000, databaseUrl: db.url });
+    try {
+      const a = await current.queue.enqueue('old.keyed', { x: 7 });
+      await waitFor('the first parked on its child', () => parkedOnChild([a]));
+      const b = await current.queue.enqueue('old.keyed', { x: 7 });
+      await waitFor('both parked on the one child', () => parkedOnChild([a, b]));
+      gate.resolve();
+      expect(await waitFor('the first done', () => outcome(a), { timeoutMs: 10_000 })).toEqual({ state: 'done', result: { doubled: 14 } });
+      expect(await waitFor('the second done', () => outcome(b), { timeoutMs: 10_000 })).toEqual({ state: 'done', result: { doubled: 14 } });
     } finally {
       await current.close();
     }

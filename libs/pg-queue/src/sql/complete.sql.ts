@@ -60,10 +60,10 @@ WITH released AS (
       attempt = greatest(t.attempt - 1, 0),${runAt === null ? '' : ` run_at = CASE WHEN ${cancelRequested} THEN t.run_at ELSE ${runAt} END,`}
       locked_by = NULL, lease_token = NULL, locked_until = NULL
   WHERE ${HELD}${bound}
-  RETURNING t.id, t.queue, t.partition_key, t.state, t.run_at, t.dependants, t.workflow_parent, t.watched
+  RETURNING t.id, t.queue, t.partition_key, t.state, t.run_at, t.dependants, t.workflow_parents, t.watched
 ), ${ctes ? `${ctes}, ` : ''}uncancel AS (
   DELETE FROM ${s}.task_cancel c USING released r WHERE c.task_id = r.id AND r.state = 'cancelled'
-), ${debtsCte(s, "SELECT id, dependants, workflow_parent, state AS outcome, NULL::jsonb AS result FROM released WHERE state = 'cancelled'", '$3')},
+), ${debtsCte(s, "SELECT id, dependants, workflow_parents, state AS outcome, NULL::jsonb AS result FROM released WHERE state = 'cancelled'", '$3')},
 ${toldCte(s, "SELECT id, state, queue, watched FROM released WHERE state = 'cancelled'", '$3')},
 ${notifyCte("SELECT queue, run_at FROM released WHERE state = 'pending'", '$3')}
 SELECT (SELECT ${idList('id')} FROM released) AS released_ids,
@@ -110,7 +110,7 @@ WITH done AS (
   ORDER BY f.ord
   ${ON_LIVE_KEY} DO NOTHING
   RETURNING queue, run_at
-), ${debtsCte(s, `SELECT id, dependants, workflow_parent, CASE WHEN cancelled THEN 'cancelled' ELSE 'done' END AS outcome,
+), ${debtsCte(s, `SELECT id, dependants, workflow_parents, CASE WHEN cancelled THEN 'cancelled' ELSE 'done' END AS outcome,
          CASE WHEN NOT cancelled THEN ${results}::jsonb -> id::text END AS result FROM done`, '$4')},
 ${toldCte(s, "SELECT id, CASE WHEN cancelled THEN 'cancelled' ELSE 'done' END AS state, queue, watched FROM done", '$4')},
 ${notifyCte('SELECT queue, run_at FROM follow_ups UNION ALL SELECT queue, run_at FROM rerun', '$4')}
@@ -155,10 +155,10 @@ WITH lease_pos AS (
       locked_by = NULL, lease_token = NULL, locked_until = NULL,
       finished_at = now()
   WHERE ${HELD}${bound}
-  RETURNING t.id, t.state, t.queue, t.run_at, t.dependants, t.workflow_parent, t.watched
+  RETURNING t.id, t.state, t.queue, t.run_at, t.dependants, t.workflow_parents, t.watched
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING failed f WHERE c.task_id = f.id AND f.state = 'cancelled'
-), ${debtsCte(s, "SELECT id, dependants, workflow_parent, state AS outcome, NULL::jsonb AS result FROM failed WHERE state IN ('dead', 'cancelled')", '$6')},
+), ${debtsCte(s, "SELECT id, dependants, workflow_parents, state AS outcome, NULL::jsonb AS result FROM failed WHERE state IN ('dead', 'cancelled')", '$6')},
 ${toldCte(s, 'SELECT id, state, queue, watched FROM failed', '$6')},
 ${notifyCte("SELECT queue, run_at FROM failed WHERE state = 'pending'", '$6')}
 SELECT id::text AS id, state, (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts,

@@ -89,9 +89,12 @@ export class DependencyRepository {
    * an older release ended without a debt (see sweepChildEnds).
    */
   async settle(db: SqlExecutor, sweep = false): Promise<number> {
-    if (sweep) await db.$queryRawUnsafe(this.children.sweepChildEnds, SWEEP_CHILDREN, this.channel);
-    const total = await this.settleFanIn(db);
-    return total + (await this.settleChildren(db));
+    // A sweep that fails (a timeout, a busy database) does not keep the debts below from settling.
+    let sweepError: unknown = null;
+    if (sweep) await Promise.resolve(db.$queryRawUnsafe(this.children.sweepChildEnds, SWEEP_CHILDREN, this.channel)).catch((err: unknown) => (sweepError = err));
+    const total = (await this.settleFanIn(db)) + (await this.settleChildren(db));
+    if (sweepError) throw sweepError;
+    return total;
   }
 
   private async settleChildren(db: SqlExecutor): Promise<number> {

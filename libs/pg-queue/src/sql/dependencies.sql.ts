@@ -58,7 +58,7 @@ WITH taken AS (
       finished_at = CASE WHEN p.failed_parent IS NOT NULL THEN now() ELSE w.finished_at END
   FROM per p
   WHERE w.id = p.dependant AND w.state = 'waiting' AND w.waiting_for IS NULL
-  RETURNING w.id, w.queue, w.state, w.run_at, w.dependants, w.workflow_parent, w.watched
+  RETURNING w.id, w.queue, w.state, w.run_at, w.dependants, w.workflow_parents, w.watched
 ), legacy_child_ends AS (
   -- A child linked before migration 28, by dependants: its end came as a fan-in debt.
   SELECT dependant AS workflow, parent AS child, outcome, result FROM due
@@ -69,13 +69,13 @@ WITH taken AS (
 ), cascaded_children AS (
   -- A workflow's child that waited for other tasks: its parent hears it was cancelled.
   INSERT INTO ${s}.workflow_child_debt (parent, child, outcome)
-  SELECT workflow_parent, id, 'cancelled' FROM settled WHERE state = 'cancelled' AND workflow_parent IS NOT NULL
+  SELECT unnest(workflow_parents), id, 'cancelled' FROM settled WHERE state = 'cancelled' AND workflow_parents IS NOT NULL
   RETURNING pg_notify($2, '${SETTLE_NOTICE}')
 ), ${toldCte(s, "SELECT id, state, queue, watched FROM settled WHERE state = 'cancelled'", '$2')},
 ${notifyCte("SELECT queue, run_at FROM settled WHERE state = 'pending' UNION ALL SELECT queue, run_at FROM woken WHERE state = 'pending'", '$2')}
 SELECT (SELECT count(*) FROM taken)::int AS taken, (SELECT count(*) FROM due)::int AS settled,
        (SELECT count(*) FROM cascaded)::int AS cascaded, (SELECT count(*) FROM notified)::int AS notified,
-       (SELECT count(*) FROM told)::int AS told`;
+       (SELECT count(*) FROM told)::int AS told, (SELECT count(*) FROM cascaded_children)::int AS cascaded_children`;
   return marked({
     /** Ids among $1 (comma-separated) that are neither live nor archived. */
     missingParents: `
@@ -227,17 +227,18 @@ WITH fault AS (
       last_error = 'pg-queue: the results of the tasks it depends on could not be merged (at task '
                    || (SELECT parent FROM fault) || '): ' || $2::text
   WHERE w.id = (SELECT dependant FROM fault) AND w.state = 'waiting'
-  RETURNING w.id, w.queue, w.dependants, w.workflow_parent, w.watched
+  RETURNING w.id, w.queue, w.dependants, w.workflow_parents, w.watched
 ), ${toldCte(s, "SELECT id, 'dead' AS state, queue, watched FROM failed", '$3')}, cascaded AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome)
   SELECT unnest(dependants), id, 'dead' FROM failed WHERE dependants IS NOT NULL
   RETURNING pg_notify($3, '${SETTLE_NOTICE}')
 ), cascaded_children AS (
   INSERT INTO ${s}.workflow_child_debt (parent, child, outcome)
-  SELECT workflow_parent, id, 'dead' FROM failed WHERE workflow_parent IS NOT NULL
+  SELECT unnest(workflow_parents), id, 'dead' FROM failed WHERE workflow_parents IS NOT NULL
   RETURNING pg_notify($3, '${SETTLE_NOTICE}')
 )
 SELECT (SELECT count(*) FROM dropped)::int AS settled, (SELECT count(*) FROM cascaded)::int AS cascaded,
+       (SELECT count(*) FROM cascaded_children)::int AS cascaded_children,
        (SELECT count(*) FROM told)::int AS told`,
 
     /** The results of a dependant's parents (done parents only). Parameters: $1 id. */
@@ -247,20 +248,23 @@ SELECT (SELECT count(*) FROM dropped)::int AS settled, (SELECT count(*) FROM cas
 
 /**
  * A CTE `debts` for statements that end tasks: one debt per dependant of each row of `source`
- * (columns id, dependants, workflow_parent, outcome, result), one for the parent of a workflow's
+ * (columns id, dependants, workflow_parents, outcome, result), one for each parent of a workflow's
  * child (workflow_child_debt, see workflow.sql.ts), and one `!settle` notification ($channel;
  * Postgres folds identical ones). Host statements read count(*) from it, which also makes sure it
  * runs whole. Rows with neither cost a filter.
  */
 export function debtsCte(s: string, source: string, channel: string): string {
+  // `debts` reads both inserts, so the host's count(*) covers their rows and notifications alike.
   return `ended_parents AS (${source}
 ), child_debts AS (
   INSERT INTO ${s}.workflow_child_debt (parent, child, outcome, result)
-  SELECT x.workflow_parent, x.id, x.outcome, x.result FROM ended_parents x WHERE x.workflow_parent IS NOT NULL
+  SELECT unnest(x.workflow_parents), x.id, x.outcome, x.result FROM ended_parents x WHERE x.workflow_parents IS NOT NULL
   RETURNING pg_notify(${channel}, '${SETTLE_NOTICE}')
-), debts AS (
+), fan_in_debts AS (
   INSERT INTO ${s}.task_dependency_debt (dependant, parent, outcome, result)
   SELECT unnest(x.dependants), x.id, x.outcome, x.result FROM ended_parents x WHERE x.dependants IS NOT NULL
   RETURNING pg_notify(${channel}, '${SETTLE_NOTICE}')
+), debts AS (
+  SELECT 1 FROM fan_in_debts UNION ALL SELECT 1 FROM child_debts
 )`;
 }

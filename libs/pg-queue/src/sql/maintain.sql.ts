@@ -42,10 +42,10 @@ WITH ${ctes ? `${ctes},
       run_at = now(), finished_at = now()
   -- By primary key (see claim.sql.ts for why not a join).
   WHERE t.id = ANY (ARRAY (SELECT id FROM expired))
-  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants, t.workflow_parent, t.watched
+  RETURNING t.id, t.queue, t.state, t.run_at, t.dependants, t.workflow_parents, t.watched
 ), uncancel AS (
   DELETE FROM ${s}.task_cancel c USING rescued r WHERE c.task_id = r.id AND r.state = 'cancelled'
-), ${debtsCte(s, "SELECT id, dependants, workflow_parent, state AS outcome, NULL::jsonb AS result FROM rescued WHERE state IN ('dead', 'cancelled')", '$2')},
+), ${debtsCte(s, "SELECT id, dependants, workflow_parents, state AS outcome, NULL::jsonb AS result FROM rescued WHERE state IN ('dead', 'cancelled')", '$2')},
 ${toldCte(s, 'SELECT id, state, queue, watched FROM rescued', '$2')},
 ${notifyCte("SELECT queue, run_at FROM rescued WHERE state = 'pending'", '$2')}
 SELECT count(*)::int AS rescued,

@@ -38,7 +38,7 @@ WITH now_cancelled AS (
          last_error, parent_id, dedup_key, group_key, created_at, started_at, now(), trace_context, partition_key, depends_on, dependants,
          progress, log
   FROM now_cancelled
-), ${debtsCte(s, "SELECT id, dependants, workflow_parent, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled", '$2')},
+), ${debtsCte(s, "SELECT id, dependants, workflow_parents, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled", '$2')},
 ${toldCte(s, "SELECT id, 'cancelled' AS state, queue, watched FROM now_cancelled", '$2')}, requested AS (
   INSERT INTO ${s}.task_cancel (task_id)
   SELECT id FROM ${s}.task WHERE id = $1::bigint AND state = 'running'

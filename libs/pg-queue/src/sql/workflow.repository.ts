@@ -16,7 +16,7 @@ export interface JournalRow {
   deferred?: boolean;
 }
 
-/** How many bytes of results (as stored) an attempt's journal load reads at most per workflow; the rest on replay. */
+/** How many bytes of large results (as stored) an attempt's journal load reads at most per workflow; the rest on replay. */
 export const JOURNAL_LOAD_BYTES = 256 * 1024;
 
 export interface ParkRequest {
@@ -60,11 +60,10 @@ export class WorkflowRepository {
     return out;
   }
 
-  /** The result of journal entry `seq` of task `taskId` (one the load deferred). */
-  async result(db: SqlExecutor, taskId: string, seq: number): Promise<any> {
-    const rows = await db.$queryRawUnsafe<{ result: unknown }[]>(this.sql.result, taskId, seq);
-    if (rows.length === 0) throw new Error(`pg-queue: workflow ${taskId}: journal entry ${seq} is gone`);
-    return rows[0].result;
+  /** The result of journal entry `seq` of the lease's task (one the load deferred); null when the lease is no longer held. */
+  async result(db: SqlExecutor, lease: Lease, seq: number): Promise<{ result: any } | null> {
+    const rows = await db.$queryRawUnsafe<{ result: unknown }[]>(this.sql.result, lease.id, seq, lease.token);
+    return rows[0] ?? null;
   }
 
   /** Records a call; false when the lease is no longer held. `resultJson`: JSON text or null. */

@@ -43,6 +43,9 @@ export function childEndedCtes(s: string, due: string): string {
 )`;
 }
 
+/** A journal result this large (as stored) counts against an attempt's load budget (see journals). */
+const LARGE_RESULT_BYTES = 8192;
+
 /** First key of the advisory lock that orders a signal against a workflow parking on it; the second is hashtext(task id). */
 export const SIGNAL_LOCK_NAMESPACE = 0x70_67_77; // "pgw"
 
@@ -89,23 +92,32 @@ export function workflowStatements(schema: string) {
      * The journals of tasks $1 (ids as comma-separated text, parsed once: see HELD in
      * fragments.sql.ts), by task, in call order; and, as a row of kind 'cancel' at seq -1, a cancel
      * request that waits for the task (a cancel that met its park, see operate.sql.ts cancelLock):
-     * the attempt ends cancelled before it runs anything. Results come with their entries up to $2
-     * bytes per task as stored (pg_column_size, which reads no TOAST), in call order; the rest are
-     * `deferred` (result NULL, never detoasted) and read by `result` when a call replays them, so
-     * an attempt does not read a long journal's results all at once.
+     * the attempt ends cancelled before it runs anything. Small results always come with their
+     * entries; large ones (over LARGE_RESULT_BYTES as stored: pg_column_size, which reads no TOAST)
+     * up to $2 bytes of them per task, in call order; the rest are `deferred` (result NULL, never
+     * detoasted) and read by `result` when a call replays them, so an attempt does not read a long
+     * journal's results all at once, and a replay makes a round trip only for a large one.
      */
     journals: `
 WITH ids AS (SELECT string_to_array($1, ',')::bigint[] AS ids)
 SELECT task_id::text AS task_id, seq, kind, name, outcome, CASE WHEN NOT deferred THEN result END AS result, kept, deferred
 FROM (SELECT task_id, seq, kind, name, outcome, result, kept,
-             sum(coalesce(pg_column_size(result), 0)) OVER (PARTITION BY task_id ORDER BY seq) > $2 AS deferred
+             pg_column_size(result) > ${LARGE_RESULT_BYTES}
+             AND sum(CASE WHEN pg_column_size(result) > ${LARGE_RESULT_BYTES} THEN pg_column_size(result) ELSE 0 END)
+                 OVER (PARTITION BY task_id ORDER BY seq) > $2 AS deferred
       FROM ${s}.workflow_step WHERE task_id = ANY ((SELECT ids FROM ids)::bigint[])) j
 UNION ALL
 SELECT task_id::text, -1, 'cancel', '', 'ok', NULL, true, false FROM ${s}.task_cancel WHERE task_id = ANY ((SELECT ids FROM ids)::bigint[])
 ORDER BY task_id, seq`,
 
-    /** The result of task $1's journal entry $2 (one `journals` deferred). An entry's result changes only from waiting to its outcome. */
-    result: `SELECT result FROM ${s}.workflow_step WHERE task_id = $1::bigint AND seq = $2::int`,
+    /**
+     * The result of task $1's journal entry $2 (one `journals` deferred), while lease $3 is held (an
+     * attempt that lost it may meet a position the next one freed and reused). An entry's result
+     * changes only from waiting to its outcome.
+     */
+    result: `
+SELECT w.result FROM ${s}.workflow_step w JOIN ${s}.task t ON t.id = w.task_id AND t.lease_token = $3::uuid
+WHERE w.task_id = $1::bigint AND w.seq = $2::int`,
 
     /**
      * Records call $3 ($4 kind, $5 name, $6 outcome, $7 result JSON), fenced (see above); $8: ms
@@ -217,10 +229,11 @@ WHERE w.task_id = f.id AND NOT w.kept`,
 
     /**
      * Links child $2 to its parent workflow $1: the statement that ends the child leaves the parent
-     * a debt (debtsCte in dependencies.sql.ts). workflow_parent, not dependants: migration 28.
+     * a debt (debtsCte in dependencies.sql.ts). workflow_parents, not dependants: migration 28. A
+     * list: a child given a key may be a live task another workflow started as its child too.
      */
     linkChild: `
-UPDATE ${s}.task SET workflow_parent = $1::bigint WHERE id = $2::bigint`,
+UPDATE ${s}.task SET workflow_parents = coalesce(workflow_parents, '{}') || $1::bigint WHERE id = $2::bigint`,
 
     /**
      * Settles up to $1 ends of workflow children (workflow_child_debt), oldest first, stopping at
@@ -240,26 +253,26 @@ SELECT (SELECT count(*) FROM taken)::int AS taken, (SELECT count(*) FROM due)::i
 
     /**
      * Debts for children that ended with none recorded: an instance of a release before migration
-     * 28 ended them (it does not read workflow_parent). Each child entry still waiting whose task
-     * is dead or cancelled, or archived; up to $1 per run, for a rescuer pass. A child being
+     * 28 ended them (it does not read workflow_parents). Each child entry still waiting whose task
+     * is dead or cancelled, archived, or gone (finished: 'delete'); up to $1 per run, for a rescuer pass. A child being
      * settled now has a debt or no waiting entry (both change in one statement), so none is
      * recorded twice but by two passes at once, which the settle takes as told twice. Parameters:
      * $1 limit, $2 channel.
      */
     sweepChildEnds: `
 WITH ended AS (
-  SELECT j.task_id AS workflow, c.id AS child, c.state AS outcome, c.result
+  SELECT j.task_id AS workflow, c.id AS child, c.outcome, c.result
   FROM ${s}.workflow_step j
-  CROSS JOIN LATERAL (
-    SELECT t.id, t.state, NULL::jsonb AS result FROM ${s}.task t
-    WHERE t.id = (j.result ->> 'id')::bigint AND t.state IN ('dead', 'cancelled')
-    UNION ALL
-    SELECT a.id, a.state, CASE WHEN a.state = 'done' THEN a.result END FROM ${s}.task_archive a
-    WHERE a.id = (j.result ->> 'id')::bigint
-    LIMIT 1
-  ) c
+  CROSS JOIN LATERAL (SELECT (j.result ->> 'id')::bigint AS id) c0
+  LEFT JOIN ${s}.task t ON t.id = c0.id
+  -- The archive is probed only for a child no longer in the task table (t.id IS NULL: a one-time filter).
+  LEFT JOIN LATERAL (SELECT a.state, a.result FROM ${s}.task_archive a WHERE t.id IS NULL AND a.id = c0.id LIMIT 1) a ON true
+  -- Neither live nor archived: ended under finished: 'delete' (done, no result kept), as debtsOfEnded takes it.
+  CROSS JOIN LATERAL (SELECT c0.id, coalesce(t.state, a.state, 'done') AS outcome,
+                             CASE WHEN a.state = 'done' THEN a.result END AS result) c
   WHERE j.kind = 'child' AND j.outcome = 'waiting'
-    AND NOT EXISTS (SELECT 1 FROM ${s}.workflow_child_debt d WHERE d.child = c.id)
+    AND (t.id IS NULL OR t.state IN ('dead', 'cancelled'))
+    AND NOT EXISTS (SELECT 1 FROM ${s}.workflow_child_debt d WHERE d.child = c.id AND d.parent = j.task_id)
     AND NOT EXISTS (SELECT 1 FROM ${s}.task_dependency_debt d WHERE d.dependant = j.task_id AND d.parent = c.id)
   LIMIT $1
 ), recorded AS (

@@ -306,7 +306,12 @@ export class WorkflowRun implements WorkflowContext {
    * entry lets go of it (each entry is replayed once), so a long attempt does not hold them all.
    */
   private async resultOf(entry: JournalEntry): Promise<any> {
-    const result = entry.deferred ? await this.journaled(() => this.deps.repo.result(this.deps.prisma, this.a.task.id, entry.seq)) : entry.result;
+    let result = entry.result;
+    if (entry.deferred) {
+      const read = await this.journaled(() => this.deps.repo.result(this.deps.prisma, this.a.lease, entry.seq));
+      if (read === null) throw this.lost();
+      result = read.result;
+    }
     entry.result = undefined;
     entry.deferred = false;
     return result;

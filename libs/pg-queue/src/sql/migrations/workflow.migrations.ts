@@ -93,10 +93,11 @@ CREATE CONSTRAINT TRIGGER workflow_signal_committed AFTER INSERT ON ${s}.workflo
       name: 'workflow_child_link',
       sql: [
         `
--- A workflow's child names its parent here, not in dependants: instances of a release before 17,
+-- A workflow's child names its parents here, not in dependants: instances of a release before 17,
 -- during a rolling deploy, read dependants and would settle the child's end with their fan-in
 -- statement (a done child left its parent waiting, a dead one cancelled it). They never read this.
-ALTER TABLE ${s}.task ADD COLUMN IF NOT EXISTS workflow_parent bigint;
+-- Several parents: a child started with a key may be a live task another workflow started too.
+ALTER TABLE ${s}.task ADD COLUMN IF NOT EXISTS workflow_parents bigint[];
 
 -- A workflow child's end, left for its parent by the statement that ended it (the same debt as
 -- task_dependency_debt's, in a table older instances do not know; settled by settleChildren in
