@@ -13,7 +13,7 @@ export interface JournalEntry {
   result: any;
   /** False: tentative, forgotten if an attempt fails before the workflow parks (see WorkflowRun.failing). Absent: kept. */
   kept?: boolean;
-  /** True: `result` is not loaded yet (a long journal's), read when the call replays. */
+  /** True: `result` is not loaded yet (a large one past the load's budget), read when the call replays. */
   deferred?: boolean;
 }
 
