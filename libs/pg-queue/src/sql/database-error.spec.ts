@@ -1,4 +1,4 @@
-import { isConnectionLost } from './database-error';
+import { isConnectionGone, isConnectionLost, isDatabaseUnavailable } from './database-error';
 
 /** The shapes a server's error reaches the queue in (only what is read of them). */
 const adapterError = (originalCode: string) => Object.assign(new Error('driver error'), { meta: { driverAdapterError: { cause: { kind: 'postgres', originalCode, originalMessage: 'm' } } } });
@@ -22,5 +22,21 @@ describe('isConnectionLost', () => {
     expect(isConnectionLost(new Error('Connection terminated unexpectedly'))).toBe(false);
     expect(isConnectionLost(Object.assign(new Error('prisma'), { code: 'P2010' }))).toBe(false);
     expect(isConnectionLost(null)).toBe(false);
+  });
+});
+
+describe('isConnectionGone', () => {
+  it('a connection pg marked broken, or one that closed without a SQLSTATE: gone (the checker met the first after a restart)', () => {
+    expect(isConnectionGone(new Error('Client has encountered a connection error and is not queryable'))).toBe(true);
+    expect(isConnectionGone(new Error('Connection terminated unexpectedly'))).toBe(true);
+    expect(isConnectionGone(rawQueryError('57P01', 'terminating connection due to administrator command'))).toBe(true);
+    expect(isDatabaseUnavailable(new Error('Client has encountered a connection error and is not queryable'))).toBe(true);
+  });
+
+  it('a statement timeout or a deadlock is not (a transaction function counts them as its own), though the database was unavailable', () => {
+    expect(isConnectionGone(rawQueryError('57014', 'canceling statement due to statement timeout'))).toBe(false);
+    expect(isConnectionGone(pgError('40P01'))).toBe(false);
+    expect(isDatabaseUnavailable(pgError('40P01'))).toBe(true);
+    expect(isConnectionGone(adapterError('23505'))).toBe(false);
   });
 });

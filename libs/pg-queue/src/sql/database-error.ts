@@ -39,19 +39,32 @@ const PRISMA_UNREACHABLE = new Set(['P1001', 'P1002', 'P1008', 'P1017', 'P2024']
 const BUSY = /^(57014|55P03|40001|40P01)$/;
 
 /**
- * True for an error that says the database could not serve a statement right now: the connection
- * was lost (see isConnectionLost), could not be had (a pool timeout, an unreachable server, a
- * socket the driver saw close without a SQLSTATE), or the statement was timed out or chosen as a
- * deadlock victim. What the queue's own statements meet in a failover or under load; running the
- * work again later is the answer, never recording it as the task's failure.
+ * True for an error that says the connection is gone or could not be had: lost (see
+ * isConnectionLost), a pool timeout, an unreachable server, or a socket the driver saw close
+ * without a SQLSTATE (a client `pg` marked broken included). Unlike isDatabaseUnavailable, not a
+ * statement that timed out or lost a deadlock: a user's transaction function counts those as its own.
  */
-export function isDatabaseUnavailable(err: unknown): boolean {
+export function isConnectionGone(err: unknown): boolean {
   if (isConnectionLost(err)) return true;
   const e = err as { code?: unknown; message?: unknown; cause?: { kind?: unknown }; meta?: { driverAdapterError?: { cause?: { kind?: unknown } } } } | null;
   const kind = e?.meta?.driverAdapterError?.cause?.kind ?? e?.cause?.kind;
   if (typeof kind === 'string' && ADAPTER_UNREACHABLE.has(kind)) return true;
   if (typeof e?.code === 'string' && PRISMA_UNREACHABLE.has(e.code)) return true;
+  return (
+    typeof e?.message === 'string' &&
+    /Connection terminated|Server has closed the connection|Can't reach database server|ECONNRESET|ECONNREFUSED|socket hang up|Timed out fetching a new connection|Client has encountered a connection error/i.test(e.message)
+  );
+}
+
+/**
+ * True for an error that says the database could not serve a statement right now: the connection
+ * is gone (isConnectionGone), or the statement was timed out or chosen as a deadlock victim. What
+ * the queue's own statements meet in a failover or under load; running the work again later is the
+ * answer, never recording it as the task's failure.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  if (isConnectionGone(err)) return true;
+  const e = err as { code?: unknown } | null;
   const code = databaseError(err)?.code ?? (typeof e?.code === 'string' ? e.code : undefined);
-  if (code !== undefined && BUSY.test(code)) return true;
-  return typeof e?.message === 'string' && /Connection terminated|Server has closed the connection|Can't reach database server|ECONNRESET|ECONNREFUSED|socket hang up|Timed out fetching a new connection/i.test(e.message);
+  return code !== undefined && BUSY.test(code);
 }

@@ -1,5 +1,5 @@
 import { DatabaseUnavailableError, LeaseLostError, NonRetryableError, PgQueueError } from '../errors';
-import { isConnectionLost, isDatabaseUnavailable } from '../sql/database-error';
+import { isConnectionGone, isDatabaseUnavailable } from '../sql/database-error';
 import { buildTaskRow, serialisePayload, type RowLimits } from '../core/task-input';
 import { currentTraceContext, inStepSpan } from '../observability/tracing';
 import type { WorkflowRepository } from '../sql/workflow.repository';
@@ -124,7 +124,7 @@ export class WorkflowRun implements WorkflowContext {
         // Rolled back: nothing of it stays. Only the function's own error is the step's outcome; a
         // transaction that could not start or commit, or a lost connection, runs the step again.
         // (The function's own statement timeout or deadlock is its failure: retried and counted.)
-        if (err !== fnError || isConnectionLost(err)) throw this.unavailable(err);
+        if (err !== fnError || isConnectionGone(err)) throw this.unavailable(err);
         await this.recordError(seq, 'transaction', name, err, started);
         throw err;
       }
