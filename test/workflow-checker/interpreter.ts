@@ -137,7 +137,9 @@ export class CheckedPrograms {
     return runProgram(input, wf);
   }
 
-  @TaskHandler('chk.child', { mode: 'lease', maxAttempts: 1, concurrency: 10 })
+  // Attempts to spare: a shutdown whose release met a dropped connection, or a kill, counts the
+  // child's attempt as a crash does; a failing child fails every one of them and ends dead.
+  @TaskHandler('chk.child', { mode: 'lease', maxAttempts: 5, backoff: { type: 'fixed', delayMs: 10 }, concurrency: 10, leaseMs: 4000 })
   async child(task: Task<{ fails: boolean }>, _ctx: LeaseTaskContext): Promise<number> {
     if (task.payload.fails) throw new Error('the child fails');
     return 42;
