@@ -34,7 +34,7 @@ export const ONE_ROW_BOUNDS: TransactionBounds = { maxWaitMs: 5000, lockWaitMs: 
  * The transaction's first statement: the server-side bounds, for this transaction only, and the
  * isolation level it runs under (read-committed.ts). Parameters: the bounds in ms, as text.
  */
-const BOUND = marked({
+export const BOUND = marked({
   statement: `
 SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_session_timeout', $2, true),
        set_config('statement_timeout', $3, true), ${ISOLATION}`,
