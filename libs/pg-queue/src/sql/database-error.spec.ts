@@ -40,3 +40,18 @@ describe('isConnectionGone', () => {
     expect(isConnectionGone(adapterError('23505'))).toBe(false);
   });
 });
+
+describe('a DriverAdapterError as @prisma/adapter-pg throws it, not wrapped by the client', () => {
+  // The checker's restart fault (30-minute run, seed 26173324, path 508:12) recorded one as an
+  // attempt's failure: "DriverAdapterError: terminating connection due to administrator command".
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { DriverAdapterError } = require('@prisma/driver-adapter-utils') as { DriverAdapterError: new (cause: object) => Error };
+  const raw = (originalCode: string, originalMessage: string) => new DriverAdapterError({ kind: 'postgres', originalCode, originalMessage });
+
+  it('reads its SQLSTATE: a restart is a lost connection, a unique violation is not', () => {
+    expect(isConnectionLost(raw('57P01', 'terminating connection due to administrator command'))).toBe(true);
+    expect(isConnectionGone(raw('57P01', 'terminating connection due to administrator command'))).toBe(true);
+    expect(isDatabaseUnavailable(raw('40P01', 'deadlock detected'))).toBe(true);
+    expect(isConnectionGone(raw('23505', 'duplicate key value violates unique constraint "x"'))).toBe(false);
+  });
+});

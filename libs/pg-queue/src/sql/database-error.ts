@@ -1,10 +1,13 @@
 /**
  * The SQLSTATE and message of a database error as Prisma reports it, or null for anything else
- * (no connection, a Prisma timeout, ...).
+ * (no connection, a Prisma timeout, ...): wrapped by the client (meta), in a raw query's message,
+ * or a DriverAdapterError the adapter threw as it is (its `cause`), as an interactive transaction's
+ * statements and its commit may.
  */
 export function databaseError(err: unknown): { code: string; message: string } | null {
-  const e = err as { code?: unknown; message?: unknown; meta?: { code?: unknown; message?: unknown; driverAdapterError?: { cause?: { originalCode?: unknown; originalMessage?: unknown } } } } | null;
-  const cause = e?.meta?.driverAdapterError?.cause;
+  type Cause = { originalCode?: unknown; originalMessage?: unknown };
+  const e = err as { code?: unknown; message?: unknown; cause?: Cause; meta?: { code?: unknown; message?: unknown; driverAdapterError?: { cause?: Cause } } } | null;
+  const cause = e?.meta?.driverAdapterError?.cause ?? (e instanceof Error && e.name === 'DriverAdapterError' ? e.cause : undefined);
   const text = typeof e?.message === 'string' ? e.message : '';
   const code = [cause?.originalCode, e?.meta?.code, /Code: `([0-9A-Z]{5})`/.exec(text)?.[1]].find((c): c is string => typeof c === 'string' && /^[0-9A-Z]{5}$/.test(c));
   if (code === undefined) return null;
