@@ -1,4 +1,4 @@
-import { Client } from 'pg';
+import { Client, Pool } from 'pg';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../../src/generated/prisma/client';
 import { waitFor } from './wait-for';
@@ -17,6 +17,20 @@ const { startLocalPostgres, runAsync } = require('../../scripts/local-postgres.j
 };
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { migrate } = require('../../scripts/migrate.js') as { migrate: (url: string) => Promise<string[]> };
+
+/**
+ * A Prisma client on `url` whose connections the server may terminate (a restart): through a pool
+ * with an 'error' listener on each connection and on the pool, as the package README's Deployment
+ * section tells apps to (a terminated backend can otherwise raise an unhandled 'error' from a
+ * connection @prisma/adapter-pg has checked out; the checker met it under its restart fault).
+ * Failed statements still fail; disconnecting the client ends the pool.
+ */
+export function terminablePrisma(url: string, max: number): PrismaClient {
+  const pool = new Pool({ connectionString: url, max });
+  pool.on('connect', (client) => client.on('error', () => undefined));
+  pool.on('error', () => undefined);
+  return new PrismaClient({ adapter: new PrismaPg(pool, { disposeExternalPool: true }) });
+}
 
 /**
  * A PostgreSQL cluster of a spec's own (for faults that would hurt other specs: a restart), with one
@@ -62,7 +76,7 @@ export async function startOwnCluster(label: string, settings: Record<string, st
     url,
     port: pg.port,
     prisma(poolSize = 10) {
-      const client = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: poolSize }) });
+      const client = terminablePrisma(url, poolSize);
       clients.push(client);
       return client;
     },

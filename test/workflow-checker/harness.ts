@@ -14,11 +14,10 @@
  */
 import fc from 'fast-check';
 import { Logger } from '@nestjs/common';
-import { PrismaPg } from '@prisma/adapter-pg';
 import { SignalTargetError, type TaskInfo } from '@app/pg-queue';
 import { PrismaClient } from '../../src/generated/prisma/client';
 import { startFixtureProcess, type FixtureProcess } from '../support/fixture-process';
-import type { OwnCluster } from '../support/own-cluster';
+import { terminablePrisma, type OwnCluster } from '../support/own-cluster';
 import { ownerOf } from '../support/leftovers';
 import { bootQueueApp, type QueueApp } from '../support/queue-app';
 import { StallProxy } from '../support/stall-proxy';
@@ -175,7 +174,7 @@ export class CheckerFleet {
 
   /** A client through the proxy (the test database's own go to its URL); disconnected by close(). */
   private prismaAt(url: string): PrismaClient {
-    const client = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: 12 }) });
+    const client = terminablePrisma(url, 12);
     ownerOf.set(client, this.db.url);
     this.clients.push(client);
     return client;
