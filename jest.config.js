@@ -22,6 +22,9 @@ module.exports = {
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   testTimeout: 60000,
+  // Specs mostly wait (on timers, processes, the database), so two run at once even on 2 cores;
+  // more on a larger machine, at most 4, since each spec boots apps and processes of its own.
+  maxWorkers: Math.min(4, Math.max(2, require('node:os').availableParallelism())),
   // Closes what a failed test left open, so that Jest exits by itself (no --forceExit).
   setupFilesAfterEnv: ['<rootDir>/test/support/jest.setup.ts'],
 };

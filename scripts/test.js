@@ -1,5 +1,6 @@
 // `npm test`: a type check, then unit, integration and e2e specs against a real PostgreSQL. With DATABASE_URL unset
 // it starts a throwaway local cluster (see local-postgres.js) and removes it afterwards.
+// `npm run test:quick` (--quick): the unit and integration specs only (no app processes, no faults).
 // Ends with the plain line `tests: N passed, N failed` read from Jest's --json report, and fails
 // when no test ran.
 const { spawnSync } = require('node:child_process');
@@ -30,11 +31,14 @@ async function main() {
   process.on('SIGINT', () => { stop(); process.exit(130); });
   process.on('SIGTERM', () => { stop(); process.exit(143); });
 
+  const args = process.argv.slice(2);
+  const quick = args.includes('--quick');
+  const selection = quick ? ['--testPathPatterns', `^${escapeRegExp(path.resolve(__dirname, '..'))}/(libs|src|test/integration)/`] : [];
   const report = path.join(os.tmpdir(), `pgqueue-jest-${process.pid}.json`);
   const jest = require.resolve('jest/bin/jest');
   // No --forceExit: specs close what they open (test/support/leftovers.ts), so a leak shows up as
   // "Jest did not exit" instead of being cut off (find it with --detectOpenHandles on one spec).
-  const res = spawnSync(process.execPath, [jest, '--json', `--outputFile=${report}`, ...process.argv.slice(2)], { stdio: 'inherit', env });
+  const res = spawnSync(process.execPath, [jest, '--json', `--outputFile=${report}`, ...selection, ...args.filter((a) => a !== '--quick')], { stdio: 'inherit', env });
   stop();
 
   let passed = 0;
@@ -51,6 +55,10 @@ async function main() {
   }
   console.log(`tests: ${passed} passed, ${failed} failed`);
   if (res.status !== 0 || failed > 0 || suitesFailed > 0 || passed === 0) process.exit(res.status || 1);
+}
+
+function escapeRegExp(text) {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
 main().catch((err) => {

@@ -75,7 +75,7 @@ describe('connection faults', () => {
     const workers: LedgerWorker[] = [];
 
     beforeAll(async () => {
-      db = await createTestDatabase();
+      db = await createTestDatabase({ queueSchema: false });
       api = await bootQueueApp(db.prisma(), [], { autoStart: false });
       await createLedgerTables(db.sql);
     });
@@ -237,7 +237,7 @@ describe('connection faults', () => {
   describe('a server that turns connections away at startup', () => {
     it('a role over its connection limit: one line naming the server and the limit', async () => {
       const role = `capped_${process.pid}`;
-      const db = await createTestDatabase();
+      const db = await createTestDatabase({ queueSchema: false });
       try {
         await db.sql(`CREATE ROLE ${role} LOGIN CONNECTION LIMIT 0`);
         const u = new URL(db.url);
@@ -308,7 +308,7 @@ describe('connection faults', () => {
     const proxy = { current: null as StallProxy | null };
 
     beforeAll(async () => {
-      db = await createTestDatabase();
+      db = await createTestDatabase({ queueSchema: false });
       api = await bootQueueApp(db.prisma(), [], { autoStart: false });
       await createLedgerTables(db.sql);
     });
@@ -344,7 +344,7 @@ describe('connection faults', () => {
     let proxy: StallProxy | null = null;
 
     beforeAll(async () => {
-      db = await createTestDatabase();
+      db = await createTestDatabase({ queueSchema: false });
       api = await bootQueueApp(db.prisma(), [], { autoStart: false }); // installs the schema
     });
     afterAll(async () => {
@@ -378,7 +378,7 @@ describe('connection faults', () => {
     const proxies: StallProxy[] = [];
 
     beforeAll(async () => {
-      db = await createTestDatabase();
+      db = await createTestDatabase({ queueSchema: false });
       api = await bootQueueApp(db.prisma(), [], { autoStart: false }); // installs the schema
     });
     afterAll(async () => {
@@ -415,7 +415,7 @@ describe('connection faults', () => {
     let worker: LedgerWorker | null = null;
 
     beforeAll(async () => {
-      db = await createTestDatabase();
+      db = await createTestDatabase({ queueSchema: false });
       api = await bootQueueApp(db.prisma(), [], { autoStart: false });
       await createLedgerTables(db.sql);
     });

@@ -12,7 +12,7 @@ import { within } from '../support/wait-for';
 describe('a startup with a configuration mistake', () => {
   let db: TestDatabase;
   beforeAll(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase({ queueSchema: false });
   });
   afterAll(async () => {
     await killFixtureProcesses();

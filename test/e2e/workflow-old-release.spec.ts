@@ -83,7 +83,7 @@ describe('a rolling deploy from the release before workflows', () => {
   let old: { lib: typeof PgQueue; dir: string };
 
   beforeAll(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase({ queueSchema: false });
     old = loadOldRelease();
   });
   afterAll(async () => {

@@ -35,7 +35,7 @@ describe('archive partitioning migration', () => {
     (await db.sql(`SELECT count(*)::int AS n, sum(id)::text AS ids, sum((result->>'n')::bigint)::text AS results FROM pgqueue.task_archive`))[0];
 
   beforeAll(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase({ queueSchema: false });
     // The schema as the previous release left it, with history: ROWS archived tasks over the last
     // three days, each task after the first the child of the one before, each with a result.
     await installSchema(db.prisma(), 'pgqueue', schemaMigrations('pgqueue').filter((m) => m.version <= 10));

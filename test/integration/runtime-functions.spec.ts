@@ -34,7 +34,7 @@ describe('runtime functions', () => {
   const versions = () => db.sql(`SELECT version, steps_done FROM ${SCHEMA}.schema_version ORDER BY 1`);
 
   beforeAll(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase({ queueSchema: false });
     await installSchema(db.prisma(), SCHEMA, undefined, { logger: quiet });
   });
   afterAll(() => db.drop());

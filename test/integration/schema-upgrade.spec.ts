@@ -94,7 +94,7 @@ async function waitUntil(what: string, condition: () => Promise<boolean>, timeou
 describe('schema upgrades under a running fleet', () => {
   let db: TestDatabase;
   beforeEach(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase({ queueSchema: false });
     await installSchema(db.prisma(), SCHEMA, upTo10());
     await db.sql(`INSERT INTO ${SCHEMA}.task (queue, payload) VALUES ('up.held', '{}')`);
     await db.sql(archiveInsert(1, "now() - interval '2 days'"));

@@ -6,7 +6,7 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database'
 describe('schema installation', () => {
   let db: TestDatabase;
   beforeAll(async () => {
-    db = await createTestDatabase();
+    db = await createTestDatabase({ queueSchema: false });
   });
   afterAll(() => db.drop());
 

@@ -1,7 +1,11 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { Client } from 'pg';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../../src/generated/prisma/client';
+import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
+import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { closeLeftovers, ownerOf, track } from './leftovers';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -32,15 +36,95 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-/** A fresh database with the example app's migrations applied; one per test file. */
-export async function createTestDatabase(): Promise<TestDatabase> {
-  const name = `t_${randomBytes(6).toString('hex')}`;
+/** Serialises the building of templates across Jest's workers (a session lock in the server's first database). */
+const TEMPLATE_LOCK = 72_707_370;
+
+/** What a template holds: the example app's migrations, and with `queue` the queue's schema `pgqueue` too. */
+type TemplateKind = 'app' | 'queue';
+
+/** A template's name: a hash of what it was built from, so a changed migration or schema gets a new one. */
+function templateName(kind: TemplateKind): string {
+  const dir = path.join(__dirname, '../../prisma/migrations');
+  const hash = createHash('sha1');
+  for (const name of fs.readdirSync(dir).sort()) {
+    const file = path.join(dir, name, 'migration.sql');
+    if (fs.existsSync(file)) hash.update(name).update(fs.readFileSync(file));
+  }
+  if (kind === 'queue') hash.update(printSchemaSql('pgqueue'));
+  return `tpl_${kind}_${hash.digest('hex').slice(0, 12)}`;
+}
+
+const templates = new Map<TemplateKind, Promise<string>>();
+
+/**
+ * The template database of `kind`, built once per server (the first worker to ask builds it under
+ * TEMPLATE_LOCK, under another name until it is whole) and cloned by CREATE DATABASE … TEMPLATE:
+ * a copy of a few files instead of a migration of the app and of the queue in every spec file.
+ * Templates of other contents (an older schema) are dropped when a new one is built.
+ */
+function template(kind: TemplateKind): Promise<string> {
+  let made = templates.get(kind);
+  if (made === undefined) {
+    made = buildTemplate(kind);
+    templates.set(kind, made);
+    made.catch(() => templates.delete(kind));
+  }
+  return made;
+}
+
+async function buildTemplate(kind: TemplateKind): Promise<string> {
+  const name = templateName(kind);
   const admin = new Client({ connectionString: serverUrl() });
   await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
+  try {
+    await admin.query('SELECT pg_advisory_lock($1)', [TEMPLATE_LOCK]);
+    const names = (await admin.query<{ datname: string }>("SELECT datname FROM pg_database WHERE datname LIKE 'tpl\\_%'")).rows.map((r) => r.datname);
+    if (names.includes(name)) return name;
+    const current = new Set([templateName('app'), templateName('queue')]);
+    for (const stale of names.filter((n) => !current.has(n))) await admin.query(`DROP DATABASE IF EXISTS ${stale} WITH (FORCE)`);
+    const building = `${name}_building`;
+    await admin.query(`DROP DATABASE IF EXISTS ${building} WITH (FORCE)`);
+    await admin.query(`CREATE DATABASE ${building}`);
+    const url = withDatabase(serverUrl(), building);
+    await migrate(url);
+    if (kind === 'queue') {
+      const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: 2 }) });
+      try {
+        await installSchema(prisma, 'pgqueue', undefined, { logger: { log() {}, warn() {} } });
+      } finally {
+        await prisma.$disconnect();
+      }
+    }
+    // The rename, and every clone, needs the database without sessions: the pool's backends may
+    // still be exiting after its disconnect (55006 "being accessed by other users") for a moment.
+    for (let tries = 1; ; tries++) {
+      try {
+        await admin.query(`ALTER DATABASE ${building} RENAME TO ${name}`);
+        return name;
+      } catch (err) {
+        if ((err as { code?: string }).code !== '55006' || tries === 50) throw err;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+  } finally {
+    await admin.query('SELECT pg_advisory_unlock($1)', [TEMPLATE_LOCK]).catch(() => undefined);
+    await admin.end();
+  }
+}
+
+/**
+ * A fresh database with the example app's migrations applied; one per test file. With the queue's
+ * schema `pgqueue` installed too, unless `queueSchema: false` (specs of the installer, of upgrades
+ * from older releases, of a start without a schema).
+ */
+export async function createTestDatabase({ queueSchema = true }: { queueSchema?: boolean } = {}): Promise<TestDatabase> {
+  const name = `t_${randomBytes(6).toString('hex')}`;
+  const from = await template(queueSchema ? 'queue' : 'app');
+  const admin = new Client({ connectionString: serverUrl() });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name} TEMPLATE ${from}`);
   await admin.end();
   const url = withDatabase(serverUrl(), name);
-  await migrate(url);
   const clients: PrismaClient[] = [];
   const plain = new Client({ connectionString: url });
   await plain.connect();
