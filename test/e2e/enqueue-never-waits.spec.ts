@@ -34,7 +34,7 @@ class HeldHandlers {
   }
 }
 
-describe('enqueue never waits for a running handler (DESIGN 17)', () => {
+describe('enqueue never waits for a running handler (docs/design.md, "Enqueue never waits for a handler")', () => {
   let db: TestDatabase;
   let qa: QueueApp;
   let handlers: HeldHandlers;

@@ -41,7 +41,7 @@ class ElsewhereHandlers {
   }
 }
 
-describe('split producer and worker apps: the handler where a task runs governs it (DESIGN 16)', () => {
+describe('split producer and worker apps: the handler where a task runs governs it (docs/design.md, "Where settings live")', () => {
   let db: TestDatabase;
   let api: QueueApp;
   let worker: QueueApp;

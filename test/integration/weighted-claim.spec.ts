@@ -82,7 +82,7 @@ describe('weighted partitions in the partitioned claim', () => {
   });
 
   // A business transaction that set a partition's weight (a new partition, or a new weight) holds
-  // that row until it ends: other enqueues of the partition must not wait for it (DESIGN 18), in
+  // that row until it ends: other enqueues of the partition must not wait for it (docs/design.md, "No one stalls everyone"), in
   // their own transaction or in the caller's, nor deadlock with it.
   it('an enqueue with a weight never waits for another transaction that set the same weight row', async () => {
     const repo = new TaskRepository('pgqueue', 'archive');

@@ -87,7 +87,7 @@ export interface RowLimits {
 /**
  * Validates one enqueue call and turns it into a row; throws before anything is written. Settings
  * the enqueuer does not give explicitly stay unset on the row: the handler that runs the task
- * decides them, whichever process enqueued it (DESIGN 16).
+ * decides them, whichever process enqueued it (docs/design.md, "Where settings live").
  */
 export function buildTaskRow(
   queue: unknown,

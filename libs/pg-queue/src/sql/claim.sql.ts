@@ -243,7 +243,7 @@ WHERE ${HELD} AND t.group_key IS NOT NULL
      * out the rescuer (FOR UPDATE SKIP LOCKED) and any DELETE, so no one takes the task over, but it
      * does not conflict with an UPDATE of non-key columns. An enqueue with onConflict
      * 'rerun'/'replace' for this task's key therefore returns at once instead of waiting for the
-     * handler's whole transaction (DESIGN 17); complete.sql.ts reads its rerun request at the end.
+     * handler's whole transaction (docs/design.md, "Enqueue never waits for a handler"); complete.sql.ts reads its rerun request at the end.
      * No SKIP: nothing else holds these rows for long.
      * The same statement bounds how long this transaction may sit idle: a worker that stalls
      * (paused, partitioned) mid-handler has its transaction ended by the server, which releases the

@@ -140,7 +140,7 @@ ALTER TABLE ${s}.task ADD CONSTRAINT task_lease_token_check
       // CONCURRENTLY by hand first: the steps then find them, IF NOT EXISTS).
       sql: [
         `
--- The handler that runs a task governs its attempts (DESIGN 16): max_attempts is only the
+-- The handler that runs a task governs its attempts (docs/design.md, "Where settings live"): max_attempts is only the
 -- enqueuer's explicit choice (NULL: the handler decides). Each claim records the limit in force
 -- in attempt_limit, which the failure statement and the rescuer read: a rescuer in any process
 -- then applies the limit of the handler that ran the attempt.
