@@ -2,6 +2,7 @@ import type { Logger } from '@nestjs/common';
 import { METRICS_COUNT_CAP } from '../sql/inspect.sql';
 import type { HandlerRepository, UnhandledQueue } from '../sql/handlers.repository';
 import type { PrismaClientLike } from '../types';
+import { PeriodicPass } from './periodic.pass';
 
 /** How often a queue that stays unhandled is named again in the logs, by each instance. */
 const WARN_REPEAT_MS = 5 * 60_000;
@@ -16,9 +17,7 @@ const WARN_REPEAT_MS = 5 * 60_000;
  * is reported once it has been unhandled for two passes, so a handler restarting is not.
  */
 export class HandlerPresence {
-  private timer: NodeJS.Timeout | null = null;
-  private stopped = false;
-  private pass: Promise<void> | null = null;
+  private readonly loop: PeriodicPass;
   /** Queues reported, and when: named again every WARN_REPEAT_MS while still unhandled. */
   private readonly warned = new Map<string, number>();
 
@@ -30,41 +29,26 @@ export class HandlerPresence {
     private readonly queues: readonly string[],
     private readonly intervalMs: number,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.loop = new PeriodicPass(() => this.runOnce(), () => intervalMs);
+  }
 
   /**
    * The first pass now (this instance's rows written, unhandled queues reported), then one every
    * intervalMs. Does not wait for it: a database slow to answer does not hold up startup.
    */
   start(): void {
-    this.runPass();
+    this.loop.now().catch((err: unknown) => this.logger.error(`handler presence: ${(err as Error).message}`));
   }
 
   /** Starts no pass after this, waits for the one under way, and marks this instance's rows expired. */
   async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    await this.pass;
+    await this.loop.stop();
     try {
       await this.repo.retire(this.db, this.instance);
     } catch (err) {
       this.logger.warn(`could not mark this instance's queues as no longer handled (they count as handled until their rows expire): ${(err as Error).message}`);
     }
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      this.runPass();
-    }, this.intervalMs * (0.8 + Math.random() * 0.4));
-    this.timer.unref();
-  }
-
-  private runPass(): void {
-    this.pass = this.runOnce().finally(() => (this.pass = null));
-    void this.pass.then(() => this.schedule());
   }
 
   private async runOnce(): Promise<void> {

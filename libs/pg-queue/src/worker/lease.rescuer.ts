@@ -5,6 +5,7 @@ import type { OwedOutcomes } from './owed.outcomes';
 import type { LivenessRepository } from '../sql/liveness.repository';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
+import { PeriodicPass } from './periodic.pass';
 
 /** How long after an instance's window ends the rescuer looks again (the window is measured by the database's clock). */
 const GRACE_SLACK_MS = 100;
@@ -29,48 +30,39 @@ export interface GoneInstances {
  * held by a live transactional handler are locked, hence skipped.
  */
 export class LeaseRescuer {
-  private timer: NodeJS.Timeout | null = null;
-  private stopped = false;
-  /** The pass under way (its rescue, then its settling round); stop() waits for it. */
-  private pass: Promise<void> | null = null;
+  private readonly loop: PeriodicPass;
   /** The last failure of rescueGoneOnce, until a pass succeeds. */
   private goneFailure: string | null = null;
 
   constructor(
     private readonly db: SqlExecutor,
     private readonly repo: TaskRepository,
-    private readonly intervalMs: number,
+    intervalMs: number,
     private readonly logger: Logger,
     /** Settles dependency debts each round (see DependencySettler). */
     private readonly settler: DependencySettler | null = null,
     private readonly gone: GoneInstances | null = null,
-  ) {}
+  ) {
+    this.loop = new PeriodicPass(() => this.runPass(), () => intervalMs);
+  }
 
-  /** The next pass in about intervalMs, or in `soonerMs` if that is sooner. */
-  start(soonerMs: number | null = null): void {
-    if (this.stopped) return;
-    const interval = this.intervalMs * (0.8 + Math.random() * 0.4);
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      this.pass = this.runPass().finally(() => (this.pass = null));
-    }, soonerMs === null ? interval : Math.min(interval, Math.max(0, soonerMs) + GRACE_SLACK_MS));
-    this.timer.unref();
+  /** The first pass in about the interval. */
+  start(): void {
+    this.loop.schedule();
   }
 
   /** Starts no pass after this; resolves once the pass under way (if any) ended. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    await this.pass;
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
-  private async runPass(): Promise<void> {
+  /** A rescue, then a settling round; comes back as soon as an instance found gone may be judged. */
+  private async runPass(): Promise<number | null> {
     await this.rescueOnce();
     const nextCheckMs = await this.rescueGoneOnce();
-    if (this.stopped) return; // a round now would outlive shutdown
+    if (this.loop.isStopped) return null; // a round now would outlive shutdown
     await this.settler?.request(true);
-    this.start(nextCheckMs);
+    return nextCheckMs === null ? null : Math.max(0, nextCheckMs) + GRACE_SLACK_MS;
   }
 
   /**

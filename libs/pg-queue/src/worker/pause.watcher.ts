@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { PauseRepository } from '../sql/pause.repository';
 import type { PrismaClientLike } from '../types';
+import { PeriodicPass } from './periodic.pass';
 import type { QueueWorker } from './queue.worker';
 
 /**
@@ -13,7 +14,8 @@ import type { QueueWorker } from './queue.worker';
  * A read that was under way when a notification came is not applied (it may predate it).
  */
 export class PauseWatcher {
-  private timer: NodeJS.Timeout | null = null;
+  /** Reads every period, not jittered: the period is the workers' poll, which is. */
+  private readonly loop: PeriodicPass;
   private stopped = false;
   private reading: Promise<void> | null = null;
   /** Notifications applied so far: a read applies only if none came while it ran. */
@@ -23,14 +25,16 @@ export class PauseWatcher {
     private readonly db: PrismaClientLike,
     private readonly repo: PauseRepository,
     private readonly workers: () => Iterable<QueueWorker>,
-    private readonly intervalMs: () => number,
+    intervalMs: () => number,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.loop = new PeriodicPass(() => this.readOrWarn(), intervalMs, 0);
+  }
 
   /** Reads the pauses now (a failure fails the start: claims would fail too), then every period. */
   async start(): Promise<void> {
     await this.read();
-    this.schedule();
+    this.loop.schedule();
   }
 
   /** `!pause <queue>` / `!resume <queue>`: applied at once (notifications arrive in commit order). */
@@ -47,8 +51,7 @@ export class PauseWatcher {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
+    await this.loop.stop();
     await this.reading;
   }
 
@@ -67,14 +70,5 @@ export class PauseWatcher {
   /** A read after the start: a failure is logged, and the next period reads again. */
   private readOrWarn(): Promise<void> {
     return this.read().catch((err: unknown) => this.logger.warn(`could not read paused queues: ${(err as Error).message}`));
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      void this.readOrWarn().then(() => this.schedule());
-    }, this.intervalMs());
-    this.timer.unref();
   }
 }

@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
+import { PeriodicPass } from './periodic.pass';
 
 /** The most partition changes one round makes (normally none or one: a period begins or ends). */
 const MAX_PARTITION_STEPS = 100;
@@ -37,35 +38,25 @@ export interface RetentionSettings {
  *    past `deadMs`, and flow control's quiet keys and windows.
  */
 export class RetentionPruner {
-  private timer: NodeJS.Timeout | null = null;
-  private stopped = false;
-  /** The round under way; stop() waits for it. */
-  private pass: Promise<unknown> | null = null;
+  private readonly loop: PeriodicPass;
 
   constructor(
     private readonly db: SqlExecutor,
     private readonly repo: TaskRepository,
     private readonly retention: RetentionSettings,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.loop = new PeriodicPass(() => this.pruneAll().then(() => null), () => retention.intervalMs);
+  }
 
+  /** The first round in about the interval. */
   start(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      this.pass = this.pruneAll()
-        .then(() => this.start())
-        .finally(() => (this.pass = null));
-    }, this.retention.intervalMs * (0.8 + Math.random() * 0.4));
-    this.timer.unref();
+    this.loop.schedule();
   }
 
   /** Starts no statement after this; resolves once the one under way (if any) answered. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    await this.pass;
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   /**
@@ -80,7 +71,7 @@ export class RetentionPruner {
       this.logger.error(`archive partition maintenance failed: ${(err as Error).message}`);
     }
     try {
-      while (!this.stopped) {
+      while (!this.loop.isStopped) {
         const r = await this.repo.prune(this.db, this.retention.archiveMs, this.retention.deadMs);
         total.archived += r.archived;
         total.dead += r.dead;
@@ -96,7 +87,7 @@ export class RetentionPruner {
     const { archivePartitionMs: width, intervalMs, archiveMs } = this.retention;
     // Enough periods ahead that two missed rounds still find theirs created.
     const ahead = Math.min(30, Math.max(3, Math.ceil((2 * intervalMs) / width)));
-    for (let i = 0; i < MAX_PARTITION_STEPS && !this.stopped; i++) {
+    for (let i = 0; i < MAX_PARTITION_STEPS && !this.loop.isStopped; i++) {
       const step = await this.repo.archivePartitionStep(this.db, width, ahead, archiveMs);
       if (!step.ran || step.action === null) return;
       if (step.action === 'busy') {
