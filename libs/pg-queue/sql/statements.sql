@@ -2200,7 +2200,10 @@ notified AS (
 SELECT count(*)::int AS rescued,
        count(*) FILTER (WHERE state = 'dead')::int AS dead,
        (SELECT count(*) FROM notified)::int AS notified, (SELECT count(*) FROM debts)::int AS debts,
-       (SELECT count(*) FROM told)::int AS told
+       (SELECT count(*) FROM told)::int AS told,
+       EXISTS (SELECT 1 FROM "pgqueue".task_dependency_debt) AS fan_in_owed,
+       EXISTS (SELECT 1 FROM "pgqueue".workflow_child_debt) AS children_owed,
+       EXISTS (SELECT 1 FROM "pgqueue".workflow_step j WHERE j.kind = 'child' AND j.outcome = 'waiting') AS children_waiting
 FROM rescued;
 
 -- @statement maintain: cancelStatement

@@ -30,6 +30,19 @@ function dataFault(err: unknown): { message: string } | null {
 /** How many children an older instance ended one rescuer pass records at most (sweepChildEnds). */
 const SWEEP_CHILDREN = 1000;
 
+/**
+ * What a settle round does: settle fan-in debts, settle children's ends, and (a rescuer pass with
+ * workflows waiting for children) first sweep for ends an older release left without a debt.
+ */
+export interface SettleScope {
+  fanIn: boolean;
+  children: boolean;
+  sweep: boolean;
+}
+
+/** A round on a `!settle` notification: both kinds of debt, no sweep. */
+export const SETTLE_DEBTS: SettleScope = { fanIn: true, children: true, sweep: false };
+
 /** Runs the statements of fan-in dependencies (see dependencies.sql.ts) and of workflow children's ends. */
 export class DependencyRepository {
   private readonly sql;
@@ -82,17 +95,24 @@ export class DependencyRepository {
   }
 
   /**
-   * Settles every dependency debt (cascades included), then every workflow child's end; returns
-   * how many were settled. A batch that fails on its data is bisected down to the debt at fault,
-   * which is quarantined (its dependant ends dead with the error): one such debt never holds up
-   * the others. `sweep` (a rescuer pass): first records the ends of children that an instance of
-   * an older release ended without a debt (see sweepChildEnds).
+   * Settles every dependency debt (cascades included), then every workflow child's end, as far as
+   * `scope` asks; returns how many were settled. A batch that fails on its data is bisected down to
+   * the debt at fault, which is quarantined (its dependant ends dead with the error): one such debt
+   * never holds up the others. `sweep`: first records the ends of children that an instance of an
+   * older release ended without a debt (see sweepChildEnds), then settles them.
    */
-  async settle(db: SqlExecutor, sweep = false): Promise<number> {
+  async settle(db: SqlExecutor, scope: SettleScope = SETTLE_DEBTS): Promise<number> {
     // A sweep that fails (a timeout, a busy database) does not keep the debts below from settling.
     let sweepError: unknown = null;
-    if (sweep) await Promise.resolve(db.$queryRawUnsafe(this.children.sweepChildEnds, SWEEP_CHILDREN, this.channel)).catch((err: unknown) => (sweepError = err));
-    const total = (await this.settleFanIn(db)) + (await this.settleChildren(db));
+    let swept = 0;
+    if (scope.sweep) {
+      await Promise.resolve(db.$queryRawUnsafe<{ recorded: number }[]>(this.children.sweepChildEnds, SWEEP_CHILDREN, this.channel)).then(
+        ([res]) => (swept = res.recorded),
+        (err: unknown) => (sweepError = err),
+      );
+    }
+    let total = scope.fanIn ? await this.settleFanIn(db) : 0;
+    if (scope.children || swept > 0) total += await this.settleChildren(db);
     if (sweepError) throw sweepError;
     return total;
   }

@@ -68,6 +68,11 @@ export function maintainStatements(schema: string) {
      * lost attempt was the last one (a task that kills its worker every time cannot loop forever),
      * or to cancelled when that was asked for. A transactional handler still inside its transaction
      * holds the row lock and is skipped.
+     * It also says, for the same rescuer pass, whether the dependency settler has anything to do
+     * (debts of either kind, workflows waiting for a child: see DependencyRepository.settle), so an
+     * idle instance's pass sends no settle statements (one-time probes, the child one by
+     * workflow_step_child_waiting_idx). Debts this statement writes are not in its snapshot: see
+     * its `debts` count.
      * Parameters: $1 batch limit, $2 channel.
      */
     rescueExpired: rescueFrom(s, {
@@ -79,6 +84,9 @@ export function maintainStatements(schema: string) {
   LIMIT $1
   FOR UPDATE OF t SKIP LOCKED`,
       lastError: "'lease expired: worker ' || coalesce(t.locked_by, '?') || ' did not finish attempt ' || t.attempt",
+      extra: `EXISTS (SELECT 1 FROM ${s}.task_dependency_debt) AS fan_in_owed,
+       EXISTS (SELECT 1 FROM ${s}.workflow_child_debt) AS children_owed,
+       EXISTS (SELECT 1 FROM ${s}.workflow_step j WHERE j.kind = 'child' AND j.outcome = 'waiting') AS children_waiting`,
     }),
 
     /**

@@ -2,7 +2,7 @@ import { isRootClient } from '../prisma-adapter';
 import type { SqlExecutor } from '../types';
 import { claimSql, claimStatements, claimedRows, newClaimId } from './claim.sql';
 import { completeStatements, type FinishedRetention } from './complete.sql';
-import { DependencyRepository } from './dependencies.repository';
+import { DependencyRepository, type SettleScope } from './dependencies.repository';
 import { TaskInserter } from './insert.repository';
 import { byLeaseWhenHeld } from './held-rows';
 import { notifyChannel } from './identifiers';
@@ -202,8 +202,20 @@ export class TaskRepository {
   }
 
   async rescueExpired(db: SqlExecutor, limit = 1000): Promise<{ rescued: number; dead: number }> {
-    const [res] = await db.$queryRawUnsafe<{ rescued: number; dead: number }[]>(this.maintainSql.rescueExpired, limit, this.channel);
-    return { rescued: res.rescued, dead: res.dead };
+    const { rescued, dead } = await this.rescuePass(db, limit);
+    return { rescued, dead };
+  }
+
+  /**
+   * rescueExpired for a rescuer pass: `owed` also says what the dependency settler has to do (see
+   * rescueExpired in maintain.sql.ts), the debts this statement wrote included.
+   */
+  async rescuePass(db: SqlExecutor, limit = 1000): Promise<{ rescued: number; dead: number; owed: SettleScope }> {
+    const [res] = await db.$queryRawUnsafe<{ rescued: number; dead: number; debts: number; fan_in_owed: boolean; children_owed: boolean; children_waiting: boolean }[]>(
+      this.maintainSql.rescueExpired, limit, this.channel,
+    );
+    const wrote = res.debts > 0;
+    return { rescued: res.rescued, dead: res.dead, owed: { fanIn: res.fan_in_owed || wrote, children: res.children_owed || wrote, sweep: res.children_waiting } };
   }
 
   /** One round of retention; `ran` is false when another instance holds the pruner lock. */

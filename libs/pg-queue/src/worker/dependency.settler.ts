@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import type { DependencyRepository } from '../sql/dependencies.repository';
+import { SETTLE_DEBTS, type DependencyRepository, type SettleScope } from '../sql/dependencies.repository';
 import type { SqlExecutor } from '../types';
 
 /**
@@ -10,7 +10,8 @@ import type { SqlExecutor } from '../types';
 export class DependencySettler {
   private running: Promise<void> | null = null;
   private again = false;
-  private sweep = false;
+  /** What the next round does: the scopes of the requests it answers, together. */
+  private scope: SettleScope = { fanIn: false, children: false, sweep: false };
   private closed = false;
 
   constructor(
@@ -20,12 +21,13 @@ export class DependencySettler {
   ) {}
 
   /**
-   * Settles now (or once more after the round under way) and resolves when done; never rejects.
-   * `sweep` (a rescuer round): also look for children's ends that no debt recorded.
+   * Settles what `scope` names now (or once more after the round under way) and resolves when
+   * done; never rejects. A rescuer round names what its probe found (see rescueExpired), with the
+   * sweep for children's ends that no debt recorded when workflows wait for children.
    */
-  request(sweep = false): Promise<void> {
+  request(scope: SettleScope = SETTLE_DEBTS): Promise<void> {
     if (this.closed) return Promise.resolve(); // shut down: the Prisma client is no longer ours
-    this.sweep ||= sweep;
+    this.scope = { fanIn: this.scope.fanIn || scope.fanIn, children: this.scope.children || scope.children, sweep: this.scope.sweep || scope.sweep };
     if (this.running) {
       this.again = true;
       return this.running;
@@ -49,10 +51,10 @@ export class DependencySettler {
     do {
       if (this.closed) return;
       this.again = false;
-      const sweep = this.sweep;
-      this.sweep = false;
+      const scope = this.scope;
+      this.scope = { fanIn: false, children: false, sweep: false };
       try {
-        await this.repo.settle(this.db, sweep);
+        await this.repo.settle(this.db, scope);
       } catch (err) {
         this.logger.error(`settling task dependencies failed: ${(err as Error).message}`);
         return; // the rescuer's next round tries again

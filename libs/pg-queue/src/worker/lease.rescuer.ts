@@ -2,6 +2,7 @@ import type { Logger } from '@nestjs/common';
 import type { DependencySettler } from './dependency.settler';
 import type { InstanceLiveness } from './instance.liveness';
 import type { OwedOutcomes } from './owed.outcomes';
+import type { SettleScope } from '../sql/dependencies.repository';
 import type { LivenessRepository } from '../sql/liveness.repository';
 import type { TaskRepository } from '../sql/task.repository';
 import type { SqlExecutor } from '../types';
@@ -58,10 +59,10 @@ export class LeaseRescuer {
 
   /** A rescue, then a settling round; comes back as soon as an instance found gone may be judged. */
   private async runPass(): Promise<number | null> {
-    await this.rescueOnce();
+    const { owed } = await this.rescueOnce();
     const nextCheckMs = await this.rescueGoneOnce();
     if (this.loop.isStopped) return null; // a round now would outlive shutdown
-    await this.settler?.request(true);
+    if (owed.fanIn || owed.children || owed.sweep) await this.settler?.request(owed);
     return nextCheckMs === null ? null : Math.max(0, nextCheckMs) + GRACE_SLACK_MS;
   }
 
@@ -90,14 +91,15 @@ export class LeaseRescuer {
     }
   }
 
-  async rescueOnce(): Promise<{ rescued: number; dead: number }> {
+  /** One rescue of expired leases; `owed`: what the settler has to do (everything, when the probe failed). */
+  async rescueOnce(): Promise<{ rescued: number; dead: number; owed: SettleScope }> {
     try {
-      const res = await this.repo.rescueExpired(this.db);
+      const res = await this.repo.rescuePass(this.db);
       if (res.rescued > 0) this.logger.warn(`rescued ${res.rescued} task(s) with expired leases (${res.dead} now dead)`);
       return res;
     } catch (err) {
       this.logger.error(`lease rescue failed: ${(err as Error).message}`);
-      return { rescued: 0, dead: 0 };
+      return { rescued: 0, dead: 0, owed: { fanIn: true, children: true, sweep: true } };
     }
   }
 }

@@ -213,7 +213,8 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
 
   /** Returns expired leases to the queue now (the rescuer also does it every rescueIntervalMs). */
   rescueExpired(): Promise<{ rescued: number; dead: number }> {
-    return (this.rescuer ?? new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger)).rescueOnce();
+    const rescuer = this.rescuer ?? new LeaseRescuer(this.options.prisma, this.repo, this.options.rescueIntervalMs, this.logger);
+    return rescuer.rescueOnce().then(({ rescued, dead }) => ({ rescued, dead }));
   }
 
   /** Deletes expired history now (the pruner also does it every retention.intervalMs). */

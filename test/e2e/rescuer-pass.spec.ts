@@ -1,0 +1,67 @@
+/**
+ * The rescuer's periodic pass is the safety net for dependency debts and workflow children's ends
+ * whose `!settle` notification nobody heard. An idle instance's pass probes for them in its rescue
+ * statement and sends no settle statement when there is nothing to settle (issue 42's idle cost);
+ * debts that are there are settled by the next pass.
+ */
+import { Injectable } from '@nestjs/common';
+import { TaskHandler, type Task } from '@app/pg-queue';
+import { bootQueueApp, type QueueApp } from '../support/queue-app';
+import { resetStatementStats, THIS_DATABASE } from '../support/statement-stats';
+import { createTestDatabase, type TestDatabase } from '../support/test-database';
+import { pause, waitFor } from '../support/wait-for';
+
+@Injectable()
+class Handlers {
+  readonly ran: string[] = [];
+
+  @TaskHandler('rp.work', { mode: 'lease' })
+  async work(task: Task<{ n: string }>) {
+    this.ran.push(task.payload.n);
+  }
+}
+
+describe('the rescuer pass and the dependency settler', () => {
+  let db: TestDatabase;
+  let qa: QueueApp | null = null;
+
+  beforeEach(async () => {
+    db = await createTestDatabase();
+  });
+
+  afterEach(async () => {
+    await qa?.close();
+    qa = null;
+    await db.drop();
+  });
+
+  /** Calls, in this database since the reset, of statements whose text matches `pattern`. */
+  const calls = async (pattern: string) =>
+    Number((await db.sql<{ n: string }>(`SELECT coalesce(sum(calls), 0)::text AS n FROM pg_stat_statements WHERE ${THIS_DATABASE} AND query ~ $1`, [pattern]))[0].n);
+
+  it('an idle pass sends no settle statement: the rescue itself says there is nothing to settle', async () => {
+    await db.sql('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+    qa = await bootQueueApp(db.prisma(), [Handlers], { rescueIntervalMs: 100, databaseUrl: db.url });
+    await pause(300); // the start's own statements are behind us
+    await resetStatementStats(db);
+    await pause(2000);
+    const rescues = await calls('WHERE t\\.state = .* AND t\\.locked_until < now');
+    expect(rescues).toBeGreaterThanOrEqual(5); // the passes ran
+    // Neither the fan-in settle, nor the children's, nor the sweep for older releases' children.
+    expect({
+      fanIn: await calls('WITH taken AS .* FROM "pgqueue"\\.task_dependency_debt\\s+WHERE'),
+      children: await calls('WITH taken AS .* FROM "pgqueue"\\.workflow_child_debt ORDER BY id'),
+      sweep: await calls('WITH ended AS \\(\\s+SELECT j\\.task_id AS workflow'),
+    }).toEqual({ fanIn: 0, children: 0, sweep: 0 });
+  });
+
+  it('a debt whose notice nobody heard (no LISTEN) is settled by the next pass', async () => {
+    // Without databaseUrl the instance does not LISTEN: only its passes settle.
+    const handlers = new Handlers();
+    qa = await bootQueueApp(db.prisma(), [{ provide: Handlers, useValue: handlers }], { rescueIntervalMs: 200, pollIntervalMs: 100 });
+    const parent = await qa.queue.enqueue('rp.work', { n: 'parent' });
+    await qa.queue.enqueue('rp.work', { n: 'dependant' }, { dependsOn: [parent] });
+    await waitFor('the dependant to run', async () => handlers.ran.includes('dependant'), { timeoutMs: 10_000 });
+    expect(handlers.ran).toEqual(['parent', 'dependant']);
+  });
+});
