@@ -2,7 +2,8 @@
  * The rescuer's periodic pass is the safety net for dependency debts and workflow children's ends
  * whose `!settle` notification nobody heard. An idle instance's pass probes for them in its rescue
  * statement and sends no settle statement when there is nothing to settle (issue 42's idle cost);
- * debts that are there are settled by the next pass.
+ * debts that are there are settled by the next pass. Handler presence, on the same interval, is
+ * one statement (the runtime function handler_pass, with JIT off) instead of a transaction of four.
  */
 import { Injectable } from '@nestjs/common';
 import { TaskHandler, type Task } from '@app/pg-queue';
@@ -39,7 +40,7 @@ describe('the rescuer pass and the dependency settler', () => {
   const calls = async (pattern: string) =>
     Number((await db.sql<{ n: string }>(`SELECT coalesce(sum(calls), 0)::text AS n FROM pg_stat_statements WHERE ${THIS_DATABASE} AND query ~ $1`, [pattern]))[0].n);
 
-  it('an idle pass sends no settle statement: the rescue itself says there is nothing to settle', async () => {
+  it('an idle pass sends no settle statement (the rescue itself says there is nothing to settle), and handler presence is one statement', async () => {
     await db.sql('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     qa = await bootQueueApp(db.prisma(), [Handlers], { rescueIntervalMs: 100, databaseUrl: db.url });
     await pause(300); // the start's own statements are behind us
@@ -53,6 +54,17 @@ describe('the rescuer pass and the dependency settler', () => {
       children: await calls('WITH taken AS .* FROM "pgqueue"\\.workflow_child_debt ORDER BY id'),
       sweep: await calls('WITH ended AS \\(\\s+SELECT j\\.task_id AS workflow'),
     }).toEqual({ fanIn: 0, children: 0, sweep: 0 });
+    // Handler presence: one statement a pass (handler_pass runs with JIT off), no transaction.
+    expect(await calls('handler_pass\\(')).toBeGreaterThanOrEqual(5);
+    expect({ begin: await calls('^BEGIN'), jitOff: await calls('^SET LOCAL jit') }).toEqual({ begin: 0, jitOff: 0 });
+  });
+
+  it('handler presence still renews its rows where handler_pass is missing (a schema printed by an older release)', async () => {
+    await db.sql('DROP FUNCTION pgqueue.handler_pass');
+    qa = await bootQueueApp(db.prisma(), [Handlers], { rescueIntervalMs: 100, databaseUrl: db.url, installSchema: false });
+    expect(await db.sql("SELECT to_regproc('pgqueue.handler_pass') AS f")).toEqual([{ f: null }]);
+    await db.sql('UPDATE pgqueue.queue_handler SET expires_at = now() - interval \'1 s\'');
+    await waitFor('a pass to renew the row', async () => (await db.sql("SELECT 1 FROM pgqueue.queue_handler WHERE queue = 'rp.work' AND expires_at > now()")).length > 0, { timeoutMs: 5000 });
   });
 
   it('a debt whose notice nobody heard (no LISTEN) is settled by the next pass', async () => {

@@ -2487,6 +2487,9 @@ CROSS JOIN LATERAL (SELECT CASE WHEN h.live = 0 AND o.run_at IS NOT NULL
 WHERE q.queue IS NOT NULL AND q.queue <> ALL ($1::text[]) AND u.ms > $4::float8
 ORDER BY q.queue;
 
+-- @statement handlers: passByFunction
+SELECT queue, due, unhandled_ms FROM "pgqueue".handler_pass($1::text[], $2::text, $3::float8, $4::float8, $5::int) ORDER BY queue;
+
 -- @statement handlers: retire
 UPDATE "pgqueue".queue_handler SET expires_at = now() WHERE instance = $1::text AND expires_at > now();
 
@@ -3625,3 +3628,40 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION "pgqueue".workflow_signal_committed() IS 'pg-queue runtime function: release 1, sha256 347f965f3cfd5676';
+
+-- runtime function handler_pass, release 1
+CREATE OR REPLACE FUNCTION "pgqueue".handler_pass(text[], text, float8, float8, int)
+RETURNS TABLE (queue text, due int, unhandled_ms float8) LANGUAGE sql VOLATILE SET jit = off AS $fn$
+WITH RECURSIVE seen AS (
+  INSERT INTO "pgqueue".queue_handler (queue, instance, seen_at, expires_at)
+  SELECT DISTINCT q, $2::text, now(), now() + $3::float8 * interval '1 millisecond' FROM unnest($1::text[]) q
+  ON CONFLICT (queue, instance) DO UPDATE SET seen_at = excluded.seen_at, expires_at = excluded.expires_at
+  RETURNING 1
+), pruned AS (
+  DELETE FROM "pgqueue".queue_handler WHERE (queue, instance) IN (
+    SELECT queue, instance FROM "pgqueue".queue_handler WHERE expires_at < now() - interval '1 day' FOR UPDATE SKIP LOCKED
+  )
+  RETURNING 1
+), pending_queues AS (
+  (SELECT queue FROM "pgqueue".task WHERE state = 'pending' ORDER BY queue LIMIT 1)
+  UNION ALL
+  SELECT (SELECT t.queue FROM "pgqueue".task t WHERE t.state = 'pending' AND t.queue > p.queue ORDER BY t.queue LIMIT 1)
+  FROM pending_queues p WHERE p.queue IS NOT NULL
+)
+SELECT q.queue,
+       (SELECT count(*) FROM (
+          SELECT 1 FROM "pgqueue".task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now() LIMIT $5
+        ) due)::int AS due,
+       u.ms AS unhandled_ms
+FROM pending_queues q
+CROSS JOIN LATERAL (
+  SELECT min(t.run_at) AS run_at FROM "pgqueue".task t WHERE t.queue = q.queue AND t.state = 'pending' AND t.run_at <= now()
+) o
+CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE h.expires_at > now())::int AS live, max(h.expires_at) AS gone_at
+   FROM "pgqueue".queue_handler h WHERE h.queue = q.queue) h
+CROSS JOIN LATERAL (SELECT CASE WHEN h.live = 0 AND o.run_at IS NOT NULL
+            THEN (extract(epoch FROM now() - greatest(o.run_at, h.gone_at)) * 1000)::float8 END AS ms) u
+WHERE q.queue IS NOT NULL AND q.queue <> ALL ($1::text[]) AND u.ms > $4::float8
+ORDER BY q.queue
+$fn$;
+COMMENT ON FUNCTION "pgqueue".handler_pass(text[], text, double precision, double precision, integer) IS 'pg-queue runtime function: release 1, sha256 546351fd4ce9e4d4';

@@ -1,4 +1,5 @@
 import type { PrismaClientLike, SqlExecutor } from '../types';
+import { databaseError } from './database-error';
 import { handlerStatements } from './handlers.sql';
 import { JIT_OFF } from './inspect.fragments';
 
@@ -18,15 +19,29 @@ export class HandlerRepository {
     this.sql = handlerStatements(schema);
   }
 
+  /** Whether handler_pass answered as missing (a schema installed from an older release's SQL). */
+  private noFunction = false;
+
   /**
-   * Renews this instance's rows for `queues`; returns the queues nobody handles (see `pass`). With
-   * JIT off, as the metrics scrape (the same loose index scan; see JIT_OFF): every instance runs it
-   * on every periodic pass.
+   * Renews this instance's rows for `queues`; returns the queues nobody handles (see passSql). With
+   * JIT off, as the metrics scrape (the same loose index scan; see JIT_OFF): one statement, the
+   * runtime function handler_pass; where it is missing, the same SQL in a transaction that sets
+   * JIT off first.
    */
   async pass(db: PrismaClientLike, p: { instance: string; queues: readonly string[]; ttlMs: number; graceMs: number; countCap: number }): Promise<UnhandledQueue[]> {
-    const rows = await db.$transaction(async (tx: SqlExecutor) => {
+    const params = [p.queues, p.instance, p.ttlMs, p.graceMs, p.countCap] as const;
+    let rows: { queue: string; due: number; unhandled_ms: number }[] | null = null;
+    if (!this.noFunction) {
+      try {
+        rows = await db.$queryRawUnsafe(this.sql.passByFunction, ...params);
+      } catch (err) {
+        if (databaseError(err)?.code !== '42883') throw err;
+        this.noFunction = true;
+      }
+    }
+    rows ??= await db.$transaction(async (tx: SqlExecutor) => {
       await tx.$executeRawUnsafe(JIT_OFF);
-      return tx.$queryRawUnsafe<{ queue: string; due: number; unhandled_ms: number }[]>(this.sql.pass, p.queues, p.instance, p.ttlMs, p.graceMs, p.countCap);
+      return tx.$queryRawUnsafe<{ queue: string; due: number; unhandled_ms: number }[]>(this.sql.pass, ...params);
     });
     return rows.map((r) => ({ queue: r.queue, due: r.due, unhandledMs: r.unhandled_ms }));
   }

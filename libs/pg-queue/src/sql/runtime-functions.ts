@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { quoteIdent } from './identifiers';
 import { limitedClaim } from './limited-claim.function';
+import { handlerPass } from './handlers.sql';
 import { SIGNAL_LOCK_NAMESPACE } from './workflow.sql';
 
 /**
@@ -201,4 +202,4 @@ END
 $fn$`;
 }
 
-export const RUNTIME_FUNCTIONS: readonly RuntimeFunctionDefinition[] = [archivePartitions, archivePartitionStep, limitedClaim, workflowSignalCommitted];
+export const RUNTIME_FUNCTIONS: readonly RuntimeFunctionDefinition[] = [archivePartitions, archivePartitionStep, limitedClaim, workflowSignalCommitted, handlerPass];
