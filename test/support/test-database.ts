@@ -51,7 +51,10 @@ function templateName(kind: TemplateKind): string {
     if (fs.existsSync(file)) hash.update(name).update(fs.readFileSync(file));
   }
   if (kind === 'queue') hash.update(printSchemaSql('pgqueue'));
-  return `tpl_${kind}_${hash.digest('hex').slice(0, 12)}`;
+  // The queue's schema holds a time of its install (migration 11's bound on the legacy archive
+  // partition): a template of another day is not reused.
+  const day = kind === 'queue' ? `_${new Date().toISOString().slice(0, 10).replace(/-/g, '')}` : '';
+  return `tpl_${kind}_${hash.digest('hex').slice(0, 12)}${day}`;
 }
 
 const templates = new Map<TemplateKind, Promise<string>>();
@@ -80,8 +83,12 @@ async function buildTemplate(kind: TemplateKind): Promise<string> {
     await admin.query('SELECT pg_advisory_lock($1)', [TEMPLATE_LOCK]);
     const names = (await admin.query<{ datname: string }>("SELECT datname FROM pg_database WHERE datname LIKE 'tpl\\_%'")).rows.map((r) => r.datname);
     if (names.includes(name)) return name;
+    // Others' (an older schema, another day, another checkout on this server): dropped unless in
+    // use, which leaves a template another run is cloning from.
     const current = new Set([templateName('app'), templateName('queue')]);
-    for (const stale of names.filter((n) => !current.has(n))) await admin.query(`DROP DATABASE IF EXISTS ${stale} WITH (FORCE)`);
+    for (const stale of names.filter((n) => !current.has(n) && !n.endsWith('_building'))) {
+      await admin.query(`DROP DATABASE IF EXISTS ${stale}`).catch(() => undefined);
+    }
     const building = `${name}_building`;
     await admin.query(`DROP DATABASE IF EXISTS ${building} WITH (FORCE)`);
     await admin.query(`CREATE DATABASE ${building}`);
@@ -119,11 +126,19 @@ async function buildTemplate(kind: TemplateKind): Promise<string> {
  */
 export async function createTestDatabase({ queueSchema = true }: { queueSchema?: boolean } = {}): Promise<TestDatabase> {
   const name = `t_${randomBytes(6).toString('hex')}`;
-  const from = await template(queueSchema ? 'queue' : 'app');
+  const kind: TemplateKind = queueSchema ? 'queue' : 'app';
   const admin = new Client({ connectionString: serverUrl() });
   await admin.connect();
-  await admin.query(`CREATE DATABASE ${name} TEMPLATE ${from}`);
-  await admin.end();
+  try {
+    await admin.query(`CREATE DATABASE ${name} TEMPLATE ${await template(kind)}`);
+  } catch (err) {
+    // 3D000: the template is gone (another run on this server dropped it): built again, once.
+    if ((err as { code?: string }).code !== '3D000') throw err;
+    templates.delete(kind);
+    await admin.query(`CREATE DATABASE ${name} TEMPLATE ${await template(kind)}`);
+  } finally {
+    await admin.end();
+  }
   const url = withDatabase(serverUrl(), name);
   const clients: PrismaClient[] = [];
   const plain = new Client({ connectionString: url });

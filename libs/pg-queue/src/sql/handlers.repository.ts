@@ -11,6 +11,9 @@ export interface UnhandledQueue {
   unhandledMs: number;
 }
 
+/** Passes that run the transaction before handler_pass is tried again after it was missing. */
+const FUNCTION_RETRY_PASSES = 30;
+
 /** Runs the statements of queue_handler (see handlers.sql.ts); the only caller of its SQL. */
 export class HandlerRepository {
   private readonly sql;
@@ -19,8 +22,8 @@ export class HandlerRepository {
     this.sql = handlerStatements(schema);
   }
 
-  /** Whether handler_pass answered as missing (a schema installed from an older release's SQL). */
-  private noFunction = false;
+  /** Passes left before handler_pass is tried again, after it answered as missing (a schema installed from an older release's SQL). */
+  private withoutFunction = 0;
 
   /**
    * Renews this instance's rows for `queues`; returns the queues nobody handles (see passSql). With
@@ -31,12 +34,13 @@ export class HandlerRepository {
   async pass(db: PrismaClientLike, p: { instance: string; queues: readonly string[]; ttlMs: number; graceMs: number; countCap: number }): Promise<UnhandledQueue[]> {
     const params = [p.queues, p.instance, p.ttlMs, p.graceMs, p.countCap] as const;
     let rows: { queue: string; due: number; unhandled_ms: number }[] | null = null;
-    if (!this.noFunction) {
+    if (this.withoutFunction > 0) this.withoutFunction--;
+    else {
       try {
         rows = await db.$queryRawUnsafe(this.sql.passByFunction, ...params);
       } catch (err) {
         if (databaseError(err)?.code !== '42883') throw err;
-        this.noFunction = true;
+        this.withoutFunction = FUNCTION_RETRY_PASSES; // until then: a schema install may put it in place
       }
     }
     rows ??= await db.$transaction(async (tx: SqlExecutor) => {

@@ -30,7 +30,7 @@ export class HandlerPresence {
     private readonly intervalMs: number,
     private readonly logger: Logger,
   ) {
-    this.loop = new PeriodicPass(() => this.runOnce(), () => intervalMs);
+    this.loop = new PeriodicPass(() => this.runOnce(), () => intervalMs, 0.2, (err) => this.logger.error(`handler presence pass failed: ${(err as Error).message}`));
   }
 
   /**

@@ -44,7 +44,7 @@ export class LeaseRescuer {
     private readonly settler: DependencySettler | null = null,
     private readonly gone: GoneInstances | null = null,
   ) {
-    this.loop = new PeriodicPass(() => this.runPass(), () => intervalMs);
+    this.loop = new PeriodicPass(() => this.runPass(), () => intervalMs, 0.2, (err) => this.logger.error(`lease rescuer pass failed: ${(err as Error).message}`));
   }
 
   /** The first pass in about the interval. */

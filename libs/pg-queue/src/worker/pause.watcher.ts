@@ -28,7 +28,7 @@ export class PauseWatcher {
     intervalMs: () => number,
     private readonly logger: Logger,
   ) {
-    this.loop = new PeriodicPass(() => this.readOrWarn(), intervalMs, 0);
+    this.loop = new PeriodicPass(() => this.readOrWarn(), intervalMs, 0, (err) => this.logger.warn(`could not read paused queues: ${(err as Error).message}`));
   }
 
   /** Reads the pauses now (a failure fails the start: claims would fail too), then every period. */

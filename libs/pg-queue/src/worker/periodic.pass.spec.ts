@@ -47,15 +47,21 @@ describe('PeriodicPass', () => {
     expect(loop.isStopped).toBe(true);
   });
 
-  it('a pass that throws rejects its caller, and the schedule goes on', async () => {
+  it('a pass that throws rejects its caller, or is told to onError when a timer started it, and the schedule goes on', async () => {
     let passes = 0;
+    const told: string[] = [];
     const loop = new PeriodicPass(async () => {
       passes++;
-      if (passes === 1) throw new Error('boom');
-    }, () => 20, 0);
-    await expect(loop.now()).rejects.toThrow('boom');
+      if (passes <= 2) throw new Error(`boom ${passes}`);
+    }, () => 20, 0, (err) => told.push((err as Error).message));
+    await expect(loop.now()).rejects.toThrow('boom 1');
     await pause(70);
     await loop.stop();
-    expect(passes).toBeGreaterThanOrEqual(2);
+    expect(passes).toBeGreaterThanOrEqual(3);
+    expect(told).toEqual(['boom 2']);
+    const before = passes;
+    await loop.now(); // after stop(): nothing
+    await pause(40);
+    expect(passes).toBe(before);
   });
 });

@@ -15,6 +15,8 @@ export class PeriodicPass {
     private readonly pass: () => Promise<number | null | void>,
     private readonly intervalMs: () => number,
     private readonly jitter = 0.2,
+    /** Told of a pass that threw when a timer started it (a pass reports its own failures first). */
+    private readonly onError: (err: unknown) => void = () => undefined,
   ) {}
 
   get isStopped(): boolean {
@@ -27,17 +29,18 @@ export class PeriodicPass {
     const interval = this.intervalMs() * (1 - this.jitter + Math.random() * 2 * this.jitter);
     this.timer = setTimeout(() => {
       this.timer = null;
-      this.now().catch(() => undefined);
+      this.now().catch(this.onError);
     }, soonerMs === null ? interval : Math.min(interval, Math.max(0, soonerMs)));
     this.timer.unref();
   }
 
   /**
    * Runs a pass now (joins the one under way, if any), then schedules the next. A pass reports its
-   * own failures; one that throws anyway rejects this call (a timer's call drops it), and the
-   * schedule goes on.
+   * own failures; one that throws anyway rejects this call (a timer's call tells onError), and the
+   * schedule goes on. After stop(), nothing.
    */
   now(): Promise<void> {
+    if (this.stopped) return Promise.resolve();
     if (this.running) return this.running;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;

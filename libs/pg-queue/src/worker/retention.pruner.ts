@@ -46,7 +46,7 @@ export class RetentionPruner {
     private readonly retention: RetentionSettings,
     private readonly logger: Logger,
   ) {
-    this.loop = new PeriodicPass(() => this.pruneAll().then(() => null), () => retention.intervalMs);
+    this.loop = new PeriodicPass(() => this.pruneAll().then(() => null), () => retention.intervalMs, 0.2, (err) => this.logger.error(`retention round failed: ${(err as Error).message}`));
   }
 
   /** The first round in about the interval. */

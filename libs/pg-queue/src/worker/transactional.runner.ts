@@ -238,7 +238,7 @@ export class TransactionalRunner {
     }
     // The transaction itself failed (no pool connection in time, lock or connection lost, commit
     // refused, ...): the attempts that ran failed with that error; the ones that never reached
-    // their handler go back uncounted at once (docs/design.md, "Where settings live"), for this or another worker to claim.
+    // their handler go back uncounted at once (docs/design.md, "A task, a claim, a lease"), for this or another worker to claim.
     // So do all of them when the server said it was its own state (a failover: isConnectionLost).
     this.deps.logger.error(`transaction for queue "${this.handler.queue}" failed: ${(err as Error)?.message ?? err}`);
     const ran = isConnectionLost(err) ? [] : [...results.keys(), ...(current ? [current] : [])];
