@@ -80,6 +80,9 @@ async function buildTemplate(kind: TemplateKind): Promise<string> {
   const admin = new Client({ connectionString: serverUrl() });
   await admin.connect();
   try {
+    // Bounded: a worker that stalls while building fails the others' specs after two minutes
+    // instead of holding them forever (lock_timeout applies to an advisory lock's wait).
+    await admin.query("SET lock_timeout = '120s'");
     await admin.query('SELECT pg_advisory_lock($1)', [TEMPLATE_LOCK]);
     const names = (await admin.query<{ datname: string }>("SELECT datname FROM pg_database WHERE datname LIKE 'tpl\\_%'")).rows.map((r) => r.datname);
     if (names.includes(name)) return name;
