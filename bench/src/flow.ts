@@ -49,7 +49,7 @@ const PARTITIONS: Partial<Record<FlowGroup, number>> = { partitions100: 100, par
 const WEIGHTS: Partial<Record<FlowGroup, Record<string, number>>> = {
   weighted1000: Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`p${i}`, 1 + (i % 4)])),
 };
-/** What the partitioned claim's and the aging claim's texts hold (limits.sql.ts, aging.sql.ts), for pg_stat_statements. */
+/** What the partitioned claim's and the aging claim's texts hold (claim.sql.ts), for pg_stat_statements. */
 const PARTITIONED_CLAIM = '%walk AS (%';
 const AGING_CLAIM = '%aged AS MATERIALIZED%';
 

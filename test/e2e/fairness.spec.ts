@@ -1,5 +1,5 @@
 /**
- * Weighted partitions and priority aging across instances (weights.sql.ts, aging.sql.ts): three
+ * Weighted partitions and priority aging across instances (claim.sql.ts): three
  * app instances share a queue whose partitions weigh 3 and 1, and the starts are counted in the
  * order they happen; two instances run a queue fed a steady stream of urgent tasks, and a less
  * urgent task starves there without aging and starts within its bound with it.

@@ -1,10 +1,10 @@
 /**
- * Priority aging in the claim (aging.sql.ts): a task of priority p due at T goes before a task of
+ * Priority aging in the claim (the aging claim, claim.sql.ts): a task of priority p due at T goes before a task of
  * a more urgent priority q due after T + (p - q) * priorityAgingMs, and not before one due earlier
  * than that; the claim reads each priority level's first due tasks from task_claim_idx, never the
  * whole backlog.
  */
-import { AGING_LEVELS, agingStatements } from '../../libs/pg-queue/src/sql/aging.sql';
+import { AGING_LEVELS, limitedClaims } from '../../libs/pg-queue/src/sql/claim.sql';
 import { LimitsRepository, type QueueLimits } from '../../libs/pg-queue/src/sql/limits.repository';
 import { genericPlan } from '../support/generic-plan';
 import { schemaDatabase } from '../support/schema-database';
@@ -64,7 +64,7 @@ describe('priority aging in the claim', () => {
     await setup.db.sql(`INSERT INTO pgqueue.task (queue, payload, priority, run_at)
                   SELECT 'ag.plan', '{}', g % 5, now() - (g % 1000) * interval '1 second' FROM generate_series(1, 20000) g`);
     await setup.db.sql('ANALYZE pgqueue.task');
-    const plan = await genericPlan(setup.db, agingStatements('pgqueue').claim, ['text', 'int', 'text', 'float8', 'int', 'bigint', 'int', 'text'], [`'ag.plan'`, '50', `'w'`, '60000', '5', '1000', String(AGING_LEVELS), `'0123456789abcdef'`]);
+    const plan = await genericPlan(setup.db, limitedClaims('pgqueue').aging, ['text', 'int', 'text', 'float8', 'int', 'bigint', 'int', 'text'], [`'ag.plan'`, '50', `'w'`, '60000', '5', '1000', String(AGING_LEVELS), `'0123456789abcdef'`]);
     if (process.env.SHOW_PLANS) console.log(plan);
     expect({ seqScan: /Seq Scan on task\b(?!_)/.test(plan), claimIndex: plan.includes('task_claim_idx') }).toEqual({ seqScan: false, claimIndex: true });
     // And it claims what a sort of the whole backlog by effective priority puts first.

@@ -10,7 +10,8 @@
 import { Client } from 'pg';
 import { BLOCKED_ROUND_RECHECK_MS, LIMITED_CLAIM_RELEASE } from '../../libs/pg-queue/src/sql/limited-claim.function';
 import { LimitsRepository } from '../../libs/pg-queue/src/sql/limits.repository';
-import { LIMIT_LOCK_NAMESPACE, limitStatements } from '../../libs/pg-queue/src/sql/limits.sql';
+import { LIMIT_LOCK_NAMESPACE } from '../../libs/pg-queue/src/sql/limits.sql';
+import { limitedClaims } from '../../libs/pg-queue/src/sql/claim.sql';
 import { RATE_STEPS, windowAdd, windowCount, windowFreesInMs } from '../../libs/pg-queue/src/sql/rate-window.sql';
 import { installSchema } from '../../libs/pg-queue/src/sql/schema.installer';
 import { TaskRepository } from '../../libs/pg-queue/src/sql/task.repository';
@@ -218,7 +219,7 @@ describe('limited claims', () => {
     await db.sql(`INSERT INTO pgqueue.task (queue, payload, partition_key) SELECT 'lc.walk', '{}', 'w' || lpad((g % 60)::text, 2, '0') FROM generate_series(1, 180) g`);
     try {
       const args = ['lc.walk', 30, 'w', 60_000, 5, 1, null, 31, null, null, 1000, 0, null, 'abcdef0123456789', '{}'];
-      const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${limitStatements('pgqueue').claimPartitioned}`, args))
+      const plan = (await db.sql<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ${limitedClaims('pgqueue').partitioned}`, args))
         .map((r) => r['QUERY PLAN']);
       const walked = Number(/Recursive Union \(actual rows=(\d+)/.exec(plan.join('\n'))?.[1]);
       // The loops of every scan that looks for the next key (an Index Cond on partition_key > ...).

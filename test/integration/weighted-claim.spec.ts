@@ -1,5 +1,5 @@
 /**
- * Weighted partitions in the partitioned claim (weights.sql.ts): a partition of weight w gets w
+ * Weighted partitions in the partitioned claim (claim.sql.ts): a partition of weight w gets w
  * turns for every turn of a partition of weight 1, whether one claim takes many tasks or each
  * takes one (the turns a claim did not use carry over to the next, queue_state.partition_turns).
  * Claims made here directly, one after another, as the queue's lock would order them.

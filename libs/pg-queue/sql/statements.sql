@@ -482,15 +482,20 @@ WITH next AS (
     -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
     -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
     AND (SELECT min(d.run_at) FROM "pgqueue".task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
-    AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '') OR t.partition_key IS NULL
-     OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key)) AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
-     OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
-         AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now() AND b.partition_key = coalesce(t.partition_key, '')))) AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+    AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '')
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '')
+           OR t.partition_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key))
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+           OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
+               AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now()
+                                                            AND b.partition_key = coalesce(t.partition_key, ''))))
+      AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
   ORDER BY t.priority, t.run_at, t.id
   LIMIT 10
   FOR UPDATE OF t SKIP LOCKED
@@ -512,15 +517,15 @@ WITH next AS (
             t.group_key, t.dedup_key, t.trace_context
 )
 SELECT coalesce(json_agg(json_build_array(c.id, c.payload, c.priority, c.run_at_ms, c.attempt, c.max_attempts, c.created_at_ms, c.lease_token, c.parent_id, c.group_key, c.dedup_key, c.trace_context)), '[]')::text AS claimed,
-       -- With a back-off of the queue or a partition in force (backoff.sql.ts), its end counts as a due time.
-       CASE WHEN count(*) < $2 THEN least((
-         SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
-         WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
-       ), (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())) END AS next_due_in_ms,
+       -- A claim that came back short: when the next task is due, or a cool-down of the queue or a partition ends.
+       CASE WHEN count(*) < $2 THEN least(
+         (SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
+          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()),
+         (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b
+          WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+       ) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
-       -- A claim that took nothing says whether the queue is paused: an instance that missed the
-       -- notice learns it here (see PauseWatcher).
-       CASE WHEN count(*) = 0 THEN NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused
+       CASE WHEN count(*) = 0 THEN EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused
 FROM claimed c;
 
 -- @statement claim: claimUpTo.100
@@ -531,15 +536,20 @@ WITH next AS (
     -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
     -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
     AND (SELECT min(d.run_at) FROM "pgqueue".task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
-    AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '') OR t.partition_key IS NULL
-     OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key)) AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
-     OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
-         AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now() AND b.partition_key = coalesce(t.partition_key, '')))) AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+    AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '')
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '')
+           OR t.partition_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key))
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+           OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
+               AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now()
+                                                            AND b.partition_key = coalesce(t.partition_key, ''))))
+      AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
   ORDER BY t.priority, t.run_at, t.id
   LIMIT 100
   FOR UPDATE OF t SKIP LOCKED
@@ -561,15 +571,15 @@ WITH next AS (
             t.group_key, t.dedup_key, t.trace_context
 )
 SELECT coalesce(json_agg(json_build_array(c.id, c.payload, c.priority, c.run_at_ms, c.attempt, c.max_attempts, c.created_at_ms, c.lease_token, c.parent_id, c.group_key, c.dedup_key, c.trace_context)), '[]')::text AS claimed,
-       -- With a back-off of the queue or a partition in force (backoff.sql.ts), its end counts as a due time.
-       CASE WHEN count(*) < $2 THEN least((
-         SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
-         WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
-       ), (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())) END AS next_due_in_ms,
+       -- A claim that came back short: when the next task is due, or a cool-down of the queue or a partition ends.
+       CASE WHEN count(*) < $2 THEN least(
+         (SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
+          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()),
+         (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b
+          WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+       ) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
-       -- A claim that took nothing says whether the queue is paused: an instance that missed the
-       -- notice learns it here (see PauseWatcher).
-       CASE WHEN count(*) = 0 THEN NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused
+       CASE WHEN count(*) = 0 THEN EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused
 FROM claimed c;
 
 -- @statement claim: claimUpTo.1000
@@ -580,15 +590,20 @@ WITH next AS (
     -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
     -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
     AND (SELECT min(d.run_at) FROM "pgqueue".task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
-    AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '') OR t.partition_key IS NULL
-     OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key)) AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
-     OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
-         AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now() AND b.partition_key = coalesce(t.partition_key, '')))) AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+    AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '')
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '')
+           OR t.partition_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key))
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+           OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
+               AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now()
+                                                            AND b.partition_key = coalesce(t.partition_key, ''))))
+      AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
   ORDER BY t.priority, t.run_at, t.id
   LIMIT 1000
   FOR UPDATE OF t SKIP LOCKED
@@ -610,15 +625,15 @@ WITH next AS (
             t.group_key, t.dedup_key, t.trace_context
 )
 SELECT coalesce(json_agg(json_build_array(c.id, c.payload, c.priority, c.run_at_ms, c.attempt, c.max_attempts, c.created_at_ms, c.lease_token, c.parent_id, c.group_key, c.dedup_key, c.trace_context)), '[]')::text AS claimed,
-       -- With a back-off of the queue or a partition in force (backoff.sql.ts), its end counts as a due time.
-       CASE WHEN count(*) < $2 THEN least((
-         SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
-         WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
-       ), (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())) END AS next_due_in_ms,
+       -- A claim that came back short: when the next task is due, or a cool-down of the queue or a partition ends.
+       CASE WHEN count(*) < $2 THEN least(
+         (SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
+          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()),
+         (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b
+          WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+       ) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
-       -- A claim that took nothing says whether the queue is paused: an instance that missed the
-       -- notice learns it here (see PauseWatcher).
-       CASE WHEN count(*) = 0 THEN NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused
+       CASE WHEN count(*) = 0 THEN EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused
 FROM claimed c;
 
 -- @statement claim: claimedWith
@@ -646,93 +661,233 @@ WITH held AS (
 )
 SELECT coalesce(string_agg((id)::text, ','), '') AS ids, pg_backend_pid() AS backend_pid, pg_current_xact_id()::text AS xact_id FROM held;
 
--- @statement limits: claim
-SELECT claimed, next_due_in_ms, db_now_ms, paused, isolation, limit_full
-FROM "pgqueue".claim_limited($1::text, $2::int, $3::text, $4::bigint, $5::int, $6::text, $7::jsonb);
+-- @statement claim (run by claim_limited, parameters bound): plain
+WITH next AS (
+  SELECT t.id FROM "pgqueue".task t
+  WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
+    -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
+    -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
+    AND (SELECT min(d.run_at) FROM "pgqueue".task d WHERE d.queue = $1 AND d.state = 'pending') <= now()
+    AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '')
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '')
+           OR t.partition_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key))
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+           OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
+               AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now()
+                                                            AND b.partition_key = coalesce(t.partition_key, ''))))
+      AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+  ORDER BY t.priority, t.run_at, t.id
+  LIMIT $2
+  FOR UPDATE OF t SKIP LOCKED
+), claimed AS (
+  UPDATE "pgqueue".task t
+  SET state = 'running',
+      attempt = t.attempt + 1,
+      attempt_limit = coalesce(t.max_attempts, $5),
+      locked_by = $3,
+      lease_token = ($6::text || lpad(to_hex(t.id), 16, '0'))::uuid,
+      locked_until = now() + $4 * interval '1 millisecond',
+      started_at = now(),
+      finished_at = NULL
+  WHERE t.id = ANY (ARRAY (SELECT id FROM next))
+  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (round(date_part('epoch', t.run_at) * 1000000) / 1000) AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
+            (round(date_part('epoch', t.created_at) * 1000000) / 1000) AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
+            t.group_key, t.dedup_key, t.trace_context, t.partition_key
+)
+SELECT coalesce(json_agg(c), '[]')::text AS claimed,
+       -- A claim that came back short: when the next task is due, or a cool-down of the queue or a partition ends.
+       CASE WHEN count(*) < $2 THEN least(
+         (SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
+          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()),
+         (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b
+          WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+       ) END AS next_due_in_ms,
+       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
+       CASE WHEN count(*) = 0 THEN EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused
+FROM claimed c;
 
--- @statement limits: room
-WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
-SELECT (SELECT count(*) FROM "pgqueue".task WHERE queue = $1 AND state = 'running' AND lease_token <> ALL ($6::uuid[]))::int AS running,
-       (SELECT coalesce(sum(e.n), 0)::int FROM unnest(q.rate_at, q.rate_n) AS e(at, n) WHERE e.at > c.now - ($2)::float8 * interval '1 millisecond') AS window_count,
-       (SELECT ((extract(epoch FROM min(e.at) + ($2)::float8 * interval '1 millisecond') * 1000) - (extract(epoch FROM c.now) * 1000))::float8
-          FROM unnest(q.rate_at, q.rate_n) AS e(at, n) WHERE e.at > c.now - ($2)::float8 * interval '1 millisecond') AS window_frees_in_ms,
-       q.partition_cursor AS cursor, coalesce(q.partition_turns, 0) AS turns,
-       (SELECT min((SELECT ((extract(epoch FROM min(e.at) + ($4)::float8 * interval '1 millisecond') * 1000) - (extract(epoch FROM c.now) * 1000))::float8
-          FROM unnest(r.rate_at, r.rate_n) AS e(at, n) WHERE e.at > c.now - ($4)::float8 * interval '1 millisecond'))
-        FROM "pgqueue".rate_window r
-        WHERE r.queue = $1 AND $3::int IS NOT NULL AND (SELECT coalesce(sum(e.n), 0)::int FROM unnest(r.rate_at, r.rate_n) AS e(at, n) WHERE e.at > c.now - ($4)::float8 * interval '1 millisecond') >= $3::int) AS partition_frees_in_ms,
-       (extract(epoch FROM c.now) * 1000)::float8 AS db_now_ms,
-       coalesce(q.room_wanted, false) AS room_wanted,
-       coalesce((SELECT min(d.run_at) FROM "pgqueue".task d WHERE d.queue = $1 AND d.state = 'pending') <= now(), false) AS due,
-       NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') AS paused,
-       (SELECT (extract(epoch FROM max(b.until) - c.now) * 1000)::float8 FROM "pgqueue".backoff b
-        WHERE ((b.name = $1 AND b.scope = 'queue') OR (b.name = $5::text AND b.scope = 'limiter')) AND b.until > c.now) AS backed_off_ms
-FROM c LEFT JOIN "pgqueue".queue_state q ON q.queue = $1;
+-- @statement claim (run by claim_limited, parameters bound): aging
+WITH RECURSIVE levels AS (
+  -- The queue's priorities with pending tasks, most urgent first: one probe of task_claim_idx each.
+  SELECT (SELECT min(t.priority) FROM "pgqueue".task t WHERE t.queue = $1 AND t.state = 'pending') AS p, 1 AS n
+  UNION ALL
+  SELECT (SELECT min(t.priority) FROM "pgqueue".task t WHERE t.queue = $1 AND t.state = 'pending' AND t.priority > l.p), l.n + 1
+  FROM levels l
+  WHERE l.p IS NOT NULL AND l.n < $7
+), aged AS MATERIALIZED (
+  -- Each level's first due tasks, by due time (its effective priority order), with their key.
+  SELECT c.id, c.key
+  FROM levels l
+  CROSS JOIN LATERAL (
+    SELECT t.id, t.priority * $6::numeric + extract(epoch FROM t.run_at) * 1000 AS key
+    FROM "pgqueue".task t
+    WHERE t.queue = $1 AND t.state = 'pending' AND t.priority = l.p AND t.run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '')
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '')
+           OR t.partition_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key))
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+           OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
+               AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now()
+                                                            AND b.partition_key = coalesce(t.partition_key, ''))))
+      AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+    ORDER BY t.run_at, t.id
+    LIMIT $2
+  ) c
+  WHERE l.p IS NOT NULL
+  UNION
+  -- The plain claim's candidates (see above).
+  (SELECT t.id, t.priority * $6::numeric + extract(epoch FROM t.run_at) * 1000 AS key
+   FROM "pgqueue".task t
+   WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
+     AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '')
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '')
+           OR t.partition_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key))
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+           OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
+               AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now()
+                                                            AND b.partition_key = coalesce(t.partition_key, ''))))
+      AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+   ORDER BY t.priority, t.run_at, t.id
+   LIMIT $2)
+),
+next AS (
+  SELECT t.id FROM "pgqueue".task t
+  WHERE t.id = ANY (ARRAY (SELECT a.id FROM aged a ORDER BY a.key, a.id LIMIT $2))
+    AND t.state = 'pending' AND t.run_at <= now()
+  FOR UPDATE OF t SKIP LOCKED
+), claimed AS (
+  UPDATE "pgqueue".task t
+  SET state = 'running',
+      attempt = t.attempt + 1,
+      attempt_limit = coalesce(t.max_attempts, $5),
+      locked_by = $3,
+      lease_token = ($8::text || lpad(to_hex(t.id), 16, '0'))::uuid,
+      locked_until = now() + $4 * interval '1 millisecond',
+      started_at = now(),
+      finished_at = NULL
+  WHERE t.id = ANY (ARRAY (SELECT id FROM next))
+  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (round(date_part('epoch', t.run_at) * 1000000) / 1000) AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
+            (round(date_part('epoch', t.created_at) * 1000000) / 1000) AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
+            t.group_key, t.dedup_key, t.trace_context, t.partition_key
+)
+SELECT coalesce(json_agg(c), '[]')::text AS claimed,
+       -- A claim that came back short: when the next task is due, or a cool-down of the queue or a partition ends.
+       CASE WHEN count(*) < $2 THEN least(
+         (SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
+          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()),
+         (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b
+          WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+       ) END AS next_due_in_ms,
+       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
+       CASE WHEN count(*) = 0 THEN EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused
+FROM claimed c;
 
--- @statement limits: claimPartitioned
+-- @statement claim (run by claim_limited, parameters bound): partitioned
 WITH RECURSIVE running AS MATERIALIZED (
-  -- As in room: the tasks whose handler ended at the caller ($15) do not count.
+  -- Running tasks by partition ('' for none).
   SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM "pgqueue".task
   WHERE queue = $1 AND state = 'running' AND lease_token <> ALL ($15::uuid[]) GROUP BY 1
 ), rated AS MATERIALIZED (
-  -- Per-partition rate windows ('' stands for no partition): the claims inside each.
-  SELECT r.partition_key AS p, (SELECT coalesce(sum(e.n), 0)::int FROM unnest(r.rate_at, r.rate_n) AS e(at, n) WHERE e.at > clock_timestamp() - ($10)::float8 * interval '1 millisecond') AS n
+  -- Claims inside each partition's rate window (an entry counts while its latest claim is inside: rate-window.sql.ts).
+  SELECT r.partition_key AS p,
+         (SELECT coalesce(sum(e.n), 0)::int FROM unnest(r.rate_at, r.rate_n) AS e(at, n)
+          WHERE e.at > clock_timestamp() - ($10)::float8 * interval '1 millisecond') AS n
   FROM "pgqueue".rate_window r
   WHERE r.queue = $1 AND $9::int IS NOT NULL
 ), walk AS (
   -- Keys in round order: lap 0 from after the cursor to the last key, then '' (lap 1) and the keys
-  -- up to the cursor. Produced one at a time, as round reads them.
+  -- up to the cursor. Produced one at a time, as round reads them; each key one probe of task_partition_idx.
   SELECT CASE WHEN $7::text IS NULL THEN '' ELSE coalesce(k.p, '') END AS p,
          CASE WHEN $7::text IS NOT NULL AND k.p IS NULL THEN 1 ELSE 0 END AS lap, 1 AS n
   FROM (SELECT min(t.partition_key) AS p FROM "pgqueue".task t
-          WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > $7::text) k
+        WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > $7::text) k
   UNION ALL
   SELECT coalesce(k.p, CASE WHEN w.lap = 0 AND $7::text IS NOT NULL THEN '' END),
          CASE WHEN k.p IS NULL THEN 1 ELSE w.lap END, w.n + 1
   FROM walk w
   -- OFFSET 0: computed once per row; flattened, the key was probed again for each of its three uses.
-  CROSS JOIN LATERAL (SELECT CASE WHEN w.lap = 0 THEN (SELECT min(t.partition_key) AS p FROM "pgqueue".task t
-          WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > w.p) ELSE (SELECT min(t.partition_key) AS p FROM "pgqueue".task t
-          WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > w.p AND t.partition_key <= $7::text) END AS p OFFSET 0) k
+  CROSS JOIN LATERAL (
+    SELECT CASE WHEN w.lap = 0
+                THEN (SELECT min(t.partition_key) FROM "pgqueue".task t
+                      WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > w.p)
+                ELSE (SELECT min(t.partition_key) FROM "pgqueue".task t
+                      WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key > w.p AND t.partition_key <= $7::text)
+           END AS p
+    OFFSET 0
+  ) k
   WHERE w.n < $11 AND (k.p IS NOT NULL OR (w.lap = 0 AND $7::text IS NOT NULL))
 ), round AS (
   -- The first $8 walked partitions with room, in walk order (the order a recursive CTE makes its
-  -- rows in), after the cursor's partition when it has turns left (weights.sql.ts). Read lazily:
-  -- the walk stops once they are found.
+  -- rows in), after the cursor's partition when it has turns left. Read lazily: the walk stops
+  -- once they are found. Each LATERAL is a subquery of its own (OFFSET 0), evaluated once per
+  -- partition: flattened, the room would be computed again for the filter on it.
   SELECT w.p, w.n AS pos, x.top, r.room, g.weight, g.turns
   FROM (SELECT $7::text AS p, 0 AS n WHERE $12::int > 0 AND $7::text IS NOT NULL
-    UNION ALL
-    SELECT k.p, k.n FROM walk k WHERE $12::int = 0 OR k.p IS DISTINCT FROM $7::text) w
+        UNION ALL
+        SELECT k.p, k.n FROM walk k WHERE $12::int = 0 OR k.p IS DISTINCT FROM $7::text) w
+  -- What its concurrency limit and its rate window leave.
   CROSS JOIN LATERAL (
     SELECT greatest(least($6 - coalesce((SELECT n FROM running WHERE running.p = w.p), 0),
-                          coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), $6)), 0) AS cap OFFSET 0
+                          coalesce($9::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), $6)), 0) AS cap
+    OFFSET 0
   ) c
+  -- Its least urgent pending priority: where its claim-order range ends (see offered).
   CROSS JOIN LATERAL (
-    SELECT CASE WHEN c.cap > 0 THEN (SELECT max(m.priority) FROM "pgqueue".task m WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = w.p) END AS top
+    SELECT CASE WHEN c.cap > 0 THEN (SELECT max(m.priority) FROM "pgqueue".task m
+                                     WHERE m.queue = $1 AND m.state = 'pending' AND m.partition_key = w.p) END AS top
     OFFSET 0
   ) x
+  -- Its room: 0 when paused, cooled down, or without a due task its group lets run. Tasks without
+  -- a partition are looked for in claim order (LIMIT 1, task_claim_idx), which a generic plan
+  -- reads as one queue's index range: as an EXISTS it chose a scan of the whole table.
   CROSS JOIN LATERAL (
     SELECT CASE WHEN c.cap = 0 THEN 0
                 WHEN w.p <> '' AND EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '')
                      AND EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = w.p) THEN 0
-                WHEN EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now() AND b.partition_key = w.p) THEN 0
-                WHEN (CASE WHEN w.p = '' THEN (SELECT 1 FROM "pgqueue".task t WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key IS NULL AND t.run_at <= now() AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
-                                               ORDER BY t.priority, t.run_at, t.id LIMIT 1) IS NOT NULL
-                           ELSE EXISTS (SELECT 1 FROM "pgqueue".task t, (SELECT w.p, x.top) pt WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key = pt.p AND (t.priority, t.run_at) <= (pt.top, now()) AND t.run_at <= now() AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))) END)
-           THEN c.cap
-           ELSE 0 END AS room
+                WHEN EXISTS (SELECT 1 FROM "pgqueue".backoff b
+                             WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now() AND b.partition_key = w.p) THEN 0
+                WHEN (CASE WHEN w.p = ''
+                           THEN (SELECT 1 FROM "pgqueue".task t
+                                 WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key IS NULL AND t.run_at <= now()
+                                   AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+                                 ORDER BY t.priority, t.run_at, t.id LIMIT 1) IS NOT NULL
+                           ELSE EXISTS (SELECT 1 FROM "pgqueue".task t, (SELECT w.p, x.top) pt
+                                        WHERE t.queue = $1 AND t.state = 'pending' AND t.partition_key = pt.p
+                                          AND (t.priority, t.run_at) <= (pt.top, now()) AND t.run_at <= now()
+                                          AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))) END)
+                THEN c.cap
+                ELSE 0 END AS room
     OFFSET 0
   ) r
+  -- Its weight, and its turns in this visit: all of them, or what the last claim left the resumed cursor's partition.
   CROSS JOIN LATERAL (
     SELECT v.weight, CASE WHEN w.n = 0 THEN least($12::int, v.weight) ELSE v.weight END AS turns
     FROM (SELECT coalesce((SELECT pw.weight FROM "pgqueue".partition_weight pw WHERE pw.queue = $1 AND pw.partition_key = w.p),
@@ -742,30 +897,36 @@ WITH RECURSIVE running AS MATERIALIZED (
   WHERE r.room > 0
   LIMIT $8
 ), offered AS (
-  SELECT c.id, CASE WHEN c.rank <= w.turns THEN 1 ELSE 2 + (c.rank - w.turns - 1) / w.weight END AS rank, c.rank AS n, w.pos, w.p, w.turns, w.weight
+  -- Each partition's first due tasks in claim order, at most its room, ranked by turn. A keyed
+  -- partition reads its claim-order range up to (its least urgent priority, now), an index range
+  -- bound that never reads that priority's delayed tasks; two branches, not one CASE, so that each
+  -- is an index condition of its own.
+  SELECT c.id, CASE WHEN c.rank <= w.turns THEN 1 ELSE 2 + (c.rank - w.turns - 1) / w.weight END AS rank,
+         c.rank AS n, w.pos, w.p, w.turns, w.weight
   FROM round w
   CROSS JOIN LATERAL (
-    (
-    SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM "pgqueue".task t
-    WHERE w.p <> '' AND t.queue = $1 AND t.state = 'pending' AND t.partition_key = w.p AND (t.priority, t.run_at) <= (w.top, now()) AND t.run_at <= now() AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
-    ORDER BY t.priority, t.run_at, t.id
-    LIMIT w.room)
+    (SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM "pgqueue".task t
+     WHERE w.p <> '' AND t.queue = $1 AND t.state = 'pending' AND t.partition_key = w.p
+       AND (t.priority, t.run_at) <= (w.top, now()) AND t.run_at <= now()
+       AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+     ORDER BY t.priority, t.run_at, t.id
+     LIMIT w.room)
     UNION ALL
-    (
-    SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM "pgqueue".task t
-    WHERE w.p = '' AND t.queue = $1 AND t.state = 'pending' AND t.partition_key IS NULL AND t.run_at <= now() AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
-    ORDER BY t.priority, t.run_at, t.id
-    LIMIT w.room)
+    (SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM "pgqueue".task t
+     WHERE w.p = '' AND t.queue = $1 AND t.state = 'pending' AND t.partition_key IS NULL AND t.run_at <= now()
+       AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+     ORDER BY t.priority, t.run_at, t.id
+     LIMIT w.room)
   ) c
 ),
 next AS (
@@ -784,20 +945,20 @@ next AS (
       started_at = now(),
       finished_at = NULL
   WHERE t.id = ANY (ARRAY (SELECT id FROM next))
-  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (extract(epoch FROM t.run_at) * 1000)::float8 AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
-            (extract(epoch FROM t.created_at) * 1000)::float8 AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
+  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (round(date_part('epoch', t.run_at) * 1000000) / 1000) AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
+            (round(date_part('epoch', t.created_at) * 1000000) / 1000) AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
             t.group_key, t.dedup_key, t.trace_context, t.partition_key
 )
 SELECT coalesce(json_agg(c), '[]')::text AS claimed,
-       -- With a back-off of the queue or a partition in force (backoff.sql.ts), its end counts as a due time.
-       CASE WHEN count(*) < $2 THEN least((
-         SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
-         WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
-       ), (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())) END AS next_due_in_ms,
+       -- A claim that came back short: when the next task is due, or a cool-down of the queue or a partition ends.
+       CASE WHEN count(*) < $2 THEN least(
+         (SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
+          WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()),
+         (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b
+          WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
+       ) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
-       -- A claim that took nothing says whether the queue is paused: an instance that missed the
-       -- notice learns it here (see PauseWatcher).
-       CASE WHEN count(*) = 0 THEN NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused,
+       CASE WHEN count(*) = 0 THEN EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused,
        (SELECT CASE WHEN count(*) < $2 THEN
                  CASE WHEN (SELECT count(*) FROM round) >= $8 THEN (SELECT p FROM round ORDER BY pos DESC LIMIT 1)
                       ELSE (SELECT w.p FROM walk w ORDER BY w.n DESC LIMIT 1) END
@@ -811,6 +972,29 @@ SELECT coalesce(json_agg(c), '[]')::text AS claimed,
        coalesce((SELECT bool_or(r.n >= $6) FROM running r), false) AS partition_full,
        (SELECT count(*) FROM offered) > (SELECT count(*) FROM claimed) AS room_left
 FROM claimed c;
+
+-- @statement limits: claim
+SELECT claimed, next_due_in_ms, db_now_ms, paused, isolation, limit_full
+FROM "pgqueue".claim_limited($1::text, $2::int, $3::text, $4::bigint, $5::int, $6::text, $7::jsonb);
+
+-- @statement limits: room
+WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)
+SELECT (SELECT count(*) FROM "pgqueue".task WHERE queue = $1 AND state = 'running' AND lease_token <> ALL ($6::uuid[]))::int AS running,
+       (SELECT coalesce(sum(e.n), 0)::int FROM unnest(q.rate_at, q.rate_n) AS e(at, n) WHERE e.at > c.now - ($2)::float8 * interval '1 millisecond') AS window_count,
+       (SELECT ((extract(epoch FROM min(e.at) + ($2)::float8 * interval '1 millisecond') * 1000) - (extract(epoch FROM c.now) * 1000))::float8
+          FROM unnest(q.rate_at, q.rate_n) AS e(at, n) WHERE e.at > c.now - ($2)::float8 * interval '1 millisecond') AS window_frees_in_ms,
+       q.partition_cursor AS cursor, coalesce(q.partition_turns, 0) AS turns,
+       (SELECT min((SELECT ((extract(epoch FROM min(e.at) + ($4)::float8 * interval '1 millisecond') * 1000) - (extract(epoch FROM c.now) * 1000))::float8
+          FROM unnest(r.rate_at, r.rate_n) AS e(at, n) WHERE e.at > c.now - ($4)::float8 * interval '1 millisecond'))
+        FROM "pgqueue".rate_window r
+        WHERE r.queue = $1 AND $3::int IS NOT NULL AND (SELECT coalesce(sum(e.n), 0)::int FROM unnest(r.rate_at, r.rate_n) AS e(at, n) WHERE e.at > c.now - ($4)::float8 * interval '1 millisecond') >= $3::int) AS partition_frees_in_ms,
+       (extract(epoch FROM c.now) * 1000)::float8 AS db_now_ms,
+       coalesce(q.room_wanted, false) AS room_wanted,
+       coalesce((SELECT min(d.run_at) FROM "pgqueue".task d WHERE d.queue = $1 AND d.state = 'pending') <= now(), false) AS due,
+       EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') AS paused,
+       (SELECT (extract(epoch FROM max(b.until) - c.now) * 1000)::float8 FROM "pgqueue".backoff b
+        WHERE ((b.name = $1 AND b.scope = 'queue') OR (b.name = $5::text AND b.scope = 'limiter')) AND b.until > c.now) AS backed_off_ms
+FROM c LEFT JOIN "pgqueue".queue_state q ON q.queue = $1;
 
 -- @statement limits: announce
 SELECT pg_notify($1, '!room ' || $2);
@@ -2281,84 +2465,6 @@ WITH lock AS (
 SELECT (SELECT mine FROM lock) AS ran, (SELECT count(*) FROM archived)::int AS archived,
        (SELECT count(*) FROM dead)::int AS dead, (SELECT count(*) FROM quiet)::int AS quiet;
 
--- @statement aging: claim
-WITH RECURSIVE levels AS (
-  -- The queue's priorities with pending tasks, most urgent first: one probe of task_claim_idx each.
-  SELECT (SELECT min(t.priority) FROM "pgqueue".task t WHERE t.queue = $1 AND t.state = 'pending') AS p, 1 AS n
-  UNION ALL
-  SELECT (SELECT min(t.priority) FROM "pgqueue".task t WHERE t.queue = $1 AND t.state = 'pending' AND t.priority > l.p), l.n + 1
-  FROM levels l
-  WHERE l.p IS NOT NULL AND l.n < $7
-), aged AS MATERIALIZED (
-  -- Each level's first due tasks, by due time (its effective priority order), with their key.
-  SELECT c.id, c.key
-  FROM levels l
-  CROSS JOIN LATERAL (
-    SELECT t.id, t.priority * $6::numeric + extract(epoch FROM t.run_at) * 1000 AS key
-    FROM "pgqueue".task t
-    WHERE t.queue = $1 AND t.state = 'pending' AND t.priority = l.p AND t.run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '') OR t.partition_key IS NULL
-     OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key)) AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
-     OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
-         AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now() AND b.partition_key = coalesce(t.partition_key, '')))) AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
-    ORDER BY t.run_at, t.id
-    LIMIT $2
-  ) c
-  WHERE l.p IS NOT NULL
-  UNION
-  -- The plain claim's candidates (see above).
-  (SELECT t.id, t.priority * $6::numeric + extract(epoch FROM t.run_at) * 1000 AS key
-   FROM "pgqueue".task t
-   WHERE t.queue = $1 AND t.state = 'pending' AND t.run_at <= now()
-     AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '') OR t.partition_key IS NULL
-     OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = t.partition_key)) AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())
-     OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'queue' AND b.until > now())
-         AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope = 'partition' AND b.until > now() AND b.partition_key = coalesce(t.partition_key, '')))) AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
-   ORDER BY t.priority, t.run_at, t.id
-   LIMIT $2)
-),
-next AS (
-  SELECT t.id FROM "pgqueue".task t
-  WHERE t.id = ANY (ARRAY (SELECT a.id FROM aged a ORDER BY a.key, a.id LIMIT $2))
-    AND t.state = 'pending' AND t.run_at <= now()
-  FOR UPDATE OF t SKIP LOCKED
-), claimed AS (
-  UPDATE "pgqueue".task t
-  SET state = 'running',
-      attempt = t.attempt + 1,
-      attempt_limit = coalesce(t.max_attempts, $5),
-      locked_by = $3,
-      lease_token = ($8::text || lpad(to_hex(t.id), 16, '0'))::uuid,
-      locked_until = now() + $4 * interval '1 millisecond',
-      started_at = now(),
-      finished_at = NULL
-  WHERE t.id = ANY (ARRAY (SELECT id FROM next))
-  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (extract(epoch FROM t.run_at) * 1000)::float8 AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
-            (extract(epoch FROM t.created_at) * 1000)::float8 AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
-            t.group_key, t.dedup_key, t.trace_context
-)
-SELECT coalesce(json_agg(c), '[]')::text AS claimed,
-       -- With a back-off of the queue or a partition in force (backoff.sql.ts), its end counts as a due time.
-       CASE WHEN count(*) < $2 THEN least((
-         SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
-         WHERE d.queue = $1 AND d.state = 'pending' AND d.run_at > now()
-       ), (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b WHERE b.name = $1 AND b.scope IN ('queue', 'partition') AND b.until > now())) END AS next_due_in_ms,
-       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
-       -- A claim that took nothing says whether the queue is paused: an instance that missed the
-       -- notice learns it here (see PauseWatcher).
-       CASE WHEN count(*) = 0 THEN NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') END AS paused
-FROM claimed c;
-
 -- @statement liveness: register
 INSERT INTO "pgqueue".instance_session (instance, listener, grace_ms, silent_ms, server_started)
 SELECT $1::text, $2::text, $3::int, $4::int, pg_postmaster_start_time()
@@ -3129,7 +3235,7 @@ BEGIN
 END $fn$;
 COMMENT ON FUNCTION "pgqueue".archive_partition_step(integer, text, bigint, integer, bigint, integer) IS 'pg-queue runtime function: release 2, sha256 73f5986b01bdd34a';
 
--- runtime function claim_limited, release 6
+-- runtime function claim_limited, release 7
 CREATE OR REPLACE FUNCTION "pgqueue".claim_limited(p_queue text, p_want integer, p_worker text, p_lease_ms bigint, p_max_attempts integer,
   p_claim_id text, p_rules jsonb, OUT claimed text, OUT next_due_in_ms float8, OUT db_now_ms float8, OUT paused boolean, OUT isolation text,
   OUT limit_full boolean)
@@ -3167,8 +3273,8 @@ DECLARE
   v_next_cursor text; v_next_turns integer; v_new_cursor text; v_new_turns integer; v_walk_cut boolean := false; v_round_full boolean := false; v_partition_full boolean := false; v_room_left boolean := false;
   v_taken integer := 0; v_cut boolean; v_wanted boolean; v_starts text; v_note text;
 BEGIN
-  IF coalesce((p_rules->>'release')::integer, 0) > 6 THEN
-    RAISE EXCEPTION 'pg-queue: this claim_limited is release 6, older than its caller''s (%): run pg-queue schema install',
+  IF coalesce((p_rules->>'release')::integer, 0) > 7 THEN
+    RAISE EXCEPTION 'pg-queue: this claim_limited is release 7, older than its caller''s (%): run pg-queue schema install',
       p_rules->>'release' USING ERRCODE = '42883';
   END IF;
   IF p_rules->>'lockWaitMs' IS NULL OR p_rules->>'idleMs' IS NULL OR p_rules->>'replyMs' IS NULL OR p_rules->>'statementMs' IS NULL OR p_channel IS NULL THEN
@@ -3202,7 +3308,7 @@ SELECT (SELECT count(*) FROM "pgqueue".task WHERE queue = p_queue AND state = 'r
        (extract(epoch FROM c.now) * 1000)::float8 AS db_now_ms,
        coalesce(q.room_wanted, false) AS room_wanted,
        coalesce((SELECT min(d.run_at) FROM "pgqueue".task d WHERE d.queue = p_queue AND d.state = 'pending') <= now(), false) AS due,
-       NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') AS paused,
+       EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') AS paused,
        (SELECT (extract(epoch FROM max(b.until) - c.now) * 1000)::float8 FROM "pgqueue".backoff b
         WHERE ((b.name = p_queue AND b.scope = 'queue') OR (b.name = p_limiter::text AND b.scope = 'limiter')) AND b.until > c.now) AS backed_off_ms
 FROM c LEFT JOIN "pgqueue".queue_state q ON q.queue = p_queue) r;
@@ -3249,15 +3355,20 @@ WITH next AS (
     -- One-time check that anything is due: the queue's earliest due time, an ordered probe of
     -- task_due_idx (an EXISTS could be planned as a sequential scan that walks every delayed row).
     AND (SELECT min(d.run_at) FROM "pgqueue".task d WHERE d.queue = p_queue AND d.state = 'pending') <= now()
-    AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key <> '') OR t.partition_key IS NULL
-     OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = t.partition_key)) AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())
-     OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'queue' AND b.until > now())
-         AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'partition' AND b.until > now() AND b.partition_key = coalesce(t.partition_key, '')))) AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+    AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '')
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key <> '')
+           OR t.partition_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = t.partition_key))
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())
+           OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'queue' AND b.until > now())
+               AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'partition' AND b.until > now()
+                                                            AND b.partition_key = coalesce(t.partition_key, ''))))
+      AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
   ORDER BY t.priority, t.run_at, t.id
   LIMIT v_take
   FOR UPDATE OF t SKIP LOCKED
@@ -3272,20 +3383,20 @@ WITH next AS (
       started_at = now(),
       finished_at = NULL
   WHERE t.id = ANY (ARRAY (SELECT id FROM next))
-  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (extract(epoch FROM t.run_at) * 1000)::float8 AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
-            (extract(epoch FROM t.created_at) * 1000)::float8 AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
-            t.group_key, t.dedup_key, t.trace_context
+  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (round(date_part('epoch', t.run_at) * 1000000) / 1000) AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
+            (round(date_part('epoch', t.created_at) * 1000000) / 1000) AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
+            t.group_key, t.dedup_key, t.trace_context, t.partition_key
 )
 SELECT coalesce(json_agg(c), '[]')::text AS claimed,
-       -- With a back-off of the queue or a partition in force (backoff.sql.ts), its end counts as a due time.
-       CASE WHEN count(*) < v_take THEN least((
-         SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
-         WHERE d.queue = p_queue AND d.state = 'pending' AND d.run_at > now()
-       ), (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())) END AS next_due_in_ms,
+       -- A claim that came back short: when the next task is due, or a cool-down of the queue or a partition ends.
+       CASE WHEN count(*) < v_take THEN least(
+         (SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
+          WHERE d.queue = p_queue AND d.state = 'pending' AND d.run_at > now()),
+         (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b
+          WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())
+       ) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
-       -- A claim that took nothing says whether the queue is paused: an instance that missed the
-       -- notice learns it here (see PauseWatcher).
-       CASE WHEN count(*) = 0 THEN NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') END AS paused
+       CASE WHEN count(*) = 0 THEN EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') END AS paused
 FROM claimed c
       INTO v_claimed, v_next_due, v_db_now, v_paused;
     ELSIF NOT v_partitioned THEN
@@ -3306,15 +3417,20 @@ WITH RECURSIVE levels AS (
     SELECT t.id, t.priority * p_aging::numeric + extract(epoch FROM t.run_at) * 1000 AS key
     FROM "pgqueue".task t
     WHERE t.queue = p_queue AND t.state = 'pending' AND t.priority = l.p AND t.run_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key <> '') OR t.partition_key IS NULL
-     OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = t.partition_key)) AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())
-     OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'queue' AND b.until > now())
-         AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'partition' AND b.until > now() AND b.partition_key = coalesce(t.partition_key, '')))) AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+      AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '')
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key <> '')
+           OR t.partition_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = t.partition_key))
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())
+           OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'queue' AND b.until > now())
+               AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'partition' AND b.until > now()
+                                                            AND b.partition_key = coalesce(t.partition_key, ''))))
+      AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
     ORDER BY t.run_at, t.id
     LIMIT v_take
   ) c
@@ -3324,15 +3440,20 @@ WITH RECURSIVE levels AS (
   (SELECT t.id, t.priority * p_aging::numeric + extract(epoch FROM t.run_at) * 1000 AS key
    FROM "pgqueue".task t
    WHERE t.queue = p_queue AND t.state = 'pending' AND t.run_at <= now()
-     AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key <> '') OR t.partition_key IS NULL
-     OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = t.partition_key)) AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())
-     OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'queue' AND b.until > now())
-         AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'partition' AND b.until > now() AND b.partition_key = coalesce(t.partition_key, '')))) AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+     AND NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '')
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key <> '')
+           OR t.partition_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = t.partition_key))
+      AND (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())
+           OR (NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'queue' AND b.until > now())
+               AND NOT EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'partition' AND b.until > now()
+                                                            AND b.partition_key = coalesce(t.partition_key, ''))))
+      AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
    ORDER BY t.priority, t.run_at, t.id
    LIMIT v_take)
 ),
@@ -3352,20 +3473,20 @@ next AS (
       started_at = now(),
       finished_at = NULL
   WHERE t.id = ANY (ARRAY (SELECT id FROM next))
-  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (extract(epoch FROM t.run_at) * 1000)::float8 AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
-            (extract(epoch FROM t.created_at) * 1000)::float8 AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
-            t.group_key, t.dedup_key, t.trace_context
+  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (round(date_part('epoch', t.run_at) * 1000000) / 1000) AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
+            (round(date_part('epoch', t.created_at) * 1000000) / 1000) AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
+            t.group_key, t.dedup_key, t.trace_context, t.partition_key
 )
 SELECT coalesce(json_agg(c), '[]')::text AS claimed,
-       -- With a back-off of the queue or a partition in force (backoff.sql.ts), its end counts as a due time.
-       CASE WHEN count(*) < v_take THEN least((
-         SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
-         WHERE d.queue = p_queue AND d.state = 'pending' AND d.run_at > now()
-       ), (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())) END AS next_due_in_ms,
+       -- A claim that came back short: when the next task is due, or a cool-down of the queue or a partition ends.
+       CASE WHEN count(*) < v_take THEN least(
+         (SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
+          WHERE d.queue = p_queue AND d.state = 'pending' AND d.run_at > now()),
+         (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b
+          WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())
+       ) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
-       -- A claim that took nothing says whether the queue is paused: an instance that missed the
-       -- notice learns it here (see PauseWatcher).
-       CASE WHEN count(*) = 0 THEN NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') END AS paused
+       CASE WHEN count(*) = 0 THEN EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') END AS paused
 FROM claimed c
       INTO v_claimed, v_next_due, v_db_now, v_paused;
       PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
@@ -3376,68 +3497,92 @@ FROM claimed c
       v_turns_left := CASE WHEN v_cursor IS NULL THEN 0 ELSE v_turns END;
       /* pg-queue */
 WITH RECURSIVE running AS MATERIALIZED (
-  -- As in room: the tasks whose handler ended at the caller (p_ending) do not count.
+  -- Running tasks by partition ('' for none).
   SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM "pgqueue".task
   WHERE queue = p_queue AND state = 'running' AND lease_token <> ALL (p_ending::uuid[]) GROUP BY 1
 ), rated AS MATERIALIZED (
-  -- Per-partition rate windows ('' stands for no partition): the claims inside each.
-  SELECT r.partition_key AS p, (SELECT coalesce(sum(e.n), 0)::int FROM unnest(r.rate_at, r.rate_n) AS e(at, n) WHERE e.at > clock_timestamp() - (p_prate_ms)::float8 * interval '1 millisecond') AS n
+  -- Claims inside each partition's rate window (an entry counts while its latest claim is inside: rate-window.sql.ts).
+  SELECT r.partition_key AS p,
+         (SELECT coalesce(sum(e.n), 0)::int FROM unnest(r.rate_at, r.rate_n) AS e(at, n)
+          WHERE e.at > clock_timestamp() - (p_prate_ms)::float8 * interval '1 millisecond') AS n
   FROM "pgqueue".rate_window r
   WHERE r.queue = p_queue AND p_prate_max::int IS NOT NULL
 ), walk AS (
   -- Keys in round order: lap 0 from after the cursor to the last key, then '' (lap 1) and the keys
-  -- up to the cursor. Produced one at a time, as round reads them.
+  -- up to the cursor. Produced one at a time, as round reads them; each key one probe of task_partition_idx.
   SELECT CASE WHEN v_cursor::text IS NULL THEN '' ELSE coalesce(k.p, '') END AS p,
          CASE WHEN v_cursor::text IS NOT NULL AND k.p IS NULL THEN 1 ELSE 0 END AS lap, 1 AS n
   FROM (SELECT min(t.partition_key) AS p FROM "pgqueue".task t
-          WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key > v_cursor::text) k
+        WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key > v_cursor::text) k
   UNION ALL
   SELECT coalesce(k.p, CASE WHEN w.lap = 0 AND v_cursor::text IS NOT NULL THEN '' END),
          CASE WHEN k.p IS NULL THEN 1 ELSE w.lap END, w.n + 1
   FROM walk w
   -- OFFSET 0: computed once per row; flattened, the key was probed again for each of its three uses.
-  CROSS JOIN LATERAL (SELECT CASE WHEN w.lap = 0 THEN (SELECT min(t.partition_key) AS p FROM "pgqueue".task t
-          WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key > w.p) ELSE (SELECT min(t.partition_key) AS p FROM "pgqueue".task t
-          WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key > w.p AND t.partition_key <= v_cursor::text) END AS p OFFSET 0) k
+  CROSS JOIN LATERAL (
+    SELECT CASE WHEN w.lap = 0
+                THEN (SELECT min(t.partition_key) FROM "pgqueue".task t
+                      WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key > w.p)
+                ELSE (SELECT min(t.partition_key) FROM "pgqueue".task t
+                      WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key > w.p AND t.partition_key <= v_cursor::text)
+           END AS p
+    OFFSET 0
+  ) k
   WHERE w.n < v_max_walk AND (k.p IS NOT NULL OR (w.lap = 0 AND v_cursor::text IS NOT NULL))
 ), round AS (
   -- The first v_round walked partitions with room, in walk order (the order a recursive CTE makes its
-  -- rows in), after the cursor's partition when it has turns left (weights.sql.ts). Read lazily:
-  -- the walk stops once they are found.
+  -- rows in), after the cursor's partition when it has turns left. Read lazily: the walk stops
+  -- once they are found. Each LATERAL is a subquery of its own (OFFSET 0), evaluated once per
+  -- partition: flattened, the room would be computed again for the filter on it.
   SELECT w.p, w.n AS pos, x.top, r.room, g.weight, g.turns
   FROM (SELECT v_cursor::text AS p, 0 AS n WHERE v_turns_left::int > 0 AND v_cursor::text IS NOT NULL
-    UNION ALL
-    SELECT k.p, k.n FROM walk k WHERE v_turns_left::int = 0 OR k.p IS DISTINCT FROM v_cursor::text) w
+        UNION ALL
+        SELECT k.p, k.n FROM walk k WHERE v_turns_left::int = 0 OR k.p IS DISTINCT FROM v_cursor::text) w
+  -- What its concurrency limit and its rate window leave.
   CROSS JOIN LATERAL (
     SELECT greatest(least(v_unlimited - coalesce((SELECT n FROM running WHERE running.p = w.p), 0),
-                          coalesce(p_prate_max::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), v_unlimited)), 0) AS cap OFFSET 0
+                          coalesce(p_prate_max::int - coalesce((SELECT n FROM rated WHERE rated.p = w.p), 0), v_unlimited)), 0) AS cap
+    OFFSET 0
   ) c
+  -- Its least urgent pending priority: where its claim-order range ends (see offered).
   CROSS JOIN LATERAL (
-    SELECT CASE WHEN c.cap > 0 THEN (SELECT max(m.priority) FROM "pgqueue".task m WHERE m.queue = p_queue AND m.state = 'pending' AND m.partition_key = w.p) END AS top
+    SELECT CASE WHEN c.cap > 0 THEN (SELECT max(m.priority) FROM "pgqueue".task m
+                                     WHERE m.queue = p_queue AND m.state = 'pending' AND m.partition_key = w.p) END AS top
     OFFSET 0
   ) x
+  -- Its room: 0 when paused, cooled down, or without a due task its group lets run. Tasks without
+  -- a partition are looked for in claim order (LIMIT 1, task_claim_idx), which a generic plan
+  -- reads as one queue's index range: as an EXISTS it chose a scan of the whole table.
   CROSS JOIN LATERAL (
     SELECT CASE WHEN c.cap = 0 THEN 0
                 WHEN w.p <> '' AND EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key <> '')
                      AND EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = w.p) THEN 0
-                WHEN EXISTS (SELECT 1 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope = 'partition' AND b.until > now() AND b.partition_key = w.p) THEN 0
-                WHEN (CASE WHEN w.p = '' THEN (SELECT 1 FROM "pgqueue".task t WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key IS NULL AND t.run_at <= now() AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
-                                               ORDER BY t.priority, t.run_at, t.id LIMIT 1) IS NOT NULL
-                           ELSE EXISTS (SELECT 1 FROM "pgqueue".task t, (SELECT w.p, x.top) pt WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key = pt.p AND (t.priority, t.run_at) <= (pt.top, now()) AND t.run_at <= now() AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))) END)
-           THEN c.cap
-           ELSE 0 END AS room
+                WHEN EXISTS (SELECT 1 FROM "pgqueue".backoff b
+                             WHERE b.name = p_queue AND b.scope = 'partition' AND b.until > now() AND b.partition_key = w.p) THEN 0
+                WHEN (CASE WHEN w.p = ''
+                           THEN (SELECT 1 FROM "pgqueue".task t
+                                 WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key IS NULL AND t.run_at <= now()
+                                   AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+                                 ORDER BY t.priority, t.run_at, t.id LIMIT 1) IS NOT NULL
+                           ELSE EXISTS (SELECT 1 FROM "pgqueue".task t, (SELECT w.p, x.top) pt
+                                        WHERE t.queue = p_queue AND t.state = 'pending' AND t.partition_key = pt.p
+                                          AND (t.priority, t.run_at) <= (pt.top, now()) AND t.run_at <= now()
+                                          AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))) END)
+                THEN c.cap
+                ELSE 0 END AS room
     OFFSET 0
   ) r
+  -- Its weight, and its turns in this visit: all of them, or what the last claim left the resumed cursor's partition.
   CROSS JOIN LATERAL (
     SELECT v.weight, CASE WHEN w.n = 0 THEN least(v_turns_left::int, v.weight) ELSE v.weight END AS turns
     FROM (SELECT coalesce((SELECT pw.weight FROM "pgqueue".partition_weight pw WHERE pw.queue = p_queue AND pw.partition_key = w.p),
@@ -3447,30 +3592,36 @@ WITH RECURSIVE running AS MATERIALIZED (
   WHERE r.room > 0
   LIMIT v_round
 ), offered AS (
-  SELECT c.id, CASE WHEN c.rank <= w.turns THEN 1 ELSE 2 + (c.rank - w.turns - 1) / w.weight END AS rank, c.rank AS n, w.pos, w.p, w.turns, w.weight
+  -- Each partition's first due tasks in claim order, at most its room, ranked by turn. A keyed
+  -- partition reads its claim-order range up to (its least urgent priority, now), an index range
+  -- bound that never reads that priority's delayed tasks; two branches, not one CASE, so that each
+  -- is an index condition of its own.
+  SELECT c.id, CASE WHEN c.rank <= w.turns THEN 1 ELSE 2 + (c.rank - w.turns - 1) / w.weight END AS rank,
+         c.rank AS n, w.pos, w.p, w.turns, w.weight
   FROM round w
   CROSS JOIN LATERAL (
-    (
-    SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM "pgqueue".task t
-    WHERE w.p <> '' AND t.queue = p_queue AND t.state = 'pending' AND t.partition_key = w.p AND (t.priority, t.run_at) <= (w.top, now()) AND t.run_at <= now() AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
-    ORDER BY t.priority, t.run_at, t.id
-    LIMIT w.room)
+    (SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM "pgqueue".task t
+     WHERE w.p <> '' AND t.queue = p_queue AND t.state = 'pending' AND t.partition_key = w.p
+       AND (t.priority, t.run_at) <= (w.top, now()) AND t.run_at <= now()
+       AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+     ORDER BY t.priority, t.run_at, t.id
+     LIMIT w.room)
     UNION ALL
-    (
-    SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM "pgqueue".task t
-    WHERE w.p = '' AND t.queue = p_queue AND t.state = 'pending' AND t.partition_key IS NULL AND t.run_at <= now() AND (t.group_key IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                  WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
-                    AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
-      AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
-                      WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
-    ORDER BY t.priority, t.run_at, t.id
-    LIMIT w.room)
+    (SELECT t.id, row_number() OVER (ORDER BY t.priority, t.run_at, t.id) AS rank FROM "pgqueue".task t
+     WHERE w.p = '' AND t.queue = p_queue AND t.state = 'pending' AND t.partition_key IS NULL AND t.run_at <= now()
+       AND (t.group_key IS NULL OR (
+        NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                    WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state IN ('pending', 'running')
+                      AND coalesce(g.group_pos, g.id) < coalesce(t.group_pos, t.id))
+        AND NOT EXISTS (SELECT 1 FROM "pgqueue".task g
+                        WHERE g.queue = t.queue AND g.group_key = t.group_key AND g.state = 'running')))
+     ORDER BY t.priority, t.run_at, t.id
+     LIMIT w.room)
   ) c
 ),
 next AS (
@@ -3489,20 +3640,20 @@ next AS (
       started_at = now(),
       finished_at = NULL
   WHERE t.id = ANY (ARRAY (SELECT id FROM next))
-  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (extract(epoch FROM t.run_at) * 1000)::float8 AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
-            (extract(epoch FROM t.created_at) * 1000)::float8 AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
+  RETURNING t.id::text AS id, t.queue, t.payload, t.priority, (round(date_part('epoch', t.run_at) * 1000000) / 1000) AS run_at_ms, t.attempt, t.attempt_limit AS max_attempts,
+            (round(date_part('epoch', t.created_at) * 1000000) / 1000) AS created_at_ms, t.lease_token::text AS lease_token, t.parent_id::text AS parent_id,
             t.group_key, t.dedup_key, t.trace_context, t.partition_key
 )
 SELECT coalesce(json_agg(c), '[]')::text AS claimed,
-       -- With a back-off of the queue or a partition in force (backoff.sql.ts), its end counts as a due time.
-       CASE WHEN count(*) < v_take THEN least((
-         SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
-         WHERE d.queue = p_queue AND d.state = 'pending' AND d.run_at > now()
-       ), (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())) END AS next_due_in_ms,
+       -- A claim that came back short: when the next task is due, or a cool-down of the queue or a partition ends.
+       CASE WHEN count(*) < v_take THEN least(
+         (SELECT (extract(epoch FROM min(d.run_at) - now()) * 1000)::float8 FROM "pgqueue".task d
+          WHERE d.queue = p_queue AND d.state = 'pending' AND d.run_at > now()),
+         (SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM "pgqueue".backoff b
+          WHERE b.name = p_queue AND b.scope IN ('queue', 'partition') AND b.until > now())
+       ) END AS next_due_in_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS db_now_ms,
-       -- A claim that took nothing says whether the queue is paused: an instance that missed the
-       -- notice learns it here (see PauseWatcher).
-       CASE WHEN count(*) = 0 THEN NOT NOT EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') END AS paused,
+       CASE WHEN count(*) = 0 THEN EXISTS (SELECT 1 FROM "pgqueue".queue_pause qp WHERE qp.queue = p_queue AND qp.partition_key = '') END AS paused,
        (SELECT CASE WHEN count(*) < v_take THEN
                  CASE WHEN (SELECT count(*) FROM round) >= v_round THEN (SELECT p FROM round ORDER BY pos DESC LIMIT 1)
                       ELSE (SELECT w.p FROM walk w ORDER BY w.n DESC LIMIT 1) END
@@ -3610,7 +3761,7 @@ SET (rate_at, rate_n) = (
     CASE WHEN v_taken < v_take AND (v_walk_cut OR v_round_full) THEN CASE WHEN v_taken > 0 THEN 0 ELSE 250 END END,
     CASE WHEN p_limiter IS NOT NULL AND v_lim_take < p_want AND v_taken >= v_lim_take THEN v_lim_wait END);
 END $fn$;
-COMMENT ON FUNCTION "pgqueue".claim_limited(text, integer, text, bigint, integer, text, jsonb) IS 'pg-queue runtime function: release 6, sha256 3cd4a36e80f3e718';
+COMMENT ON FUNCTION "pgqueue".claim_limited(text, integer, text, bigint, integer, text, jsonb) IS 'pg-queue runtime function: release 7, sha256 480f36f366821933';
 
 -- runtime function workflow_signal_committed, release 1
 CREATE OR REPLACE FUNCTION "pgqueue".workflow_signal_committed() RETURNS trigger LANGUAGE plpgsql AS $fn$

@@ -49,7 +49,7 @@ export interface HandlerOptions {
   /**
    * Priority aging (null: none): a waiting task's priority is raised one level for every
    * `priorityAgingMs` since it became due, so a steady stream of urgent tasks cannot starve a less
-   * urgent one (see aging.sql.ts). Claims of the queue then run under its lock, as with the rules
+   * urgent one (the aging claim in claim.sql.ts). Claims of the queue then run under its lock, as with the rules
    * above. Not with partitions (partitionConcurrency, rateLimit.perPartition).
    */
   priorityAgingMs: number | null;

@@ -79,7 +79,7 @@ export interface PgQueueModuleOptions {
   /**
    * Weights of partitions by partition key, in every queue whose claims take partitions in turn
    * (integers from 1 to 1000; default 1): a partition of weight 3 gets three turns for every turn
-   * of one of weight 1 (see weights.sql.ts). A weight given at enqueue (`weight`) wins.
+   * of one of weight 1 (the partitioned claim in claim.sql.ts). A weight given at enqueue (`weight`) wins.
    */
   partitionWeights?: Record<string, number>;
   /**

@@ -172,7 +172,7 @@ export interface EnqueueOptions<TTx = unknown> {
   /**
    * The weight of the task's partition (an integer from 1 to 1000; needs `partition`): a partition
    * of weight 3 gets three turns for every turn of one of weight 1 when claims take partitions in
-   * turn (see weights.sql.ts). Kept per queue and partition: the latest enqueue that gives one sets
+   * turn (the partitioned claim in claim.sql.ts). Kept per queue and partition: the latest enqueue that gives one sets
    * it, over the module option `partitionWeights`.
    */
   weight?: number;

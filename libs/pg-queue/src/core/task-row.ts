@@ -24,7 +24,7 @@ export interface NewTaskRow {
   traceContext: string | null;
   /** The enqueue option `partition` (flow control, see limits.sql.ts), or null. */
   partitionKey: string | null;
-  /** The enqueue option `weight` of the partition (see weights.sql.ts), or null. */
+  /** The enqueue option `weight` of the partition (the partitioned claim in claim.sql.ts), or null. */
   weight?: number | null;
   /** The enqueue option `debounce` (see debounce.sql.ts), or null. */
   debounce: NewTaskDebounce | null;

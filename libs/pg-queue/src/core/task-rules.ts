@@ -30,7 +30,7 @@ export const CLAIM_MAX = 1000;
 /** The heaviest partition weight (the CHECK on partition_weight says the same). */
 export const WEIGHT_MAX = 1000;
 
-/** A partition's weight: its turns in each round of a partitioned claim (see weights.sql.ts). */
+/** A partition's weight: its turns in each round of a partitioned claim (the partitioned claim in claim.sql.ts). */
 export function isWeight(value: unknown): value is number {
   return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= WEIGHT_MAX;
 }

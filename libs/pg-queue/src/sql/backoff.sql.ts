@@ -13,34 +13,19 @@ import { quoteIdent } from './identifiers';
  * wait for each other's row lock; the one that ends last wins. Expired rows are deleted by later
  * back-offs (SKIP LOCKED, a few at a time).
  *
- * How claims honour them (no notice needed: the claim statement itself reads the table):
- * - `notBackedOff` in the plain claim: one probe of backoff_scope_idx per claim, an initplan the
- *   planner makes a one-time filter ("has this queue a back-off in force?"); only when it has does
- *   the queue-wide check run, and the per-row partition check for rows with a partition.
- * - the partitioned claim (limits.sql.ts) gives a backed-off partition no room, and a limited
- *   claim reads the queue's and its limiter's back-off first (limiter.sql.ts).
+ * How claims honour them (no notice needed: the claim statements themselves read the table, see
+ * claim.sql.ts):
+ * - `claimable`: one probe of backoff_scope_idx per claim, an initplan the planner makes a
+ *   one-time filter ("has this queue a back-off in force?"); only when it has does the queue-wide
+ *   check run, and the per-row partition check for rows with a partition.
+ * - the partitioned claim gives a backed-off partition no room, and a limited claim reads the
+ *   queue's and its limiter's back-off first (`room` in limits.sql.ts).
  * - a claim that comes back short says when the next back-off of its queue ends, like a delayed
- *   task's due time (claim.sql.ts), so the workers wake on time without polling.
+ *   task's due time, so the workers wake on time without polling.
  */
 
 /** Scopes of a back-off kept in the table ('task' keeps none: only the task's due time moves). */
 export type BackOffScope = 'queue' | 'partition' | 'limiter';
-
-const inForce = (scope: string) => `b.name = $1 AND b.scope ${scope} AND b.until > now()`;
-
-/** Queue $1 has no back-off in force for task `alias` (see above). */
-export const notBackedOff = (s: string, alias = 't') =>
-  `(NOT EXISTS (SELECT 1 FROM ${s}.backoff b WHERE ${inForce("IN ('queue', 'partition')")})
-     OR (NOT EXISTS (SELECT 1 FROM ${s}.backoff b WHERE ${inForce("= 'queue'")})
-         AND NOT EXISTS (SELECT 1 FROM ${s}.backoff b WHERE ${inForce("= 'partition'")} AND b.partition_key = coalesce(${alias}.partition_key, ''))))`;
-
-/** Partition `p` ('' for no partition) of queue $1 is backed off (the partitioned claim's walk). */
-export const partitionBackedOff = (s: string, p: string) =>
-  `EXISTS (SELECT 1 FROM ${s}.backoff b WHERE ${inForce("= 'partition'")} AND b.partition_key = ${p})`;
-
-/** In ms from now, when the queue's ($1) first back-off in force ends (NULL: none). */
-export const backOffEndsInMs = (s: string) =>
-  `(SELECT (extract(epoch FROM min(b.until) - now()) * 1000)::float8 FROM ${s}.backoff b WHERE ${inForce("IN ('queue', 'partition')")})`;
 
 /** Queue `queue` (an expression) is backed off as a whole, or through its limiter (limiter_queue): for the health check. */
 export const queueBackedOff = (s: string, queue: string) =>

@@ -87,3 +87,37 @@ SELECT ${idList('id', 'id')} AS ids, (SELECT count(*) FROM notified)::int AS not
     keyed: { ignore: keyed('ignore'), replace: keyed('replace'), rerun: keyed('rerun') } satisfies Record<ConflictMode, string>,
   });
 }
+
+/** First key of the advisory lock a weight's writer takes (see below); the second is hashtext(schema.queue/partition). */
+const WEIGHT_LOCK_NAMESPACE = 0x70_67_70; // "pgp"
+
+/**
+ * The enqueue option `weight` (a partition's turns in the partitioned claim, claim.sql.ts): one
+ * upsert per call, `partition_weight` rows by (queue, partition).
+ * A row that already holds the weight is left alone (no row lock, no write). An enqueue never waits
+ * for another transaction writing the same row (a business transaction that enqueued with a new
+ * weight holds it until it ends; two such transactions could deadlock): each row is written only
+ * by the transaction that gets its advisory lock without waiting (pg_try_advisory_xact_lock),
+ * the others skip it. Of concurrent writers one wins, the others' weights are dropped: a weight is
+ * a standing setting per partition, and the next enqueue that carries it writes it again.
+ * $2: a lock_timeout for this transaction (text), when the caller's enqueue opened it; NULL in a
+ * transaction of the caller's, whose limits are its own (set_config to the current value changes
+ * nothing): it bounds only a writer that does not take the advisory lock (an operator's UPDATE).
+ * Parameters: $1 JSON [{ queue, p, w }] (one per queue and partition), $2 lock timeout ms or NULL.
+ */
+export function weightStatements(schema: string) {
+  const s = quoteIdent(schema);
+  return marked({
+    set: `
+WITH bounds AS MATERIALIZED (SELECT set_config('lock_timeout', coalesce($2, current_setting('lock_timeout')), true) AS lt),
+changed AS MATERIALIZED (
+  SELECT x.queue, x.p, x.w FROM bounds, json_to_recordset($1::json) AS x(queue text, p text, w int)
+  WHERE NOT EXISTS (SELECT 1 FROM ${s}.partition_weight o WHERE o.queue = x.queue AND o.partition_key = x.p AND o.weight = x.w)
+  ORDER BY x.queue, x.p
+)
+INSERT INTO ${s}.partition_weight AS pw (queue, partition_key, weight)
+SELECT c.queue, c.p, c.w FROM changed c
+WHERE pg_try_advisory_xact_lock(${WEIGHT_LOCK_NAMESPACE}, hashtext('${schema}.' || c.queue || '/' || c.p))
+ON CONFLICT (queue, partition_key) DO UPDATE SET weight = EXCLUDED.weight, updated_at = now()`,
+  });
+}

@@ -4,10 +4,10 @@ import type { SqlExecutor } from '../types';
 import { inBoundedTransaction, type TransactionBounds } from './bounded-transaction';
 import { debounceStatements } from './debounce.sql';
 import type { DependencyRepository } from './dependencies.repository';
-import { enqueueStatements, type ConflictMode } from './enqueue.sql';
+import { enqueueStatements, weightStatements, type ConflictMode } from './enqueue.sql';
 import { leanTaskColumns, parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
 import { isRootClient } from '../prisma-adapter';
-import { weightStatements } from './weights.sql';
+
 
 type InsertPart = ConflictMode | 'plain' | 'debounce' | 'dependant';
 

@@ -1,6 +1,4 @@
-import { AGING_LEVELS, agingStatements } from './aging.sql';
-import { plainClaimInFunction } from './claim.sql';
-import { STATEMENT_MARKER } from './fragments.sql';
+import { AGING_LEVELS, limitedClaims } from './claim.sql';
 import { LIMITER_LOCK_NAMESPACE, limiterStatements } from './limiter.sql';
 import { LIMIT_LOCK_NAMESPACE, limitStatements } from './limits.sql';
 import type { RuntimeFunctionDefinition } from './runtime-functions';
@@ -10,7 +8,7 @@ import type { RuntimeFunctionDefinition } from './runtime-functions';
  * come from another queue's ending, which this queue's worker hears nothing of.
  */
 export const LIMITER_RECHECK_MS = 250;
-/** The most partitions with room one round of a partitioned claim offers (see claimPartitioned). */
+/** The most partitions with room one round of a partitioned claim offers (claim.sql.ts). */
 const MAX_ROUND = 1000;
 /**
  * How soon a partitioned claim that took nothing claims again when it could not look at every
@@ -68,7 +66,7 @@ const UNLIMITED = 1_000_000;
  * claim left no room under the global or the limiter's concurrency (`full`).
  */
 /** claim_limited's release: every change of its text raises it (runtime-functions.ts). */
-export const LIMITED_CLAIM_RELEASE = 6;
+export const LIMITED_CLAIM_RELEASE = 7;
 
 export const limitedClaim: RuntimeFunctionDefinition = {
   name: 'claim_limited',
@@ -79,8 +77,7 @@ export const limitedClaim: RuntimeFunctionDefinition = {
     const lockPrefix = `'${schema}.'`; // a schema name is a lower-case identifier (validateSchemaName)
     const limits = limitStatements(schema);
     const limiter = limiterStatements(schema);
-    const claim = `${STATEMENT_MARKER}${plainClaimInFunction(s)}`;
-    const aging = agingStatements(schema).claim;
+    const claims = limitedClaims(schema);
     // The statements' parameters, by position, as the function's variables.
     const claimArgs = ['p_queue', 'v_take', 'p_worker', 'p_lease_ms', 'p_max_attempts'];
     const claimed = 'v_claimed, v_next_due, v_db_now, v_paused';
@@ -173,11 +170,11 @@ BEGIN
   END IF;
   IF v_take > 0 THEN
     IF NOT v_partitioned AND p_aging IS NULL THEN
-      ${bindParams(claim, [...claimArgs, 'p_claim_id'])}
+      ${bindParams(claims.plain, [...claimArgs, 'p_claim_id'])}
       INTO ${claimed};
     ELSIF NOT v_partitioned THEN
       PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
-      ${bindParams(aging, [...claimArgs, 'p_aging', 'v_aging_levels', 'p_claim_id'])}
+      ${bindParams(claims.aging, [...claimArgs, 'p_aging', 'v_aging_levels', 'p_claim_id'])}
       INTO ${claimed};
       PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
     ELSE
@@ -185,7 +182,7 @@ BEGIN
       -- Each partition walked costs index probes, so a claim of a few tasks walks a few partitions.
       v_round := least(${MAX_ROUND}, v_take + 1);
       v_turns_left := CASE WHEN v_cursor IS NULL THEN 0 ELSE v_turns END;
-      ${bindParams(limits.claimPartitioned, [
+      ${bindParams(claims.partitioned, [
         ...claimArgs, 'v_unlimited', 'v_cursor', 'v_round', 'p_prate_max', 'p_prate_ms', 'v_max_walk', 'v_turns_left', 'p_weights', 'p_claim_id', 'p_ending',
       ])}
       INTO ${claimed}, v_next_cursor, v_next_turns, v_walk_cut, v_round_full, v_partition_full, v_room_left;

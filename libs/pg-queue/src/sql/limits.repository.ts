@@ -15,7 +15,7 @@ export interface QueueLimits {
   globalConcurrency: number | null;
   partitionConcurrency: number | null;
   rateLimit: RateLimit | null;
-  /** Priority aging (aging.sql.ts); null or absent: none. Not with partitions. */
+  /** Priority aging (the aging claim, claim.sql.ts); null or absent: none. Not with partitions. */
   priorityAgingMs?: number | null;
   /** A named limiter (limiter.sql.ts), looked up in the module's `limiters`. */
   limiter?: string | null;

@@ -1,10 +1,6 @@
-import { claimFrom } from './claim.sql';
 import { quoteIdent } from './identifiers';
 import { marked } from './fragments.sql';
-import { queueNotPaused } from './pause.sql';
-import { keyAfter, offer, visit } from './partition-walk.sql';
 import { windowAdd, windowCount, windowFreesInMs } from './rate-window.sql';
-import { nextTurns, resumedThenWalk, TAKEN_OFFERS, turnOf, weighed } from './weights.sql';
 
 /** The notification payload's prefix that announces freed room in a queue (`!room <queue>`; see WakeupListener). */
 export const ROOM_NOTICE = '!room ';
@@ -95,118 +91,10 @@ SELECT (SELECT count(*) FROM ${s}.task WHERE queue = $1 AND state = 'running' AN
        (extract(epoch FROM c.now) * 1000)::float8 AS db_now_ms,
        coalesce(q.room_wanted, false) AS room_wanted,
        coalesce((SELECT min(d.run_at) FROM ${s}.task d WHERE d.queue = $1 AND d.state = 'pending') <= now(), false) AS due,
-       NOT ${queueNotPaused(s)} AS paused,
+       EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '') AS paused,
        (SELECT (extract(epoch FROM max(b.until) - c.now) * 1000)::float8 FROM ${s}.backoff b
         WHERE ((b.name = $1 AND b.scope = 'queue') OR (b.name = $5::text AND b.scope = 'limiter')) AND b.until > c.now) AS backed_off_ms
 FROM c LEFT JOIN ${s}.queue_state q ON q.queue = $1`,
-
-    /**
-     * The partitioned claim: partitions with claimable work take turns.
-     *
-     * The round (CTE `walk`) visits partitions in key order (the database's collation), starting
-     * after the cursor ($7, the partition where the last round stopped; NULL: from the start) and
-     * wrapping around once. '' stands for the tasks without a partition: a partition of their own,
-     * ahead of every key (a partition key is never ''). Each partition visited gets its `room`:
-     * what its concurrency ($6 minus its running tasks) and its rate window ($9 per $10 ms) leave,
-     * 0 when none of its due tasks may start (groupFirst; see visit in partition-walk.sql.ts). The
-     * walk ends once $8 partitions with room were found, after $11 partitions, or when it is back
-     * at the cursor: partitions with nothing to offer (delayed tasks only, held back by their group,
-     * full, out of rate) are passed over without using up the round.
-     *
-     * Each partition with room offers its first due tasks, as many as its room; the claim takes
-     * them by rank, then by place in the round: the first task of every partition before the second
-     * of any. So a partition with 10 000 tasks waiting gets one turn per round, like one with 10.
-     * The claim returns where the next round starts (`next_cursor`): after the last partition it
-     * took a task from (by rank, then place) when it filled its batch, so the partitions after it
-     * in the round have their turn first in the next claim, else (every partition with room gave
-     * all it could) after the last partition walked, so the next claim never walks again what this
-     * one passed over.
-     * For freed-room announcements it also says whether a partition is at its limit
-     * (`partition_full`) and whether the round offered more than the claim took (`room_left`).
-     *
-     * Costs: the keys come from a skip scan of task_partition_idx (one probe per partition, however
-     * many tasks each has). A partition's due check and its offer scan its tasks in claim order up
-     * to (its highest priority, now), an index range: with one priority they read only due tasks;
-     * with several, also the delayed tasks of its more urgent priorities. No index holds only the
-     * tasks without a partition (it would hold every plain queue's too): checking them is a scan of
-     * the queue's pending tasks, once per lap of the walk, which a large partitioned backlog makes
-     * costly (about 5 ms at 20 000 pending tasks).
-     *
-     * Rows are locked FOR UPDATE SKIP LOCKED with their state and due time re-checked on the newest
-     * row version: a task a business transaction holds (an enqueue replacing it, a dependant being
-     * linked) is passed over, never waited for while the queue's lock is held, and a task whose due
-     * time was just moved on is not claimed early.
-     * Weights (weights.sql.ts): a partition of weight w has w turns a round, its first w due tasks
-     * rank 1, the next w rank 2, and so on; a claim that stops part-way through the turns of the
-     * cursor's partition leaves it the rest (`next_turns`), and the next round starts with them.
-     * Parameters as claimFrom, and $6 per-partition limit, $7 cursor, $8 partitions with room per
-     * round, $9 per-partition rate limit (NULL: none), $10 its window in ms (rate_window), $11 the
-     * most partitions one claim walks, $12 the turns the cursor's partition has left (0: none),
-     * $13 the module's partitionWeights (JSON object; NULL: none), $14 the claim's id (see
-     * claim.sql.ts), $15 the lease tokens of the caller's ended tasks (as room's $6).
-     */
-    claimPartitioned: claimFrom(
-      s,
-      `
-  SELECT t.id FROM ${s}.task t
-  WHERE t.id = ANY (ARRAY (SELECT o.id FROM offered o ORDER BY o.rank, o.pos, o.n LIMIT $2))
-    AND t.state = 'pending' AND t.run_at <= now()
-  FOR UPDATE OF t SKIP LOCKED`,
-      {
-        token: '$14',
-        partitioned: true,
-        ctes: `running AS MATERIALIZED (
-  -- As in room: the tasks whose handler ended at the caller ($15) do not count.
-  SELECT coalesce(partition_key, '') AS p, count(*)::int AS n FROM ${s}.task
-  WHERE queue = $1 AND state = 'running' AND lease_token <> ALL ($15::uuid[]) GROUP BY 1
-), rated AS MATERIALIZED (
-  -- Per-partition rate windows ('' stands for no partition): the claims inside each.
-  SELECT r.partition_key AS p, ${windowCount('r.rate_at', 'r.rate_n', '$10', 'clock_timestamp()')} AS n
-  FROM ${s}.rate_window r
-  WHERE r.queue = $1 AND $9::int IS NOT NULL
-), walk AS (
-  -- Keys in round order: lap 0 from after the cursor to the last key, then '' (lap 1) and the keys
-  -- up to the cursor. Produced one at a time, as round reads them.
-  SELECT CASE WHEN $7::text IS NULL THEN '' ELSE coalesce(k.p, '') END AS p,
-         CASE WHEN $7::text IS NOT NULL AND k.p IS NULL THEN 1 ELSE 0 END AS lap, 1 AS n
-  FROM (${keyAfter(s, '$7::text')}) k
-  UNION ALL
-  SELECT coalesce(k.p, CASE WHEN w.lap = 0 AND $7::text IS NOT NULL THEN '' END),
-         CASE WHEN k.p IS NULL THEN 1 ELSE w.lap END, w.n + 1
-  FROM walk w
-  -- OFFSET 0: computed once per row; flattened, the key was probed again for each of its three uses.
-  CROSS JOIN LATERAL (SELECT CASE WHEN w.lap = 0 THEN (${keyAfter(s, 'w.p')}) ELSE (${keyAfter(s, 'w.p', '$7::text')}) END AS p OFFSET 0) k
-  WHERE w.n < $11 AND (k.p IS NOT NULL OR (w.lap = 0 AND $7::text IS NOT NULL))
-), round AS (
-  -- The first $8 walked partitions with room, in walk order (the order a recursive CTE makes its
-  -- rows in), after the cursor's partition when it has turns left (weights.sql.ts). Read lazily:
-  -- the walk stops once they are found.
-  SELECT w.p, w.n AS pos, x.top, r.room, g.weight, g.turns
-  FROM (${resumedThenWalk}) w
-  ${visit(s)}
-  ${weighed(s)}
-  WHERE r.room > 0
-  LIMIT $8
-), offered AS (
-  SELECT c.id, ${turnOf('c.rank', 'w')} AS rank, c.rank AS n, w.pos, w.p, w.turns, w.weight
-  FROM round w
-  CROSS JOIN LATERAL (
-    ${offer(s)}
-  ) c
-)`,
-        // A full round ends at its last partition; a short one walked every key it could.
-        extra: `(SELECT CASE WHEN count(*) < $2 THEN
-                 CASE WHEN (SELECT count(*) FROM round) >= $8 THEN (SELECT p FROM round ORDER BY pos DESC LIMIT 1)
-                      ELSE (SELECT w.p FROM walk w ORDER BY w.n DESC LIMIT 1) END
-               ELSE (array_agg(o.p ORDER BY o.rank DESC, o.pos DESC))[1] END
-        FROM ${TAKEN_OFFERS}) AS next_cursor,
-       ${nextTurns} AS next_turns,
-       CASE WHEN (SELECT count(*) FROM round) < $8 THEN (SELECT max(w.n) >= $11 FROM walk w) ELSE false END AS walk_cut,
-       (SELECT count(*) FROM round) >= $8 AS round_full,
-       coalesce((SELECT bool_or(r.n >= $6) FROM running r), false) AS partition_full,
-       (SELECT count(*) FROM offered) > (SELECT count(*) FROM claimed) AS room_left`,
-      },
-    ),
 
     /**
      * Room freed in a queue with a concurrency rule that this instance will not take (it is
@@ -237,7 +125,7 @@ SET window_ms = EXCLUDED.window_ms,
      * notification however many tasks end. NULL leaves it. Claims are serialised by the queue's
      * lock, so no claim's flag is lost between another's read and write.
      * Parameters: $1 queue, $2 rate window ms (0: none), $3 cursor, $4 tasks just started, $5 room
-     * wanted, $6 channel, $7 the turns the cursor's partition has left (weights.sql.ts).
+     * wanted, $6 channel, $7 the turns the cursor's partition has left (claim.sql.ts).
      */
     record: `
 INSERT INTO ${s}.queue_state AS q (queue, partition_cursor, partition_turns, rate_at, rate_n, room_wanted)

@@ -12,13 +12,13 @@ export const RESUME_NOTICE = '!resume ';
  * How a claim learns of a pause. Instances keep the queues paused as a whole in memory (PauseWatcher:
  * read at start, told by `!pause`/`!resume` notifications, read again every poll period and after
  * LISTEN reconnects) and do not claim from them; that saves the claims, it is not what guarantees
- * anything. The guarantee is in the claim statements themselves (claim.sql.ts, limits.sql.ts),
- * whatever an instance missed:
- * - `queueNotPaused`: one probe of queue_pause's primary key per claim, an initplan the planner
- *   makes a one-time filter: a paused queue's claim scans no task at all; an unpaused one's pays
- *   the probe of a tiny (usually empty) table.
- * - `partitionNotPaused`: one more probe per claim ("has this queue any paused partition?"); only
- *   when it has one does each candidate row with a partition key pay a probe of its own.
+ * anything. The guarantee is in the claim statements themselves (`claimable` in claim.sql.ts,
+ * and `room` in limits.sql.ts), whatever an instance missed:
+ * - one probe of queue_pause's primary key per claim, an initplan the planner makes a one-time
+ *   filter: a paused queue's claim scans no task at all; an unpaused one's pays the probe of a
+ *   tiny (usually empty) table.
+ * - one more probe per claim ("has this queue any paused partition?"); only when it has one does
+ *   each candidate row with a partition key pay a probe of its own.
  * - A claim that read queue_pause before a pause committed and runs on after it would still take
  *   tasks with its older snapshot. So `pause` takes queue_pause's ACCESS EXCLUSIVE lock before it
  *   inserts: it waits for the claims in flight (each holds ACCESS SHARE on the table until it
@@ -31,20 +31,6 @@ export const RESUME_NOTICE = '!resume ';
  * notification, sent at commit, wakes the workers to claim again.
  */
 export const PAUSE_LOCK_TIMEOUT = '2s';
-
-/** Queue $1 is not paused as a whole (one primary-key probe, a one-time filter: see above). */
-export const queueNotPaused = (s: string) => `NOT EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = '')`;
-
-/** Queue $1 has a paused partition (one primary-key range probe, an initplan). */
-export const hasPausedPartition = (s: string) => `EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key <> '')`;
-
-/**
- * The task `alias` is not in a paused partition of queue $1: evaluated left to right, so a queue
- * without a paused partition pays one probe per claim, not one per row.
- */
-export const partitionNotPaused = (s: string, alias = 't') =>
-  `(NOT ${hasPausedPartition(s)} OR ${alias}.partition_key IS NULL
-     OR NOT EXISTS (SELECT 1 FROM ${s}.queue_pause qp WHERE qp.queue = $1 AND qp.partition_key = ${alias}.partition_key))`;
 
 export function pauseStatements(schema: string) {
   const s = quoteIdent(schema);

@@ -1,13 +1,12 @@
-import { agingStatements } from './aging.sql';
 import { backOffStatements } from './backoff.sql';
 import { BOUND } from './bounded-transaction';
-import { claimStatements } from './claim.sql';
+import { claimStatements, limitedClaims } from './claim.sql';
 import { completeStatements } from './complete.sql';
 import { dashboardStatements } from './dashboard.sql';
 import { debounceStatements } from './debounce.sql';
 import { dependencyStatements } from './dependencies.sql';
 import { drainStatements } from './drain.sql';
-import { enqueueStatements } from './enqueue.sql';
+import { enqueueStatements, weightStatements } from './enqueue.sql';
 import { ROW_LOCK_WAIT_MS, STATEMENT_MARKER } from './fragments.sql';
 import { handlerStatements } from './handlers.sql';
 import { inspectStatements } from './inspect.sql';
@@ -21,7 +20,6 @@ import { printRuntimeFunctions } from './runtime-functions';
 import { scheduleStatements } from './schedule.sql';
 import { reportStatements } from './task-report.sql';
 import { watchStatements } from './watch.sql';
-import { weightStatements } from './weights.sql';
 import { workflowStatements } from './workflow.sql';
 
 /**
@@ -39,6 +37,7 @@ export function statementsSnapshot(): string {
     ['dependencies', dependencyStatements(schema)],
     ['weights', weightStatements(schema)],
     ['claim', claimStatements(schema)],
+    ['claim (run by claim_limited, parameters bound)', limitedClaims(schema)],
     ['limits', limitStatements(schema)],
     ['limiter', limiterStatements(schema)],
     ['backoff', backOffStatements(schema)],
@@ -53,7 +52,6 @@ export function statementsSnapshot(): string {
     ['report', reportStatements(schema)],
     ['watch', watchStatements(schema)],
     ['maintain', maintainStatements(schema)],
-    ['aging', agingStatements(schema)],
     ['liveness', livenessStatements(schema)],
     ['handlers', handlerStatements(schema)],
     ['schedule', scheduleStatements(schema)],

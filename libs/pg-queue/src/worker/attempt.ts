@@ -95,7 +95,7 @@ export function byClaimOrder(a: Attempt, b: Attempt): number {
 }
 
 /**
- * Claim order under priority aging (aging.sql.ts): priority * agingMs + run_at, then id, so that a
+ * Claim order under priority aging (the aging claim, claim.sql.ts): priority * agingMs + run_at, then id, so that a
  * batch starts its aged tasks before the younger urgent ones it took with them.
  */
 export function byAgedOrder(agingMs: number): (a: Attempt, b: Attempt) => number {

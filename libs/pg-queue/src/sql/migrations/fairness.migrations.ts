@@ -1,7 +1,7 @@
 import type { SchemaMigration } from '../schema.sql';
 
 /**
- * Migration 24: weighted partitions (see `claimPartitioned` in limits.sql.ts and weights.sql.ts).
+ * Migration 24: weighted partitions (see the partitioned claim in claim.sql.ts).
  * `s`: the quoted schema name. A column with a constant default and a new table: catalog changes
  * only. During a rolling deploy an older instance neither reads nor writes them: its partitioned
  * claims take partitions in plain turns (weight 1 each) and leave `partition_turns` as it was, so
