@@ -4,7 +4,7 @@ import { DEFAULT_HANDLER_OPTIONS } from '../../../libs/pg-queue/src/pg-queue.opt
 import { enqueueStatements } from '../../../libs/pg-queue/src/sql/enqueue.sql';
 import { notifyChannel } from '../../../libs/pg-queue/src/sql/identifiers';
 import { printSchemaSql } from '../../../libs/pg-queue/src/sql/schema.sql';
-import { taskRowsJson } from '../../../libs/pg-queue/src/sql/statement-values';
+import { taskRowsJson } from '../../../libs/pg-queue/src/sql/task-fields';
 import { QUEUE, connect, type BenchTarget, type Payload, type TargetOptions } from '../common';
 import { CLAIM_STATEMENT_PATTERN } from './pg-queue-statements';
 import { SCHEMA, runBatch } from '../physical-limit';

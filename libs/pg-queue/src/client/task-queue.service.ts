@@ -13,7 +13,8 @@ import { buildTaskRow, checkEnqueueManyKeys, validateQueueName } from '../core/t
 import { TASK_STATES } from '../core/task-states';
 import { LIST_FILTER_KEYS, filterObject, rowLimit, taskId, type ListFilter } from './arguments';
 import { QueueOperations } from './queue-operations';
-import { statsByQueue, toTaskInfo } from './task-info';
+import { statsByQueue } from './task-info';
+import { toTaskInfo } from '../sql/task-fields';
 import { taskLogs } from './task-logs';
 import { waitForTask, waitTimeout, watchTasks, watchedQueues, type WaiterDeps, type WatchFilter, type WatchedTaskEvent, type WaitForOptions } from './task-waiter';
 import { sendSignal, workflowOf } from './workflow.client';

@@ -3,7 +3,8 @@ import { debtsCte } from './dependencies.sql';
 import { toldCte } from './watch.sql';
 import { quoteIdent } from './identifiers';
 import { appendedLog, failureEntry } from './task-report.sql';
-import { ATTEMPT_LIMIT, HELD, INPUT_VALUES, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, TASK_COLUMNS, cancelRequestedOf, notifyCte, taskInput, marked, rowLockBound } from './fragments.sql';
+import { ATTEMPT_LIMIT, HELD, LEASE_COUNT, TOKEN_HELD, idList, ON_LIVE_KEY, cancelRequestedOf, notifyCte, marked, rowLockBound } from './fragments.sql';
+import { archiveInsert, ENQUEUED_COLUMNS, taskInput } from './task-fields';
 
 /**
  * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
@@ -32,15 +33,12 @@ export function completeStatements(schema: string, retention: FinishedRetention,
   const results = retention === 'archive' ? '$7' : '$5';
   const keepHistory = retention === 'archive'
     ? `, archived AS (
-  INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
-                                 last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at, trace_context,
-                                 partition_key, depends_on, dependants, result, progress, log)
-  SELECT d.id, d.queue, CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END, d.payload, d.priority, d.run_at, d.attempt,
-         coalesce(d.max_attempts, d.attempt_limit), d.last_error, d.parent_id, d.dedup_key, d.group_key, d.created_at,
-         coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at),
-         coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp()), d.trace_context,
-         d.partition_key, d.depends_on, d.dependants, CASE WHEN NOT d.cancelled THEN ${results}::jsonb -> d.id::text END,
-         d.progress, d.log
+  ${archiveInsert(s, 'd', {
+    state: `CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END`,
+    started_at: `coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at)`,
+    finished_at: `coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp())`,
+    result: `CASE WHEN NOT d.cancelled THEN ${results}::jsonb -> d.id::text END`,
+  })}
   FROM done d
   LEFT JOIN unnest(string_to_array($1, ',')::bigint[], string_to_array($5, ',')::float8[], string_to_array($6, ',')::float8[])
     AS r(id, started_ago, finished_ago) ON r.id = d.id
@@ -104,8 +102,8 @@ WITH done AS (
 )${keepHistory}, uncancel AS (
   DELETE FROM ${s}.task_cancel c USING done d WHERE c.task_id = d.id AND d.cancelled
 ), follow_ups AS (
-  INSERT INTO ${s}.task (${TASK_COLUMNS})
-  SELECT ${INPUT_VALUES} FROM (${taskInput(3)}) f
+  INSERT INTO ${s}.task (${ENQUEUED_COLUMNS})
+  SELECT ${ENQUEUED_COLUMNS} FROM (${taskInput(3)}) f
   WHERE f.parent_id IN (SELECT id FROM done WHERE NOT cancelled UNION ALL SELECT id FROM rerun)
   ORDER BY f.ord
   ${ON_LIVE_KEY} DO NOTHING

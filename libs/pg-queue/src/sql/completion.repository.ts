@@ -6,7 +6,8 @@ import type { completeStatements } from './complete.sql';
 import { byCompletionBytes } from './completion-batches';
 import { byLeaseWhenHeld } from './held-rows';
 import { DEPENDANTS_BOUNDS } from './insert.repository';
-import { leaseParams, msList, parseIds, resultsJson, taskRowsJson, assertOneLeasePerTask, type CompleteResult, type NewTaskRow, type RanLease } from './statement-values';
+import { taskRowsJson } from './task-fields';
+import { leaseParams, msList, parseIds, resultsJson, assertOneLeasePerTask, type CompleteResult, type NewTaskRow, type RanLease } from './statement-values';
 
 /**
  * Bounds of the transaction that completes one lease-mode attempt with follow-ups that have

@@ -1,6 +1,7 @@
 import { marked } from './fragments.sql';
 import { liveQueues, oldestDueAndHandlers, pipelineWalk, unhandledMs } from './inspect.fragments';
 import { quoteIdent } from './identifiers';
+import { dashboardShown, dashboardStored } from './task-fields';
 
 /**
  * What the dashboard reads. Every read of history is bounded by an index range, a time window
@@ -24,9 +25,10 @@ export function dashboardStatements(schema: string) {
   const listFilter = `($1::text IS NULL OR c.queue = $1::text) AND ($2::text IS NULL OR c.state = $2::text)
     AND ($3::text IS NULL OR c.dedup_key = $3::text) AND ($4::text IS NULL OR c.group_key = $4::text)
     AND ($5::text IS NULL OR strpos(lower(c.last_error), lower($5::text)) > 0)`;
-  const listColumns = `id, queue, state, priority, run_at, attempt, last_error, dedup_key, group_key, created_at, finished_at, progress`;
   /** Whether key, group or error text is filtered: the filters no index serves. */
   const scanning = `coalesce($3, $4, $5) IS NOT NULL`;
+  // A task's page: its payload pretty-printed by the database.
+  const pageShown = dashboardShown('page', { payload: (e) => `jsonb_pretty(${e})` });
   const summary = `id::text AS id, queue, state, parent_id::text AS "parentId", attempt,
          created_at AS "createdAt", started_at AS "startedAt", finished_at AS "finishedAt"`;
   return marked({
@@ -117,13 +119,13 @@ GROUP BY GROUPING SETS ((queue), (minutes_ago))`,
      */
     tasks: `
 WITH hot AS (
-  SELECT ${listColumns}, coalesce(max_attempts, attempt_limit) AS max_attempts FROM ${s}.task
+  SELECT ${dashboardStored('list', 'task')} FROM ${s}.task
   WHERE ($2::text IS NULL OR $2::text IN ('pending', 'waiting', 'running', 'dead', 'cancelled'))
     AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
     AND id < coalesce($6::bigint, 9223372036854775807)
   ORDER BY id DESC LIMIT CASE WHEN ${scanning} THEN $8 ELSE $7 + 1 END
 ), archived AS (
-  SELECT ${listColumns}, max_attempts FROM ${s}.task_archive
+  SELECT ${dashboardStored('list', 'task_archive')} FROM ${s}.task_archive
   WHERE ($2::text IS NULL OR $2::text IN ('done', 'cancelled')) AND id < coalesce($6::bigint, 9223372036854775807)
   ORDER BY id DESC LIMIT CASE WHEN coalesce($1, $2, $3, $4, $5) IS NULL THEN $7 + 1 ELSE $8 END
 ), bound AS (
@@ -139,9 +141,7 @@ WITH hot AS (
   WHERE m.id >= coalesce((SELECT low FROM bound), 0)
   ORDER BY m.id DESC LIMIT $7 + 1
 )
-SELECT b.low::text AS low, p.id::text AS id, p.queue, p.state, p.priority, p.run_at AS "runAt", p.attempt,
-       p.max_attempts AS "maxAttempts", left(p.last_error, 300) AS "lastError", p.dedup_key AS "key",
-       p.group_key AS "group", p.created_at AS "createdAt", p.finished_at AS "finishedAt", p.progress, p.source
+SELECT b.low::text AS low, ${dashboardShown('list', { last_error: (e) => `left(${e}, 300)` })}, p.source
 FROM bound b LEFT JOIN page p ON true
 ORDER BY p.id DESC`,
 
@@ -151,16 +151,11 @@ ORDER BY p.id DESC`,
      * Parameters: $1 id.
      */
     task: `
-SELECT 'task' AS source, id::text AS id, queue, state, jsonb_pretty(payload) AS payload, priority, run_at AS "runAt",
-       attempt, coalesce(max_attempts, attempt_limit) AS "maxAttempts", last_error AS "lastError",
-       parent_id::text AS "parentId", dedup_key AS "key", group_key AS "group", created_at AS "createdAt",
-       started_at AS "startedAt", finished_at AS "finishedAt", locked_by AS "lockedBy", locked_until AS "lockedUntil",
-       EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id) AS "cancelRequested", progress
-FROM ${s}.task t WHERE id = $1::bigint
+SELECT 'task' AS source, ${pageShown}, EXISTS (SELECT 1 FROM ${s}.task_cancel c WHERE c.task_id = t.id) AS "cancelRequested"
+FROM (SELECT ${dashboardStored('page', 'task')} FROM ${s}.task WHERE id = $1::bigint) t
 UNION ALL
-SELECT 'archive', id::text, queue, state, jsonb_pretty(payload), priority, run_at, attempt, max_attempts, last_error,
-       parent_id::text, dedup_key, group_key, created_at, started_at, finished_at, NULL, NULL, false, progress
-FROM ${s}.task_archive WHERE id = $1::bigint`,
+SELECT 'archive', ${pageShown}, false
+FROM (SELECT ${dashboardStored('page', 'task_archive')} FROM ${s}.task_archive WHERE id = $1::bigint) t`,
 
     /**
      * The pipeline a task belongs to, for its picture: up parent_id to the root, then down to the

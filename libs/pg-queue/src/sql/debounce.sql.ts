@@ -1,5 +1,6 @@
 import { quoteIdent } from './identifiers';
-import { marked, notifyCte, taskInput } from './fragments.sql';
+import { marked, notifyCte } from './fragments.sql';
+import { DEBOUNCED_COLUMNS, debouncedValues, taskInput } from './task-fields';
 
 /**
  * Debounce (the enqueue option): requests of one (queue, debounce key) fold into one run.
@@ -32,14 +33,13 @@ WITH input AS (${taskInput(1)}
   ON CONFLICT (queue, key) DO UPDATE SET quiet_until = EXCLUDED.quiet_until, prev_quiet_until = d.quiet_until
   RETURNING d.prev_quiet_until IS NULL OR d.prev_quiet_until <= now() AS leads
 ), lead AS (
-  INSERT INTO ${s}.task (queue, payload, priority, run_at, max_attempts, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, now(), max_attempts, group_key, trace_context, partition_key FROM input
+  INSERT INTO ${s}.task (${DEBOUNCED_COLUMNS})
+  SELECT ${debouncedValues('now()')} FROM input
   WHERE coalesce((SELECT leads FROM gate), false)
   RETURNING id, queue, run_at, true AS created
 ), trail AS (
-  INSERT INTO ${s}.task AS task (queue, payload, priority, run_at, max_attempts, group_key, trace_context, partition_key,
-                                 debounce_key, debounce_until)
-  SELECT queue, payload, priority, now() + ${ms('$4')}, max_attempts, group_key, trace_context, partition_key,
+  INSERT INTO ${s}.task AS task (${DEBOUNCED_COLUMNS}, debounce_key, debounce_until)
+  SELECT ${debouncedValues(`now() + ${ms('$4')}`)},
          $3, CASE WHEN $5::bigint IS NULL THEN 'infinity' ELSE now() + ${ms('$5')} END
   FROM input
   WHERE NOT coalesce((SELECT leads FROM gate), false)

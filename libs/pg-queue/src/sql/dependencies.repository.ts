@@ -2,7 +2,8 @@ import { DependencyNotFoundError } from '../errors';
 import type { SqlExecutor } from '../types';
 import { databaseError } from './database-error';
 import { dependencyStatements } from './dependencies.sql';
-import { parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
+import { parseIds, type NewTaskRow } from './statement-values';
+import { taskRowsJson } from './task-fields';
 import { workflowStatements } from './workflow.sql';
 
 /** How many debts one settle statement takes; a cascade of cancellations settles level by level. */

@@ -1,5 +1,6 @@
 import { quoteIdent } from './identifiers';
-import { marked, notifyCte, taskInput, TASK_COLUMNS } from './fragments.sql';
+import { marked, notifyCte } from './fragments.sql';
+import { ENQUEUED_COLUMNS, enqueuedValues, taskInput } from './task-fields';
 import { toldCte } from './watch.sql';
 import { childEndedCtes } from './workflow.sql';
 
@@ -150,9 +151,9 @@ WITH RECURSIVE input AS (${taskInput(1)}
 ), children AS (
   SELECT l.parent_ord AS ord, array_agg(n.id ORDER BY n.id) AS ids FROM inner_link l JOIN new n ON n.ord = l.ord GROUP BY l.parent_ord
 ), inserted AS (
-  INSERT INTO ${s}.task (id, ${TASK_COLUMNS}, state, depends_on, deps_left, parent_results, last_error, finished_at, dependants)
+  INSERT INTO ${s}.task (id, ${ENQUEUED_COLUMNS}, state, depends_on, deps_left, parent_results, last_error, finished_at, dependants)
   OVERRIDING SYSTEM VALUE
-  SELECT v.id, queue, payload, priority, due_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key,
+  SELECT v.id, ${enqueuedValues('i')},
          CASE WHEN v.failed IS NOT NULL THEN 'cancelled' WHEN v.deps_left > 0 THEN 'waiting' ELSE 'pending' END,
          v.depends_on, v.deps_left, v.results,
          'task ' || v.failed || ', which it depends on, ended dead or cancelled',

@@ -1,6 +1,7 @@
 import type { ConflictMode } from '../core/task-row';
 import { quoteIdent } from './identifiers';
-import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, idList, notifyCte, taskInput, marked } from './fragments.sql';
+import { ON_LIVE_KEY, idList, notifyCte, marked } from './fragments.sql';
+import { ENQUEUED_COLUMNS, LEAN_NULLS, taskInput } from './task-fields';
 
 /**
  * Inserting tasks. One statement serves one task or thousands: rows arrive as one JSON array
@@ -10,9 +11,8 @@ import { INPUT_VALUES, ON_LIVE_KEY, TASK_COLUMNS, idList, notifyCte, taskInput, 
  * task it cannot see yet (and never for one that was rolled back). Its payload is the queue name,
  * plus `@<epoch ms>` when the earliest new task is not yet due, so idle workers can set a timer.
  *
- * Parameters (all statements but insertManyLean): $1 the rows (JSON: queue, payload, priority,
- * run_at_in — NULL = now + delay_ms —, delay_ms, max_attempts, parent_id, dedup_key, group_key),
- * $2 notify channel.
+ * Parameters (all statements but insertManyLean): $1 the rows (JSON, see taskInput in
+ * task-fields.ts), $2 notify channel.
  */
 export type { ConflictMode } from '../core/task-row';
 
@@ -38,8 +38,8 @@ export function enqueueStatements(schema: string) {
   const keyed = (mode: ConflictMode) => `
 WITH input AS (${taskInput(1)}
 ), inserted AS (
-  INSERT INTO ${s}.task AS task (${TASK_COLUMNS})
-  SELECT ${INPUT_VALUES} FROM input ORDER BY ord
+  INSERT INTO ${s}.task AS task (${ENQUEUED_COLUMNS})
+  SELECT ${ENQUEUED_COLUMNS} FROM input ORDER BY ord
   ${ON_LIVE_KEY} ${ON_CONFLICT[mode]}
   RETURNING id, queue, dedup_key, run_at, (xmax = 0) AS created
 )${NOTIFY}
@@ -56,8 +56,8 @@ ORDER BY i.ord`;
     insertMany: `
 WITH input AS (${taskInput(1)}
 ), inserted AS (
-  INSERT INTO ${s}.task (${TASK_COLUMNS})
-  SELECT ${INPUT_VALUES} FROM input ORDER BY ord
+  INSERT INTO ${s}.task (${ENQUEUED_COLUMNS})
+  SELECT ${ENQUEUED_COLUMNS} FROM input ORDER BY ord
   RETURNING id, queue, run_at
 )${NOTIFY}
 SELECT ${idList('id', 'id')} AS ids, (SELECT count(*) FROM notified)::int AS notified FROM inserted`,
@@ -72,15 +72,14 @@ SELECT ${idList('id', 'id')} AS ids, (SELECT count(*) FROM notified)::int AS not
     insertManyLean: `
 WITH input AS (
   SELECT i.queue, e.payload::jsonb AS payload, i.priority::int AS priority, nullif(i.max_attempts, '')::int AS max_attempts,
-         NULL::bigint AS parent_id, NULL::text AS dedup_key, NULL::text AS group_key, $7::jsonb AS trace_context,
-         NULL::text AS partition_key, i.ord,
-         coalesce(nullif(i.run_at_in, '')::timestamptz, now() + i.delay_ms::bigint * interval '1 millisecond') AS due_at
+         $7::jsonb AS trace_context, ${LEAN_NULLS}, i.ord,
+         coalesce(nullif(i.run_at_in, '')::timestamptz, now() + i.delay_ms::bigint * interval '1 millisecond') AS run_at
   FROM unnest(string_to_array($1, ','), string_to_array($3, ','), string_to_array($4, ','), string_to_array($5, ','), string_to_array($6, ','))
          WITH ORDINALITY AS i(queue, priority, delay_ms, run_at_in, max_attempts, ord)
   JOIN json_array_elements($2::json) WITH ORDINALITY AS e(payload, ord) USING (ord)
 ), inserted AS (
-  INSERT INTO ${s}.task (${TASK_COLUMNS})
-  SELECT ${INPUT_VALUES} FROM input ORDER BY ord
+  INSERT INTO ${s}.task (${ENQUEUED_COLUMNS})
+  SELECT ${ENQUEUED_COLUMNS} FROM input ORDER BY ord
   RETURNING id, queue, run_at
 ), ${notifyCte('SELECT queue, run_at FROM inserted', '$8')}
 SELECT ${idList('id', 'id')} AS ids, (SELECT count(*) FROM notified)::int AS notified FROM inserted`,

@@ -13,25 +13,6 @@ export function notifyCte(source: string, channelParam: string): string {
 )`;
 }
 
-/**
- * The rows to insert, from one JSON array parameter ($n; built by `taskRowsJson` in the
- * repository), in input order. One string costs Prisma's driver stack once, where the nine
- * parallel arrays it replaced cost it per element: about 4 µs of Node CPU per row.
- */
-export function taskInput(param: number): string {
-  // A JSON null payload arrives as SQL NULL: it is the JSON value null (every row has the key).
-  return `
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, i.max_attempts, i.parent_id,
-         i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord,
-         coalesce(i.run_at_in, now() + i.delay_ms * interval '1 millisecond') AS due_at
-  FROM ROWS FROM (json_to_recordset($${param}::json) AS (
-         queue text, payload jsonb, priority int, run_at_in timestamptz, delay_ms bigint,
-         max_attempts int, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at_in, delay_ms, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, ord)`;
-}
-
-export const TASK_COLUMNS = 'queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key';
-export const INPUT_VALUES = 'queue, payload, priority, due_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key';
 /** A live dedup key (see task_dedup_idx). */
 export const ON_LIVE_KEY = `ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running')`;
 

@@ -5,7 +5,8 @@ import { inBoundedTransaction, type TransactionBounds } from './bounded-transact
 import { debounceStatements } from './debounce.sql';
 import type { DependencyRepository } from './dependencies.repository';
 import { enqueueStatements, weightStatements, type ConflictMode } from './enqueue.sql';
-import { leanTaskColumns, parseIds, taskRowsJson, type NewTaskRow } from './statement-values';
+import { leanTaskColumns, parseIds, type NewTaskRow } from './statement-values';
+import { taskRowsJson } from './task-fields';
 import { isRootClient } from '../prisma-adapter';
 
 

@@ -2,6 +2,7 @@ import { queueBackedOff } from './backoff.sql';
 import { marked } from './fragments.sql';
 import { liveQueues, oldestDueAndHandlers, pipelineWalk, unhandledMs } from './inspect.fragments';
 import { quoteIdent } from './identifiers';
+import { taskRowColumns } from './task-fields';
 import { journalJson } from './workflow.sql';
 
 /**
@@ -14,31 +15,20 @@ export const METRICS_COUNT_CAP = 10_000;
 /** Read-only queries for operators and dashboards (the seed article's monitoring queries). */
 export function inspectStatements(schema: string) {
   const s = quoteIdent(schema);
-  // In the hot table max_attempts is only the enqueuer's explicit limit: show the one in force
-  // once a claim recorded it (the archive stores that already).
-  const HOT_MAX_ATTEMPTS = 'coalesce(max_attempts, attempt_limit) AS max_attempts';
-  const columnsWith = (maxAttempts: string) => `id::text AS id, queue, state, payload, priority, run_at, attempt, ${maxAttempts}, last_error,
-       parent_id::text AS parent_id, dedup_key, group_key, created_at, started_at, finished_at,
-       depends_on::text[] AS depends_on, dependants::text[] AS dependants, progress`;
-  const storedWith = (maxAttempts: string) => `id, queue, state, payload, priority, run_at, attempt, ${maxAttempts}, last_error,
-       parent_id, dedup_key, group_key, created_at, started_at, finished_at, depends_on, dependants, progress`;
-  // Only the hot table counts unfinished dependencies; only the archive keeps results.
-  const HOT_EXTRA = 'locked_by, locked_until, deps_left, NULL::jsonb AS result';
-  const ARCHIVE_EXTRA = 'NULL, NULL, NULL, result';
   // For one task or a chain (not list): a workflow's journal, and what it waits for while parked.
   const workflowOf = (table: string) => table === 'task'
     ? `CASE WHEN state = 'waiting' THEN waiting_for END AS waiting_for, CASE WHEN state = 'waiting' THEN wake_at END AS wake_at, ${journalJson(schema, 'task.id')} AS journal`
     : `NULL, NULL, ${journalJson(schema, 'task_archive.id')}`;
-  const columns = columnsWith('max_attempts');
   /** list's filter for one table, given the states it holds (a clause on parameters alone is
    * checked once, before the scan). */
   const pageOf = (states: string) => `($2::text IS NULL OR $2::text IN ${states})
      AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
      AND id <= coalesce($3::bigint - 1, 9223372036854775807)`;
+  // A task's columns (task-fields.ts) from either table.
   const both = (where: string) => `
-SELECT ${columnsWith(HOT_MAX_ATTEMPTS)}, ${HOT_EXTRA}, ${workflowOf('task')} FROM ${s}.task WHERE ${where}
+SELECT ${taskRowColumns('task')}, ${workflowOf('task')} FROM ${s}.task WHERE ${where}
 UNION ALL
-SELECT ${columns}, ${ARCHIVE_EXTRA}, ${workflowOf('task_archive')} FROM ${s}.task_archive WHERE ${where}`;
+SELECT ${taskRowColumns('task_archive')}, ${workflowOf('task_archive')} FROM ${s}.task_archive WHERE ${where}`;
   return marked({
     /**
      * Exact counts by queue and state over the hot table and the archive; oldest due pending age.
@@ -108,13 +98,13 @@ ORDER BY q.queue`,
      * Parameters: $1 queue or NULL, $2 state or NULL, $3 id cursor (exclusive) or NULL, $4 limit.
      */
     list: `
-SELECT ${columns}, locked_by, locked_until, deps_left, result FROM (
-  (SELECT ${storedWith(HOT_MAX_ATTEMPTS)}, ${HOT_EXTRA} FROM ${s}.task
-   WHERE ${pageOf("('pending', 'waiting', 'running', 'dead', 'cancelled')")} ORDER BY id DESC LIMIT $4)
+SELECT * FROM (
+  (SELECT ${taskRowColumns('task')} FROM ${s}.task
+   WHERE ${pageOf("('pending', 'waiting', 'running', 'dead', 'cancelled')")} ORDER BY task.id DESC LIMIT $4)
   UNION ALL
-  (SELECT ${storedWith('max_attempts')}, ${ARCHIVE_EXTRA} FROM ${s}.task_archive
-   WHERE ${pageOf("('done', 'cancelled')")} ORDER BY id DESC LIMIT $4)
-) page ORDER BY page.id DESC LIMIT $4`,
+  (SELECT ${taskRowColumns('task_archive')} FROM ${s}.task_archive
+   WHERE ${pageOf("('done', 'cancelled')")} ORDER BY task_archive.id DESC LIMIT $4)
+) page ORDER BY page.id::bigint DESC LIMIT $4`,
 
     /**
      * A whole pipeline or dependency graph (see pipelineWalk), each task once, at the first stage

@@ -2,6 +2,7 @@ import { debtsCte } from './dependencies.sql';
 import { toldCte } from './watch.sql';
 import { quoteIdent } from './identifiers';
 import { notifyCte, marked } from './fragments.sql';
+import { archiveInsert } from './task-fields';
 
 /** Operator actions on single tasks or sets of tasks (cancel, retry, priority). */
 export function operateStatements(schema: string) {
@@ -31,13 +32,8 @@ SELECT set_config('lock_timeout', $2, true) IS NULL AS bound, (SELECT state FROM
 WITH now_cancelled AS (
   DELETE FROM ${s}.task WHERE id = $1::bigint AND state IN ('pending', 'waiting', 'dead', 'cancelled') RETURNING *
 ), archived AS (
-  INSERT INTO ${s}.task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts,
-                                 last_error, parent_id, dedup_key, group_key, created_at, started_at, finished_at,
-                                 trace_context, partition_key, depends_on, dependants, progress, log)
-  SELECT id, queue, 'cancelled', payload, priority, run_at, attempt, coalesce(max_attempts, attempt_limit),
-         last_error, parent_id, dedup_key, group_key, created_at, started_at, now(), trace_context, partition_key, depends_on, dependants,
-         progress, log
-  FROM now_cancelled
+  ${archiveInsert(s, 'c', { state: `'cancelled'`, finished_at: 'now()', result: 'NULL' })}
+  FROM now_cancelled c
 ), ${debtsCte(s, "SELECT id, dependants, workflow_parents, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled", '$2')},
 ${toldCte(s, "SELECT id, 'cancelled' AS state, queue, watched FROM now_cancelled", '$2')}, requested AS (
   INSERT INTO ${s}.task_cancel (task_id)

@@ -12,31 +12,8 @@ export type { TaskState } from '../types';
 /** The states a retry takes tasks from: `retryDead` dead only, `retry(id)` dead or cancelled. */
 export type RetryableState = 'dead' | 'cancelled';
 
-export interface TaskRow {
-  id: string;
-  queue: string;
-  state: TaskState;
-  payload: unknown;
-  priority: number;
-  run_at: Date;
-  attempt: number;
-  /** The attempt limit in force: the enqueuer's, or the one its last claim took from the handler; null before a first claim when the handler decides. */
-  max_attempts: number | null;
-  last_error: string | null;
-  locked_by: string | null;
-  locked_until: Date | null;
-  parent_id: string | null;
-  dedup_key: string | null;
-  group_key: string | null;
-  created_at: Date;
-  started_at: Date | null;
-  finished_at: Date | null;
-  depends_on: string[] | null;
-  dependants: string[] | null;
-  deps_left: number | null;
-  result: unknown;
-  progress: unknown;
-}
+import type { TaskRow } from './task-fields';
+export type { TaskRow };
 
 /** A task as `get` and `chain` read it: with a workflow's journal (JSON, no results) and wait. */
 export interface TaskDetailRow extends TaskRow {

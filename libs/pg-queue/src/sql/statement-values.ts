@@ -1,5 +1,6 @@
 import { PgQueueError } from '../errors';
 import type { NewTaskRow } from '../core/task-row';
+import { isLeanRow } from './task-fields';
 
 /**
  * The values that travel between the worker and the statements: the shapes of rows and leases,
@@ -115,27 +116,9 @@ export interface CompleteResult {
 
 
 /**
- * The rows for taskInput (fragments.sql) as one JSON array. Payloads are embedded as they are:
- * serialisePayload already produced valid JSON; every other value is a validated number, a Date
- * or a string escaped by JSON.stringify.
- */
-export function taskRowsJson(rows: NewTaskRow[]): string {
-  const text = (v: string | null) => (v === null ? 'null' : JSON.stringify(v));
-  let json = '[';
-  for (let i = 0; i < rows.length; i++) {
-    const r = rows[i];
-    json +=
-      `${i === 0 ? '' : ','}{"queue":${JSON.stringify(r.queue)},"payload":${r.payloadJson},"priority":${r.priority},` +
-      `"run_at_in":${text(r.runAt ? r.runAt.toISOString() : null)},"delay_ms":${r.delayMs},"max_attempts":${r.maxAttempts},` +
-      `"parent_id":${text(r.parentId)},"dedup_key":${text(r.dedupKey)},"group_key":${text(r.groupKey)},"trace_context":${r.traceContext ?? 'null'},"partition_key":${text(r.partitionKey)}}`;
-  }
-  return `${json}]`;
-}
-
-/**
  * The rows for insertManyLean (enqueue.sql.ts) as its first seven parameters, when every row is a
- * plain one: no parent, group, partition or dedup key, and one trace context for all (an
- * enqueueMany call's); else null (taskRowsJson then). Numbers, dates and queue names (which have
+ * plain one (isLeanRow: no parent, group, partition or dedup key, ...), with one trace context for
+ * all (an enqueueMany call's); else null (taskRowsJson then). Numbers, dates and queue names (which have
  * no comma: isQueueName) go as comma-separated text, the payloads as one JSON array: the server
  * splits those for a fraction of what reading every field of a JSON row costs.
  */
@@ -149,7 +132,7 @@ export function leanTaskColumns(rows: NewTaskRow[]): [string, string, string, st
   let attempts = '';
   for (let i = 0; i < rows.length; i++) {
     const r = rows[i];
-    if (r.parentId !== null || r.groupKey !== null || r.partitionKey !== null || r.dedupKey !== null || r.traceContext !== trace) return null;
+    if (!isLeanRow(r) || r.traceContext !== trace) return null;
     const sep = i === 0 ? '' : ',';
     queues += sep + r.queue;
     payloads += sep + r.payloadJson;
