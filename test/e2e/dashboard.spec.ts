@@ -219,6 +219,29 @@ describe('dashboard (headless Chromium)', () => {
     expect(await page.locator('a[rel=next]').count()).toBe(0);
   });
 
+  it('tags: shown in the list and on the task page, each a link that filters the list by it; a hostile tag is text', async () => {
+    const hostile = '<b onmouseover=alert(5)>vip</b>';
+    const tagged = await queue.enqueue('dash.tagged', { n: 1 }, { delayMs: 3_600_000, tags: ['tenant:acme', 'vip'] });
+    const other = await queue.enqueue('dash.tagged', { n: 2 }, { delayMs: 3_600_000, tags: ['tenant:globex', hostile] });
+    await queue.enqueue('dash.tagged', { n: 3 }, { delayMs: 3_600_000 });
+    await page.goto(`${base}/queues/tasks?queue=dash.tagged`);
+    expect(await page.locator('table.tasks tbody tr').count()).toBe(3);
+    await page.locator('input[name=tag]').fill('vip');
+    await page.locator('form.filters button[type=submit]').click();
+    await page.waitForURL(/tag=vip/);
+    expect(await page.locator('table.tasks tbody tr td:first-child').allTextContents()).toEqual([`#${tagged}`]);
+    await page.locator('table.tasks tbody tr td.tags a.tag', { hasText: 'tenant:acme' }).click();
+    await page.waitForURL(/tag=tenant%3Aacme/);
+    expect(await page.locator('table.tasks tbody tr td:first-child').allTextContents()).toEqual([`#${tagged}`]);
+    await page.goto(`${base}/queues/tasks/${other}`);
+    expect(await page.locator('dl.facts a.tag').allTextContents()).toEqual(['tenant:globex', hostile]);
+    expect(await page.locator('dl.facts b').count()).toBe(0);
+    await page.locator('dl.facts a.tag', { hasText: hostile }).click();
+    await page.waitForURL(/tag=/);
+    expect(await page.locator('table.tasks tbody tr td:first-child').allTextContents()).toEqual([`#${other}`]);
+    expect(dialogs).toEqual([]);
+  });
+
   it('task detail: payload, attempt of max, last error, timings, and the pipeline as boxes with arrows', async () => {
     const [{ id }] = await db.sql("SELECT id::text FROM pgqueue.task_archive WHERE queue = 'payment.capture' ORDER BY id LIMIT 1");
     await page.goto(`${base}/queues/tasks/${id}`);

@@ -57,6 +57,7 @@ export class BarePgTarget implements BenchTarget {
       onConflict: 'ignore' as const,
       traceContext: null,
       partitionKey: null,
+      tags: null,
       debounce: null,
       dependsOn: null,
     };

@@ -8,12 +8,12 @@ SELECT set_config('lock_timeout', $1, true), set_config('idle_in_transaction_ses
 
 -- @statement enqueue: insertMany
 WITH input AS (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)
 ), inserted AS (
-  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key FROM input ORDER BY ord
+  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags FROM input ORDER BY ord
   RETURNING id, queue, run_at
 ), notified AS (
   SELECT pg_notify($2, queue || CASE WHEN min(run_at) > now()
@@ -25,14 +25,14 @@ SELECT coalesce(string_agg((id)::text, ',' ORDER BY id), '') AS ids, (SELECT cou
 -- @statement enqueue: insertManyLean
 WITH input AS (
   SELECT i.queue, e.payload::jsonb AS payload, i.priority::int AS priority, nullif(i.max_attempts, '')::int AS max_attempts,
-         $7::jsonb AS trace_context, NULL::bigint AS parent_id, NULL::text AS dedup_key, NULL::text AS group_key, NULL::text AS partition_key, i.ord,
+         $7::jsonb AS trace_context, NULL::bigint AS parent_id, NULL::text AS dedup_key, NULL::text AS group_key, NULL::text AS partition_key, NULL::text[] AS tags, i.ord,
          coalesce(nullif(i.run_at_in, '')::timestamptz, now() + i.delay_ms::bigint * interval '1 millisecond') AS run_at
   FROM unnest(string_to_array($1, ','), string_to_array($3, ','), string_to_array($4, ','), string_to_array($5, ','), string_to_array($6, ','))
          WITH ORDINALITY AS i(queue, priority, delay_ms, run_at_in, max_attempts, ord)
   JOIN json_array_elements($2::json) WITH ORDINALITY AS e(payload, ord) USING (ord)
 ), inserted AS (
-  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key FROM input ORDER BY ord
+  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags FROM input ORDER BY ord
   RETURNING id, queue, run_at
 ), notified AS (
   SELECT pg_notify($8, queue || CASE WHEN min(run_at) > now()
@@ -43,12 +43,12 @@ SELECT coalesce(string_agg((id)::text, ',' ORDER BY id), '') AS ids, (SELECT cou
 
 -- @statement enqueue: keyed.ignore
 WITH input AS (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)
 ), inserted AS (
-  INSERT INTO "pgqueue".task AS task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key FROM input ORDER BY ord
+  INSERT INTO "pgqueue".task AS task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags FROM input ORDER BY ord
   ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
   RETURNING id, queue, dedup_key, run_at, (xmax = 0) AS created
 ), notified AS (
@@ -67,14 +67,14 @@ ORDER BY i.ord;
 
 -- @statement enqueue: keyed.replace
 WITH input AS (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)
 ), inserted AS (
-  INSERT INTO "pgqueue".task AS task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key FROM input ORDER BY ord
+  INSERT INTO "pgqueue".task AS task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags FROM input ORDER BY ord
   ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running') DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-                          run_at = EXCLUDED.run_at, max_attempts = EXCLUDED.max_attempts
+                          run_at = EXCLUDED.run_at, max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags
             WHERE task.state = 'pending'
   RETURNING id, queue, dedup_key, run_at, (xmax = 0) AS created
 ), notified AS (
@@ -93,17 +93,18 @@ ORDER BY i.ord;
 
 -- @statement enqueue: keyed.rerun
 WITH input AS (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)
 ), inserted AS (
-  INSERT INTO "pgqueue".task AS task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key FROM input ORDER BY ord
+  INSERT INTO "pgqueue".task AS task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags FROM input ORDER BY ord
   ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running') DO UPDATE SET
       payload      = CASE WHEN task.state = 'pending' THEN EXCLUDED.payload ELSE task.payload END,
       priority     = CASE WHEN task.state = 'pending' THEN EXCLUDED.priority ELSE task.priority END,
       run_at       = CASE WHEN task.state = 'pending' THEN EXCLUDED.run_at ELSE task.run_at END,
       max_attempts = CASE WHEN task.state = 'pending' THEN EXCLUDED.max_attempts ELSE task.max_attempts END,
+      tags         = CASE WHEN task.state = 'pending' THEN EXCLUDED.tags ELSE task.tags END,
       rerun_payload = CASE WHEN task.state = 'running' THEN EXCLUDED.payload END
   RETURNING id, queue, dedup_key, run_at, (xmax = 0) AS created
 ), notified AS (
@@ -122,28 +123,28 @@ ORDER BY i.ord;
 
 -- @statement debounce: debounce
 WITH input AS (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)
 ), gate AS (
   INSERT INTO "pgqueue".task_debounce AS d (queue, key, quiet_until)
   SELECT queue, $3, now() + $4::bigint * interval '1 millisecond' FROM input WHERE $6
   ON CONFLICT (queue, key) DO UPDATE SET quiet_until = EXCLUDED.quiet_until, prev_quiet_until = d.quiet_until
   RETURNING d.prev_quiet_until IS NULL OR d.prev_quiet_until <= now() AS leads
 ), lead AS (
-  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, now(), max_attempts, group_key, trace_context, partition_key FROM input
+  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, now(), max_attempts, group_key, trace_context, partition_key, tags FROM input
   WHERE coalesce((SELECT leads FROM gate), false)
   RETURNING id, queue, run_at, true AS created
 ), trail AS (
-  INSERT INTO "pgqueue".task AS task (queue, payload, priority, run_at, max_attempts, group_key, trace_context, partition_key, debounce_key, debounce_until)
-  SELECT queue, payload, priority, now() + $4::bigint * interval '1 millisecond', max_attempts, group_key, trace_context, partition_key,
+  INSERT INTO "pgqueue".task AS task (queue, payload, priority, run_at, max_attempts, group_key, trace_context, partition_key, tags, debounce_key, debounce_until)
+  SELECT queue, payload, priority, now() + $4::bigint * interval '1 millisecond', max_attempts, group_key, trace_context, partition_key, tags,
          $3, CASE WHEN $5::bigint IS NULL THEN 'infinity' ELSE now() + $5::bigint * interval '1 millisecond' END
   FROM input
   WHERE NOT coalesce((SELECT leads FROM gate), false)
   ON CONFLICT (queue, debounce_key) WHERE debounce_key IS NOT NULL AND state = 'pending' AND started_at IS NULL
   DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
-                trace_context = EXCLUDED.trace_context, run_at = least(EXCLUDED.run_at, task.debounce_until)
+                trace_context = EXCLUDED.trace_context, tags = EXCLUDED.tags, run_at = least(EXCLUDED.run_at, task.debounce_until)
   RETURNING id, queue, run_at, (xmax = 0) AS created
 ), notified AS (
   SELECT pg_notify($2, queue || CASE WHEN min(run_at) > now()
@@ -161,9 +162,9 @@ WHERE NOT EXISTS (SELECT 1 FROM "pgqueue".task t WHERE t.id = w.id)
 
 -- @statement dependencies: insertDependants
 WITH RECURSIVE input AS (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($1::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)
 ), new AS (
   SELECT o.ord, nextval(pg_get_serial_sequence('"pgqueue".task', 'id')) AS id FROM (SELECT ord FROM input ORDER BY ord) o
 ), outer_link AS (
@@ -213,9 +214,9 @@ WITH RECURSIVE input AS (
 ), children AS (
   SELECT l.parent_ord AS ord, array_agg(n.id ORDER BY n.id) AS ids FROM inner_link l JOIN new n ON n.ord = l.ord GROUP BY l.parent_ord
 ), inserted AS (
-  INSERT INTO "pgqueue".task (id, queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, state, depends_on, deps_left, parent_results, last_error, finished_at, dependants)
+  INSERT INTO "pgqueue".task (id, queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, state, depends_on, deps_left, parent_results, last_error, finished_at, dependants)
   OVERRIDING SYSTEM VALUE
-  SELECT v.id, i.queue, i.payload, i.priority, i.run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key,
+  SELECT v.id, i.queue, i.payload, i.priority, i.run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags,
          CASE WHEN v.failed IS NOT NULL THEN 'cancelled' WHEN v.deps_left > 0 THEN 'waiting' ELSE 'pending' END,
          v.depends_on, v.deps_left, v.results,
          'task ' || v.failed || ', which it depends on, ended dead or cancelled',
@@ -1100,19 +1101,19 @@ WITH done AS (
     AND t.rerun_payload IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "pgqueue".task_cancel c WHERE c.task_id = t.id)
   RETURNING t.id, t.queue, t.run_at
 ), archived AS (
-  INSERT INTO "pgqueue".task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, trace_context, partition_key, depends_on, dependants, progress, log, result)
-  SELECT d.id, d.queue, CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END, d.payload, d.priority, d.run_at, d.attempt, coalesce(d.max_attempts, d.attempt_limit), d.last_error, d.parent_id, d.created_at, coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at), coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp()), d.dedup_key, d.group_key, d.trace_context, d.partition_key, d.depends_on, d.dependants, d.progress, d.log, CASE WHEN NOT d.cancelled THEN $7::jsonb -> d.id::text END
+  INSERT INTO "pgqueue".task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, trace_context, partition_key, depends_on, dependants, progress, log, tags, result)
+  SELECT d.id, d.queue, CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END, d.payload, d.priority, d.run_at, d.attempt, coalesce(d.max_attempts, d.attempt_limit), d.last_error, d.parent_id, d.created_at, coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at), coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp()), d.dedup_key, d.group_key, d.trace_context, d.partition_key, d.depends_on, d.dependants, d.progress, d.log, d.tags, CASE WHEN NOT d.cancelled THEN $7::jsonb -> d.id::text END
   FROM done d
   LEFT JOIN unnest(string_to_array($1, ',')::bigint[], string_to_array($5, ',')::float8[], string_to_array($6, ',')::float8[])
     AS r(id, started_ago, finished_ago) ON r.id = d.id
 ), uncancel AS (
   DELETE FROM "pgqueue".task_cancel c USING done d WHERE c.task_id = d.id AND d.cancelled
 ), follow_ups AS (
-  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key FROM (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($3::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)) f
+  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags FROM (
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($3::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)) f
   WHERE f.parent_id IN (SELECT id FROM done WHERE NOT cancelled UNION ALL SELECT id FROM rerun)
   ORDER BY f.ord
   ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
@@ -1339,19 +1340,19 @@ WITH done AS (
   AND (SELECT set_config('lock_timeout', '1000ms', true)) IS NOT NULL
   RETURNING t.id, t.queue, t.run_at
 ), archived AS (
-  INSERT INTO "pgqueue".task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, trace_context, partition_key, depends_on, dependants, progress, log, result)
-  SELECT d.id, d.queue, CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END, d.payload, d.priority, d.run_at, d.attempt, coalesce(d.max_attempts, d.attempt_limit), d.last_error, d.parent_id, d.created_at, coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at), coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp()), d.dedup_key, d.group_key, d.trace_context, d.partition_key, d.depends_on, d.dependants, d.progress, d.log, CASE WHEN NOT d.cancelled THEN $7::jsonb -> d.id::text END
+  INSERT INTO "pgqueue".task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, trace_context, partition_key, depends_on, dependants, progress, log, tags, result)
+  SELECT d.id, d.queue, CASE WHEN d.cancelled THEN 'cancelled' ELSE 'done' END, d.payload, d.priority, d.run_at, d.attempt, coalesce(d.max_attempts, d.attempt_limit), d.last_error, d.parent_id, d.created_at, coalesce(clock_timestamp() - r.started_ago * interval '1 millisecond', d.started_at), coalesce(clock_timestamp() - r.finished_ago * interval '1 millisecond', clock_timestamp()), d.dedup_key, d.group_key, d.trace_context, d.partition_key, d.depends_on, d.dependants, d.progress, d.log, d.tags, CASE WHEN NOT d.cancelled THEN $7::jsonb -> d.id::text END
   FROM done d
   LEFT JOIN unnest(string_to_array($1, ',')::bigint[], string_to_array($5, ',')::float8[], string_to_array($6, ',')::float8[])
     AS r(id, started_ago, finished_ago) ON r.id = d.id
 ), uncancel AS (
   DELETE FROM "pgqueue".task_cancel c USING done d WHERE c.task_id = d.id AND d.cancelled
 ), follow_ups AS (
-  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key FROM (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($3::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)) f
+  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags FROM (
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($3::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)) f
   WHERE f.parent_id IN (SELECT id FROM done WHERE NOT cancelled UNION ALL SELECT id FROM rerun)
   ORDER BY f.ord
   ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
@@ -1581,11 +1582,11 @@ WITH done AS (
 ), uncancel AS (
   DELETE FROM "pgqueue".task_cancel c USING done d WHERE c.task_id = d.id AND d.cancelled
 ), follow_ups AS (
-  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key FROM (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($3::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)) f
+  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags FROM (
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($3::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)) f
   WHERE f.parent_id IN (SELECT id FROM done WHERE NOT cancelled UNION ALL SELECT id FROM rerun)
   ORDER BY f.ord
   ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
@@ -1814,11 +1815,11 @@ WITH done AS (
 ), uncancel AS (
   DELETE FROM "pgqueue".task_cancel c USING done d WHERE c.task_id = d.id AND d.cancelled
 ), follow_ups AS (
-  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key)
-  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key FROM (
-  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.ord
-  FROM ROWS FROM (json_to_recordset($3::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, delay_ms bigint))
-    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, delay_ms, ord)) f
+  INSERT INTO "pgqueue".task (queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags)
+  SELECT queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags FROM (
+  SELECT i.queue, coalesce(i.payload, 'null'::jsonb) AS payload, i.priority, coalesce(i.run_at, now() + i.delay_ms * interval '1 millisecond') AS run_at, i.max_attempts, i.parent_id, i.dedup_key, i.group_key, i.trace_context, i.partition_key, i.tags, i.ord
+  FROM ROWS FROM (json_to_recordset($3::json) AS (queue text, payload jsonb, priority integer, run_at timestamp with time zone, max_attempts integer, parent_id bigint, dedup_key text, group_key text, trace_context jsonb, partition_key text, tags text[], delay_ms bigint))
+    WITH ORDINALITY AS i(queue, payload, priority, run_at, max_attempts, parent_id, dedup_key, group_key, trace_context, partition_key, tags, delay_ms, ord)) f
   WHERE f.parent_id IN (SELECT id FROM done WHERE NOT cancelled UNION ALL SELECT id FROM rerun)
   ORDER BY f.ord
   ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
@@ -2632,8 +2633,8 @@ SELECT set_config('lock_timeout', $2, true) IS NULL AS bound, (SELECT state FROM
 WITH now_cancelled AS (
   DELETE FROM "pgqueue".task WHERE id = $1::bigint AND state IN ('pending', 'waiting', 'dead', 'cancelled') RETURNING *
 ), archived AS (
-  INSERT INTO "pgqueue".task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, trace_context, partition_key, depends_on, dependants, progress, log, result)
-  SELECT c.id, c.queue, 'cancelled', c.payload, c.priority, c.run_at, c.attempt, coalesce(c.max_attempts, c.attempt_limit), c.last_error, c.parent_id, c.created_at, c.started_at, now(), c.dedup_key, c.group_key, c.trace_context, c.partition_key, c.depends_on, c.dependants, c.progress, c.log, NULL
+  INSERT INTO "pgqueue".task_archive (id, queue, state, payload, priority, run_at, attempt, max_attempts, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, trace_context, partition_key, depends_on, dependants, progress, log, tags, result)
+  SELECT c.id, c.queue, 'cancelled', c.payload, c.priority, c.run_at, c.attempt, coalesce(c.max_attempts, c.attempt_limit), c.last_error, c.parent_id, c.created_at, c.started_at, now(), c.dedup_key, c.group_key, c.trace_context, c.partition_key, c.depends_on, c.dependants, c.progress, c.log, c.tags, NULL
   FROM now_cancelled c
 ), ended_parents AS (SELECT id, dependants, workflow_parents, 'cancelled' AS outcome, NULL::jsonb AS result FROM now_cancelled
 ), child_debts AS (
@@ -2876,24 +2877,24 @@ CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE h.expires_at > now())::int AS 
 ORDER BY q.queue;
 
 -- @statement inspect: get
-SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, locked_by AS locked_by, locked_until AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, CASE WHEN state = 'waiting' THEN deps_left END AS deps_left, dependants::text[] AS dependants, progress AS progress, NULL::jsonb AS result, CASE WHEN state = 'waiting' THEN waiting_for END AS waiting_for, CASE WHEN state = 'waiting' THEN wake_at END AS wake_at, (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
+SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, locked_by AS locked_by, locked_until AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, CASE WHEN state = 'waiting' THEN deps_left END AS deps_left, dependants::text[] AS dependants, progress AS progress, tags AS tags, NULL::jsonb AS result, CASE WHEN state = 'waiting' THEN waiting_for END AS waiting_for, CASE WHEN state = 'waiting' THEN wake_at END AS wake_at, (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
                                     'startedAt', w.started_at, 'finishedAt', w.finished_at,
                                     'timedOut', w.kind = 'signal' AND w.result ? 'timedOut') ORDER BY w.seq)
    FROM "pgqueue".workflow_step w WHERE w.task_id = task.id) AS journal FROM "pgqueue".task WHERE id = $1::bigint
 UNION ALL
-SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, max_attempts AS max_attempts, NULL::text AS locked_by, NULL::timestamp with time zone AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, NULL::integer AS deps_left, dependants::text[] AS dependants, progress AS progress, result AS result, NULL, NULL, (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
+SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, max_attempts AS max_attempts, NULL::text AS locked_by, NULL::timestamp with time zone AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, NULL::integer AS deps_left, dependants::text[] AS dependants, progress AS progress, tags AS tags, result AS result, NULL, NULL, (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
                                     'startedAt', w.started_at, 'finishedAt', w.finished_at,
                                     'timedOut', w.kind = 'signal' AND w.result ? 'timedOut') ORDER BY w.seq)
    FROM "pgqueue".workflow_step w WHERE w.task_id = task_archive.id) FROM "pgqueue".task_archive WHERE id = $1::bigint;
 
 -- @statement inspect: list
 SELECT * FROM (
-  (SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, locked_by AS locked_by, locked_until AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, CASE WHEN state = 'waiting' THEN deps_left END AS deps_left, dependants::text[] AS dependants, progress AS progress, NULL::jsonb AS result FROM "pgqueue".task
+  (SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, locked_by AS locked_by, locked_until AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, CASE WHEN state = 'waiting' THEN deps_left END AS deps_left, dependants::text[] AS dependants, progress AS progress, tags AS tags, NULL::jsonb AS result FROM "pgqueue".task
    WHERE ($2::text IS NULL OR $2::text IN ('pending', 'waiting', 'running', 'dead', 'cancelled'))
      AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
      AND id <= coalesce($3::bigint - 1, 9223372036854775807) ORDER BY task.id DESC LIMIT $4)
   UNION ALL
-  (SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, max_attempts AS max_attempts, NULL::text AS locked_by, NULL::timestamp with time zone AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, NULL::integer AS deps_left, dependants::text[] AS dependants, progress AS progress, result AS result FROM "pgqueue".task_archive
+  (SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, max_attempts AS max_attempts, NULL::text AS locked_by, NULL::timestamp with time zone AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, NULL::integer AS deps_left, dependants::text[] AS dependants, progress AS progress, tags AS tags, result AS result FROM "pgqueue".task_archive
    WHERE ($2::text IS NULL OR $2::text IN ('done', 'cancelled'))
      AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
      AND id <= coalesce($3::bigint - 1, 9223372036854775807) ORDER BY task_archive.id DESC LIMIT $4)
@@ -2922,12 +2923,12 @@ WITH RECURSIVE up AS (
 )
 SELECT d.stage, x.*
 FROM (SELECT id, min(stage) AS stage FROM down GROUP BY id) d CROSS JOIN LATERAL (
-SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, locked_by AS locked_by, locked_until AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, CASE WHEN state = 'waiting' THEN deps_left END AS deps_left, dependants::text[] AS dependants, progress AS progress, NULL::jsonb AS result, CASE WHEN state = 'waiting' THEN waiting_for END AS waiting_for, CASE WHEN state = 'waiting' THEN wake_at END AS wake_at, (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
+SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, locked_by AS locked_by, locked_until AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, CASE WHEN state = 'waiting' THEN deps_left END AS deps_left, dependants::text[] AS dependants, progress AS progress, tags AS tags, NULL::jsonb AS result, CASE WHEN state = 'waiting' THEN waiting_for END AS waiting_for, CASE WHEN state = 'waiting' THEN wake_at END AS wake_at, (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
                                     'startedAt', w.started_at, 'finishedAt', w.finished_at,
                                     'timedOut', w.kind = 'signal' AND w.result ? 'timedOut') ORDER BY w.seq)
    FROM "pgqueue".workflow_step w WHERE w.task_id = task.id) AS journal FROM "pgqueue".task WHERE id = d.id
 UNION ALL
-SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, max_attempts AS max_attempts, NULL::text AS locked_by, NULL::timestamp with time zone AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, NULL::integer AS deps_left, dependants::text[] AS dependants, progress AS progress, result AS result, NULL, NULL, (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
+SELECT id::text AS id, queue AS queue, state AS state, payload AS payload, priority AS priority, run_at AS run_at, attempt AS attempt, max_attempts AS max_attempts, NULL::text AS locked_by, NULL::timestamp with time zone AS locked_until, last_error AS last_error, parent_id::text AS parent_id, created_at AS created_at, started_at AS started_at, finished_at AS finished_at, dedup_key AS dedup_key, group_key AS group_key, depends_on::text[] AS depends_on, NULL::integer AS deps_left, dependants::text[] AS dependants, progress AS progress, tags AS tags, result AS result, NULL, NULL, (SELECT json_agg(json_build_object('seq', w.seq, 'kind', w.kind, 'name', w.name, 'outcome', w.outcome, 'attempt', w.attempt,
                                     'startedAt', w.started_at, 'finishedAt', w.finished_at,
                                     'timedOut', w.kind = 'signal' AND w.result ? 'timedOut') ORDER BY w.seq)
    FROM "pgqueue".workflow_step w WHERE w.task_id = task_archive.id) FROM "pgqueue".task_archive WHERE id = d.id) x
@@ -3024,42 +3025,42 @@ GROUP BY GROUPING SETS ((queue), (minutes_ago));
 
 -- @statement dashboard: tasks
 WITH hot AS (
-  SELECT id, queue, state, priority, run_at, attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, last_error, created_at, finished_at, dedup_key, group_key, progress FROM "pgqueue".task
+  SELECT id, queue, state, priority, run_at, attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, last_error, created_at, finished_at, dedup_key, group_key, progress, tags FROM "pgqueue".task
   WHERE ($2::text IS NULL OR $2::text IN ('pending', 'waiting', 'running', 'dead', 'cancelled'))
     AND ($1::text IS NULL OR queue = $1::text) AND ($2::text IS NULL OR state = $2::text)
     AND id < coalesce($6::bigint, 9223372036854775807)
-  ORDER BY id DESC LIMIT CASE WHEN coalesce($3, $4, $5) IS NOT NULL THEN $8 ELSE $7 + 1 END
+  ORDER BY id DESC LIMIT CASE WHEN coalesce($3, $4, $5, $9) IS NOT NULL THEN $8 ELSE $7 + 1 END
 ), archived AS (
-  SELECT id, queue, state, priority, run_at, attempt, max_attempts, last_error, created_at, finished_at, dedup_key, group_key, progress FROM "pgqueue".task_archive
+  SELECT id, queue, state, priority, run_at, attempt, max_attempts, last_error, created_at, finished_at, dedup_key, group_key, progress, tags FROM "pgqueue".task_archive
   WHERE ($2::text IS NULL OR $2::text IN ('done', 'cancelled')) AND id < coalesce($6::bigint, 9223372036854775807)
-  ORDER BY id DESC LIMIT CASE WHEN coalesce($1, $2, $3, $4, $5) IS NULL THEN $7 + 1 ELSE $8 END
+  ORDER BY id DESC LIMIT CASE WHEN coalesce($1, $2, $3, $4, $5, $9) IS NULL THEN $7 + 1 ELSE $8 END
 ), bound AS (
   SELECT greatest(
-    (SELECT min(id) FROM hot HAVING count(*) = $8 AND coalesce($3, $4, $5) IS NOT NULL),
-    (SELECT min(id) FROM archived HAVING count(*) = $8 AND coalesce($1, $2, $3, $4, $5) IS NOT NULL)) AS low
+    (SELECT min(id) FROM hot HAVING count(*) = $8 AND coalesce($3, $4, $5, $9) IS NOT NULL),
+    (SELECT min(id) FROM archived HAVING count(*) = $8 AND coalesce($1, $2, $3, $4, $5, $9) IS NOT NULL)) AS low
 ), page AS (
   SELECT * FROM (
     SELECT c.*, 'task' AS source FROM hot c WHERE ($1::text IS NULL OR c.queue = $1::text) AND ($2::text IS NULL OR c.state = $2::text)
     AND ($3::text IS NULL OR c.dedup_key = $3::text) AND ($4::text IS NULL OR c.group_key = $4::text)
-    AND ($5::text IS NULL OR strpos(lower(c.last_error), lower($5::text)) > 0)
+    AND ($5::text IS NULL OR strpos(lower(c.last_error), lower($5::text)) > 0) AND ($9::text IS NULL OR $9::text = ANY (c.tags))
     UNION ALL
     SELECT c.*, 'archive' FROM archived c WHERE ($1::text IS NULL OR c.queue = $1::text) AND ($2::text IS NULL OR c.state = $2::text)
     AND ($3::text IS NULL OR c.dedup_key = $3::text) AND ($4::text IS NULL OR c.group_key = $4::text)
-    AND ($5::text IS NULL OR strpos(lower(c.last_error), lower($5::text)) > 0)
+    AND ($5::text IS NULL OR strpos(lower(c.last_error), lower($5::text)) > 0) AND ($9::text IS NULL OR $9::text = ANY (c.tags))
   ) m
   WHERE m.id >= coalesce((SELECT low FROM bound), 0)
   ORDER BY m.id DESC LIMIT $7 + 1
 )
-SELECT b.low::text AS low, id::text AS "id", queue, state, priority, run_at AS "runAt", attempt, max_attempts AS "maxAttempts", left(last_error, 300) AS "lastError", created_at AS "createdAt", finished_at AS "finishedAt", dedup_key AS "key", group_key AS "group", progress, p.source
+SELECT b.low::text AS low, id::text AS "id", queue, state, priority, run_at AS "runAt", attempt, max_attempts AS "maxAttempts", left(last_error, 300) AS "lastError", created_at AS "createdAt", finished_at AS "finishedAt", dedup_key AS "key", group_key AS "group", progress, tags, p.source
 FROM bound b LEFT JOIN page p ON true
 ORDER BY p.id DESC;
 
 -- @statement dashboard: task
-SELECT 'task' AS source, id::text AS "id", queue, state, jsonb_pretty(payload) AS "payload", priority, run_at AS "runAt", attempt, max_attempts AS "maxAttempts", locked_by AS "lockedBy", locked_until AS "lockedUntil", last_error AS "lastError", parent_id::text AS "parentId", created_at AS "createdAt", started_at AS "startedAt", finished_at AS "finishedAt", dedup_key AS "key", group_key AS "group", progress, EXISTS (SELECT 1 FROM "pgqueue".task_cancel c WHERE c.task_id = t.id) AS "cancelRequested"
-FROM (SELECT id, queue, state, payload, priority, run_at, attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, locked_by, locked_until, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, progress FROM "pgqueue".task WHERE id = $1::bigint) t
+SELECT 'task' AS source, id::text AS "id", queue, state, jsonb_pretty(payload) AS "payload", priority, run_at AS "runAt", attempt, max_attempts AS "maxAttempts", locked_by AS "lockedBy", locked_until AS "lockedUntil", last_error AS "lastError", parent_id::text AS "parentId", created_at AS "createdAt", started_at AS "startedAt", finished_at AS "finishedAt", dedup_key AS "key", group_key AS "group", progress, tags, EXISTS (SELECT 1 FROM "pgqueue".task_cancel c WHERE c.task_id = t.id) AS "cancelRequested"
+FROM (SELECT id, queue, state, payload, priority, run_at, attempt, coalesce(task.max_attempts, task.attempt_limit) AS max_attempts, locked_by, locked_until, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, progress, tags FROM "pgqueue".task WHERE id = $1::bigint) t
 UNION ALL
-SELECT 'archive', id::text AS "id", queue, state, jsonb_pretty(payload) AS "payload", priority, run_at AS "runAt", attempt, max_attempts AS "maxAttempts", locked_by AS "lockedBy", locked_until AS "lockedUntil", last_error AS "lastError", parent_id::text AS "parentId", created_at AS "createdAt", started_at AS "startedAt", finished_at AS "finishedAt", dedup_key AS "key", group_key AS "group", progress, false
-FROM (SELECT id, queue, state, payload, priority, run_at, attempt, max_attempts, NULL::text AS locked_by, NULL::timestamp with time zone AS locked_until, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, progress FROM "pgqueue".task_archive WHERE id = $1::bigint) t;
+SELECT 'archive', id::text AS "id", queue, state, jsonb_pretty(payload) AS "payload", priority, run_at AS "runAt", attempt, max_attempts AS "maxAttempts", locked_by AS "lockedBy", locked_until AS "lockedUntil", last_error AS "lastError", parent_id::text AS "parentId", created_at AS "createdAt", started_at AS "startedAt", finished_at AS "finishedAt", dedup_key AS "key", group_key AS "group", progress, tags, false
+FROM (SELECT id, queue, state, payload, priority, run_at, attempt, max_attempts, NULL::text AS locked_by, NULL::timestamp with time zone AS locked_until, last_error, parent_id, created_at, started_at, finished_at, dedup_key, group_key, progress, tags FROM "pgqueue".task_archive WHERE id = $1::bigint) t;
 
 -- @statement dashboard: chain
 WITH RECURSIVE up AS (

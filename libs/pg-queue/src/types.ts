@@ -74,6 +74,8 @@ export interface TaskInfo {
   key: string | null;
   /** The enqueue option `group`. */
   group: string | null;
+  /** The enqueue option `tags`, or null. */
+  tags: string[] | null;
   createdAt: Date;
   startedAt: Date | null;
   finishedAt: Date | null;
@@ -158,12 +160,17 @@ export interface EnqueueOptions<TTx = unknown> {
   key?: string;
   /**
    * With `key`, when a task with that key is live: 'ignore' (default) keeps it; 'replace' updates a
-   * pending task's payload, runAt, priority; 'rerun' does the same for a pending task and, for a
+   * pending task's payload, runAt, priority, maxAttempts and tags; 'rerun' does the same for a pending task and, for a
    * running one, runs it exactly once more after the current run, with the newest payload.
    */
   onConflict?: 'ignore' | 'replace' | 'rerun';
   /** Tasks of one group run one at a time, in enqueue order; groups run in parallel. */
   group?: string;
+  /**
+   * Labels to find the task by (at most 20 distinct strings): `get()` and `list()` return them,
+   * and the dashboard's task list shows them and filters by one. Kept when the task is archived.
+   */
+  tags?: string[];
   /**
    * The task's partition (a tenant, a customer): with the handler option `partitionConcurrency`, at
    * most that many tasks of a partition run at once and claims take partitions in turn.

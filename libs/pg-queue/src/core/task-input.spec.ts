@@ -154,10 +154,29 @@ describe('buildTaskRow', () => {
       onConflict: 'ignore',
       traceContext: null,
       partitionKey: null,
+      tags: null,
       weight: null,
       debounce: null,
       dependsOn: null,
     });
+  });
+
+  it('takes up to 20 distinct tags, each a text key, and names the one it refuses', () => {
+    expect(build({ tags: ['tenant:acme', 'vip'] }).tags).toEqual(['tenant:acme', 'vip']);
+    expect(build({ tags: [] }).tags).toBeNull();
+    expect(build({ tags: Array.from({ length: 20 }, (_, i) => `t${i}`) }).tags).toHaveLength(20);
+    for (const [tags, argument] of [
+      ['vip', 'tags'],
+      [Array.from({ length: 21 }, (_, i) => `t${i}`), 'tags'],
+      [['ok', ''], 'tags[1]'],
+      [['ok', 7], 'tags[1]'],
+      [['a\u0000b'], 'tags[0]'],
+      [['x'.repeat(513)], 'tags[0]'],
+      [['vip', 'vip'], 'tags[1]'],
+    ] as const) {
+      const err = thrown(() => build({ tags: tags as unknown as string[] }));
+      expect({ tags, err: err instanceof InvalidEnqueueOptionsError, option: (err as InvalidEnqueueOptionsError).option }).toEqual({ tags, err: true, option: argument });
+    }
   });
 
   it("takes a partition's weight from 1 to 1000, only with a partition and not in a follow-up", () => {

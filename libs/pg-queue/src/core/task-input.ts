@@ -60,6 +60,7 @@ const ENQUEUE_OPTION_KEYS = Object.keys({
   group: true,
   partition: true,
   weight: true,
+  tags: true,
   debounce: true,
   dependsOn: true,
 } satisfies Record<keyof Omit<EnqueueOptions, 'tx'>, true>);
@@ -139,6 +140,7 @@ export function buildTaskRow(
     throw new InvalidEnqueueOptionsError('onConflict', 'only applies together with a key');
   }
   const weight = weightOf(o.weight, partitionKey, parentId);
+  const tags = tagsOf(o.tags);
   const debounce = debounceOf(o, parentId);
   const dependsOn = dependsOnOf(o, parentId);
   return {
@@ -154,10 +156,25 @@ export function buildTaskRow(
     onConflict,
     traceContext,
     partitionKey,
+    tags,
     weight,
     debounce,
     dependsOn,
   };
+}
+
+/** The most tags a task carries. */
+export const MAX_TAGS = 20;
+
+/** The enqueue option `tags`: up to MAX_TAGS distinct text keys, kept in the order given. */
+function tagsOf(tags: unknown): string[] | null {
+  if (tags === undefined || tags === null) return null;
+  if (!Array.isArray(tags) || tags.length > MAX_TAGS) throw new InvalidEnqueueOptionsError('tags', `expected an array of at most ${MAX_TAGS} strings`);
+  tags.forEach((tag, i) => {
+    if (!isTextKey(tag)) throw new InvalidEnqueueOptionsError(`tags[${i}]`, 'expected a non-empty string of at most 512 characters, without NUL or unpaired UTF-16 surrogates');
+    if (tags.indexOf(tag) !== i) throw new InvalidEnqueueOptionsError(`tags[${i}]`, `repeats ${JSON.stringify(tag)}`);
+  });
+  return tags.length === 0 ? null : [...(tags as string[])];
 }
 
 /** Task ids as the operator API takes them: decimal, positive, within bigint. */

@@ -22,6 +22,8 @@ export interface NewTaskRow {
   onConflict: ConflictMode;
   /** The enqueuer's trace context as JSON text (see observability/tracing.ts), or null. */
   traceContext: string | null;
+  /** The enqueue option `tags`, checked, or null. */
+  tags: string[] | null;
   /** The enqueue option `partition` (flow control, see limits.sql.ts), or null. */
   partitionKey: string | null;
   /** The enqueue option `weight` of the partition (the partitioned claim in claim.sql.ts), or null. */

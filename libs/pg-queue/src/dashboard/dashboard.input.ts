@@ -30,6 +30,7 @@ export function listFilter(query: Fields): TaskListFilter {
     state: state as DashboardTaskState | null,
     key: text(query, 'key'),
     group: text(query, 'group'),
+    tag: text(query, 'tag'),
     error: text(query, 'error'),
     cursor: cursor === null ? null : taskIdParam(cursor, 'cursor'),
   };

@@ -83,8 +83,9 @@ describe('dashboard requests', () => {
   });
 
   it('filters: strings only, known states, queue names, ids; error text as a literal ILIKE pattern', () => {
-    expect(listFilter({ queue: 'q', state: 'dead', error: ' x ', cursor: '12' })).toEqual({ queue: 'q', state: 'dead', key: null, group: null, error: 'x', cursor: '12' });
-    for (const bad of [{ state: 'zombie' }, { queue: 'a b' }, { cursor: '0' }, { key: ['a', 'b'] }, { error: 'x\u0000' }, { group: 'g'.repeat(501) }]) {
+    expect(listFilter({ queue: 'q', state: 'dead', error: ' x ', cursor: '12' })).toEqual({ queue: 'q', state: 'dead', key: null, group: null, tag: null, error: 'x', cursor: '12' });
+    expect(listFilter({ tag: 'tenant:acme' }).tag).toBe('tenant:acme');
+    for (const bad of [{ state: 'zombie' }, { queue: 'a b' }, { cursor: '0' }, { key: ['a', 'b'] }, { error: 'x\u0000' }, { group: 'g'.repeat(501) }, { tag: ['a', 'b'] }]) {
       expect(() => listFilter(bad)).toThrow();
     }
     expect(containsPattern('50%_off\\')).toBe('%50\\%\\_off\\\\%');

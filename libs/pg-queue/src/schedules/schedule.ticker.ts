@@ -95,6 +95,7 @@ export class ScheduleTicker {
           onConflict: 'ignore',
           traceContext: null, // a tick starts a trace of its own
           partitionKey: null,
+          tags: null,
           debounce: null,
           dependsOn: null,
         }));

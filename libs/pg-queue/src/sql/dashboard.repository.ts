@@ -42,6 +42,8 @@ export interface TaskListFilter {
   state: DashboardTaskState | null;
   key: string | null;
   group: string | null;
+  /** One of the task's tags. */
+  tag: string | null;
   /** Case-insensitive substring of the last error. */
   error: string | null;
   /** Exclusive upper bound on the id (the previous page's last id), or null for the newest. */
@@ -60,6 +62,7 @@ export interface TaskListRow {
   lastError: string | null;
   key: string | null;
   group: string | null;
+  tags: string[] | null;
   createdAt: Date;
   finishedAt: Date | null;
   /** The last ctx.progress value, or null. */
@@ -155,6 +158,7 @@ export class DashboardRepository {
       f.cursor,
       size,
       DASHBOARD_LIMITS.scanBudget,
+      f.tag,
     );
     const low = rows[0]?.low ?? null;
     const found = rows.filter((r) => r.id !== null).map(({ low: _low, ...row }) => row);

@@ -24,9 +24,9 @@ export function dashboardStatements(schema: string) {
   /** The list's filters on one table's candidate rows (a clause on parameters alone is checked once). */
   const listFilter = `($1::text IS NULL OR c.queue = $1::text) AND ($2::text IS NULL OR c.state = $2::text)
     AND ($3::text IS NULL OR c.dedup_key = $3::text) AND ($4::text IS NULL OR c.group_key = $4::text)
-    AND ($5::text IS NULL OR strpos(lower(c.last_error), lower($5::text)) > 0)`;
-  /** Whether key, group or error text is filtered: the filters no index serves. */
-  const scanning = `coalesce($3, $4, $5) IS NOT NULL`;
+    AND ($5::text IS NULL OR strpos(lower(c.last_error), lower($5::text)) > 0) AND ($9::text IS NULL OR $9::text = ANY (c.tags))`;
+  /** Whether key, group, error text or tag is filtered: the filters no index serves. */
+  const scanning = `coalesce($3, $4, $5, $9) IS NOT NULL`;
   // A task's page: its payload pretty-printed by the database.
   const pageShown = dashboardShown('page', { payload: (e) => `jsonb_pretty(${e})` });
   const summary = `id::text AS id, queue, state, parent_id::text AS "parentId", attempt,
@@ -101,20 +101,20 @@ FROM bucketed
 GROUP BY GROUPING SETS ((queue), (minutes_ago))`,
 
     /**
-     * A page of tasks, newest first, filtered by queue, state, dedup key, group and error text
-     * (case-insensitive substring). Each table gives its newest candidates below the cursor, and
+     * A page of tasks, newest first, filtered by queue, state, dedup key, group, error text
+     * (case-insensitive substring) and tag. Each table gives its newest candidates below the cursor, and
      * the two are merged:
      * - live tasks (`task`, bounded by the work not yet finished) are read with the queue and state
      *   filters applied, by a backward scan of the primary key;
      * - the archive (all history) is read without them, so that a rare queue cannot make a page
      *   read it to the end.
-     * Where a filter is left for after the read (key, group and error text in both, every filter in
+     * Where a filter is left for after the read (key, group, error text and tag in both, every filter in
      * the archive), a table gives at most $8 rows (the scan budget) instead of a page. `low` is the
      * id down to which both tables were read when a budget ran out: rows below it were not looked
      * at, so the page keeps only matches at or above it and the next page starts there. The bound
      * row always comes back; with no match its page columns are NULL.
      * Parameters: $1 queue, $2 state, $3 key, $4 group, $5 error text (each or NULL), $6 id cursor
-     * (exclusive) or NULL, $7 page size, $8 scan budget. Returns up to $7 + 1 rows (one more says
+     * (exclusive) or NULL, $7 page size, $8 scan budget, $9 tag or NULL. Returns up to $7 + 1 rows (one more says
      * there is a next page).
      */
     tasks: `
@@ -127,11 +127,11 @@ WITH hot AS (
 ), archived AS (
   SELECT ${dashboardStored('list', 'task_archive')} FROM ${s}.task_archive
   WHERE ($2::text IS NULL OR $2::text IN ('done', 'cancelled')) AND id < coalesce($6::bigint, 9223372036854775807)
-  ORDER BY id DESC LIMIT CASE WHEN coalesce($1, $2, $3, $4, $5) IS NULL THEN $7 + 1 ELSE $8 END
+  ORDER BY id DESC LIMIT CASE WHEN coalesce($1, $2, $3, $4, $5, $9) IS NULL THEN $7 + 1 ELSE $8 END
 ), bound AS (
   SELECT greatest(
     (SELECT min(id) FROM hot HAVING count(*) = $8 AND ${scanning}),
-    (SELECT min(id) FROM archived HAVING count(*) = $8 AND coalesce($1, $2, $3, $4, $5) IS NOT NULL)) AS low
+    (SELECT min(id) FROM archived HAVING count(*) = $8 AND coalesce($1, $2, $3, $4, $5, $9) IS NOT NULL)) AS low
 ), page AS (
   SELECT * FROM (
     SELECT c.*, 'task' AS source FROM hot c WHERE ${listFilter}

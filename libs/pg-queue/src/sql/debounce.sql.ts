@@ -7,7 +7,7 @@ import { DEBOUNCED_COLUMNS, debouncedValues, taskInput } from './task-fields';
  *
  * Lock decisions:
  * - The burst waiting to run is the key's pending task that has never started: task_debounce_idx
- *   makes it unique, and a request folds into it with ON CONFLICT DO UPDATE (newest payload, due
+ *   makes it unique, and a request folds into it with ON CONFLICT DO UPDATE (newest payload and tags, due
  *   `delayMs` from now but no later than its `debounce_until`). A claim that takes the task first
  *   sets started_at, which takes it out of that index: the request then waits only for the claim's
  *   statement and inserts a new burst. Nothing is counted in process memory, so any number of
@@ -45,7 +45,7 @@ WITH input AS (${taskInput(1)}
   WHERE NOT coalesce((SELECT leads FROM gate), false)
   ON CONFLICT (queue, debounce_key) WHERE debounce_key IS NOT NULL AND state = 'pending' AND started_at IS NULL
   DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
-                trace_context = EXCLUDED.trace_context, run_at = least(EXCLUDED.run_at, task.debounce_until)
+                trace_context = EXCLUDED.trace_context, tags = EXCLUDED.tags, run_at = least(EXCLUDED.run_at, task.debounce_until)
   RETURNING id, queue, run_at, (xmax = 0) AS created
 ), ${notifyCte('SELECT queue, run_at FROM lead UNION ALL SELECT queue, run_at FROM trail', '$2')}
 SELECT coalesce((SELECT id FROM lead), (SELECT id FROM trail))::text AS id,

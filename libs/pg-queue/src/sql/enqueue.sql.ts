@@ -23,13 +23,14 @@ const NOTIFY = `, ${notifyCte('SELECT queue, run_at FROM inserted', '$2')}`;
 const ON_CONFLICT: Record<ConflictMode, string> = {
   ignore: 'DO NOTHING',
   replace: `DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
-                          run_at = EXCLUDED.run_at, max_attempts = EXCLUDED.max_attempts
+                          run_at = EXCLUDED.run_at, max_attempts = EXCLUDED.max_attempts, tags = EXCLUDED.tags
             WHERE task.state = 'pending'`,
   rerun: `DO UPDATE SET
       payload      = CASE WHEN task.state = 'pending' THEN EXCLUDED.payload ELSE task.payload END,
       priority     = CASE WHEN task.state = 'pending' THEN EXCLUDED.priority ELSE task.priority END,
       run_at       = CASE WHEN task.state = 'pending' THEN EXCLUDED.run_at ELSE task.run_at END,
       max_attempts = CASE WHEN task.state = 'pending' THEN EXCLUDED.max_attempts ELSE task.max_attempts END,
+      tags         = CASE WHEN task.state = 'pending' THEN EXCLUDED.tags ELSE task.tags END,
       rerun_payload = CASE WHEN task.state = 'running' THEN EXCLUDED.payload END`,
 };
 

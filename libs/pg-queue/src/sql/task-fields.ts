@@ -11,6 +11,8 @@ import type { TaskInfo } from '../types';
  * it is archived), and the code that uses it (its option, its validation, what reads it): the
  * statements pick it up from here.
  */
+type Encoding = 'text' | 'number' | 'json' | 'date' | 'list';
+
 interface TaskField {
   column: string;
   /** Its SQL type, as format_type() prints it. */
@@ -19,12 +21,12 @@ interface TaskField {
   in: 'both' | 'task' | 'archive';
   /**
    * Written by an enqueue, from NewTaskRow's property `from`, encoded so in the enqueue's JSON
-   * rows: a string (or null), a number (or null), or JSON text embedded as it is. `value`: what
+   * rows: a string, a number, a list of strings, or JSON text embedded as it is (each or null). `value`: what
    * the input row `i` gives the column (default `i.<column>`). `lean: false`: plain enqueues
    * (insertManyLean) carry none, so a row that has one goes the JSON way. `debounced: false`: a
    * debounced enqueue does not write it.
    */
-  enqueue?: { from: keyof NewTaskRow; encoding: 'text' | 'number' | 'json' | 'date'; value?: string; lean?: false; debounced?: false };
+  enqueue?: { from: keyof NewTaskRow; encoding: Encoding; value?: string; lean?: false; debounced?: false };
   /** What the archive stores when the task moves there, from the live row `r` (default the column). */
   archived?: (r: string) => string;
   /**
@@ -94,6 +96,7 @@ export const TASK_FIELDS = [
   field('log', 'jsonb', { in: 'both' }),
   field('watched', 'boolean', { in: 'task' }),
   field('workflow_parents', 'bigint[]', { in: 'task' }),
+  field('tags', 'text[]', { in: 'both', dashboard: 'list', enqueue: { from: 'tags', encoding: 'list', lean: false }, info: { as: 'tags' } }),
   // The handler's return value: only a finished task has one.
   field('result', 'jsonb', { in: 'archive', info: { as: 'result' } }),
 ] as const satisfies readonly TaskField[];
@@ -139,10 +142,11 @@ export function taskRowsJson(rows: NewTaskRow[]): string {
   return `${json}]`;
 }
 
-function encode(encoding: 'text' | 'number' | 'json' | 'date', v: unknown): string {
+function encode(encoding: Encoding, v: unknown): string {
   if (v === null || v === undefined) return 'null';
   switch (encoding) {
-    case 'text': return JSON.stringify(v);
+    case 'text':
+    case 'list': return JSON.stringify(v);
     case 'date': return JSON.stringify((v as Date).toISOString());
     default: return String(v);
   }

@@ -39,6 +39,7 @@ a.dead, span.failed { color: var(--failed); font-weight: 600; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; color: #fff; background: var(--muted); vertical-align: middle; }
 .badge.st-done { background: var(--done); } .badge.st-pending { background: var(--pending); } .badge.st-running { background: var(--running); }
 .badge.st-dead { background: var(--dead); } .badge.st-cancelled { background: var(--cancelled); }
+a.tag { display: inline-block; padding: 0 6px; margin: 1px 0; border: 1px solid var(--line); border-radius: 8px; font-size: 12px; font-family: ui-monospace, monospace; text-decoration: none; }
 .badge.st-paused { background: #b7791f; }
 .badge.st-backoff { background: #c05621; }
 .queue-name { font-family: ui-monospace, monospace; font-size: 16px; color: #3a4254; background: #e8ebf2; padding: 2px 8px; border-radius: 6px; }

@@ -1,3 +1,4 @@
+import { truncate } from './format';
 import { html, type Html } from './html';
 import type { Links } from './links';
 
@@ -89,4 +90,9 @@ export function actionForm(ctx: PageContext, action: string, label: string, fiel
 /** A state as a coloured badge. */
 export function stateBadge(state: string): Html {
   return html`<span class="badge st-${state}">${state}</span>`;
+}
+
+/** A task's tags, each a link to the tasks with that tag. */
+export function tagLinks(tags: readonly string[] | null, href: (tag: string) => string): Html {
+  return html`${(tags ?? []).map((tag) => html`<a class="tag" href="${href(tag)}">${truncate(tag, 40)}</a> `)}`;
 }

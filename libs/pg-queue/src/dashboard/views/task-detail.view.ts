@@ -1,7 +1,7 @@
 import type { PipelineStage, TaskDetail } from '../../sql/dashboard.repository';
 import { duration, relative, timestamp } from './format';
 import { html, type Html } from './html';
-import { actionForm, page, stateBadge, type PageContext } from './layout.view';
+import { actionForm, page, stateBadge, tagLinks, type PageContext } from './layout.view';
 import { pipelinePicture } from './pipeline.svg';
 import type { WorkflowInfo } from '../../workflow/workflow.types';
 import type { TaskLogEntry } from '../../types';
@@ -51,6 +51,7 @@ ${t.progress !== null && t.progress !== undefined ? fact('progress', progressVie
 ${fact('priority', t.priority)}
 ${fact('key', t.key ?? '—')}
 ${fact('group', t.group ? html`<a href="${l.tasks({ group: t.group, queue: t.queue })}">${t.group}</a>` : '—')}
+${fact('tags', t.tags?.length ? tagLinks(t.tags, (tag) => l.tasks({ tag })) : '—')}
 ${fact('parent', t.parentId ? html`<a href="${l.task(t.parentId)}">#${t.parentId}</a>` : '—')}
 ${fact('created', when(t.createdAt))}
 ${fact('run at', when(t.runAt))}

@@ -186,5 +186,16 @@ ALTER TABLE ${s}.task_archive ADD COLUMN trace_context jsonb;
 `,
       ],
     },
+    {
+      version: 29,
+      name: 'task_tags',
+      // Catalog changes only (nullable, no default). An instance of an earlier release writes no
+      // tags and archives a task without them; this one reads NULL as no tags.
+      sql: `
+-- The enqueue option tags: labels to find tasks by (the dashboard's tag filter).
+ALTER TABLE ${s}.task ADD COLUMN IF NOT EXISTS tags text[];
+ALTER TABLE ${s}.task_archive ADD COLUMN IF NOT EXISTS tags text[];
+`,
+    },
   ];
 }
