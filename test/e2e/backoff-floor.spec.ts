@@ -1,7 +1,7 @@
 /**
  * A back-off of 0 ms (a downstream answering `429, Retry-After: 0` for ever, or a handler calling
- * ctx.backOff(0)) gives the task back uncounted and due at once: without a floor on the delay the
- * worker claims it again at once, hundreds of times a second. With the floor (MIN_BACK_OFF_MS) the
+ * ctx.coolDown(0)) gives the task back uncounted and due at once: without a floor on the delay the
+ * worker claims it again at once, hundreds of times a second. With the floor (MIN_COOLDOWN_MS) the
  * runs are spaced by it. Counts, not timings: the bound allows 2 times what the floor permits (without
  * it: 18-95 runs a second measured on a loaded and a quiet 2-core machine).
  */
@@ -26,7 +26,7 @@ class Refused {
   @TaskHandler('zero.queue', { mode: 'lease' })
   async queue(_task: Task, ctx: LeaseTaskContext) {
     ran('zero.queue');
-    ctx.backOff(0, { scope: 'queue' });
+    ctx.coolDown(0, { scope: 'queue' });
   }
 }
 

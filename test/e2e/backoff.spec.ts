@@ -134,6 +134,10 @@ describe('back-off on a downstream 429, across three instances', () => {
     expect((await instances[0].queue.backOffs()).filter((b) => b.name === 'bo.storm')).toEqual([
       expect.objectContaining({ scope: 'queue', partition: null, until: expect.any(Date), reason: expect.stringContaining('rate limited') }),
     ]);
+    // The same under this release's names (those above are their deprecated aliases).
+    expect((await instances[0].queue.cooldowns()).filter((b) => b.name === 'bo.storm')).toEqual([expect.objectContaining({ scope: 'queue', partition: null })]);
+    expect(health.queue.queues).toEqual(expect.arrayContaining([expect.objectContaining({ queue: 'bo.storm', coolingDown: true })]));
+    expect(metrics).toMatch(/pgqueue_cooldown_until_seconds\{scope="queue",name="bo\.storm",partition=""\} \d{10}/);
     await finished('bo.storm', 99);
 
     // Only the tasks running when each instance met its first 429 hit the provider: its slots (3);

@@ -81,7 +81,7 @@ describe('pg-queue CLI', () => {
   });
 
   it('stats and backoffs show a back-off in force with its end time', async () => {
-    expect(cli(['backoffs'])).toMatchObject({ code: 0, out: 'no back-offs\n' });
+    expect(cli(['backoffs'])).toMatchObject({ code: 0, out: 'no cooldowns\n' });
     // As a handler's RateLimitedError records it (backoff.sql.ts; the e2e backoff.spec drives that path).
     await db.sql(
       `INSERT INTO pgqueue.backoff (scope, name, partition_key, until, task_id, reason)
@@ -89,7 +89,7 @@ describe('pg-queue CLI', () => {
     );
     try {
       const stats = cli(['stats']);
-      expect(stats.out).toMatch(/^queue\s+pending.*oldestDueMs\s+backedOffUntil\n/);
+      expect(stats.out).toMatch(/^queue\s+pending.*oldestDueMs\s+cooldownUntil\n/);
       expect(stats.out).toMatch(/\ncli\.work\s.*\s2099-01-02T03:04:05\.000Z\n/);
       const listed = cli(['backoffs']);
       expect(listed.out).toMatch(/^scope\s+name\s+partition\s+until\s+reason\nqueue\s+cli\.work\s+2099-01-02T03:04:05\.000Z\s+RateLimitedError: 429\nlimiter\s+stripe/);
@@ -216,7 +216,7 @@ describe('pg-queue CLI', () => {
     const help = cli(['--help']);
     expect(help.code).toBe(0);
     expect(help.out).toContain('Exit codes: 0 done; 1 not found');
-    for (const command of ['stats', 'backoffs', 'list', 'show', 'logs', 'retry', 'retry-dead', 'cancel', 'purge', 'schedules', 'schema']) expect(help.out).toContain(`  ${command}`);
+    for (const command of ['stats', 'cooldowns', 'list', 'show', 'logs', 'retry', 'retry-dead', 'cancel', 'purge', 'schedules', 'schema']) expect(help.out).toContain(`  ${command}`);
     expect(cli(['purge', '--help']).out).toContain('--older-than <duration>');
     expect(cli(['--version']).out).toMatch(/^\d+\.\d+\.\d+\n$/);
     expect(cli(['list', '--state', 'finished']).code).toBe(2);

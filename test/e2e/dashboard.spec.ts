@@ -323,8 +323,8 @@ describe('dashboard (headless Chromium)', () => {
     for (const path of ['/queues', '/ro']) {
       await page.goto(`${base}${path}`);
       const row = page.locator('tbody tr', { has: page.locator('th a:text-is("dash.throttled")') });
-      expect(await row.locator('th .badge.st-backoff').textContent()).toMatch(/^backed off in (59 min|1 h)/);
-      const backOff = page.locator('.flow table.backoffs tbody tr', { has: page.locator('th:text-is("dash.throttled")') });
+      expect(await row.locator('th .badge.st-cooldown').textContent()).toMatch(/^cooldown ends in (59 min|1 h)/);
+      const backOff = page.locator('.flow table.cooldowns tbody tr', { has: page.locator('th:text-is("dash.throttled")') });
       expect(await backOff.locator('td').allTextContents()).toEqual([
         'queue',
         '',

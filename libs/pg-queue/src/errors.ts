@@ -114,48 +114,55 @@ export class HandlerConfigurationError extends InvalidOptionsError {}
 export class NonRetryableError extends PgQueueError {}
 
 /**
- * Where a back-off applies (see RateLimitedError): this task only, its partition, its whole queue,
- * or a named limiter (module option `limiters`) with every queue that uses it.
+ * What a cooldown holds back (see RateLimitedError): this task only, its partition, its whole
+ * queue, or a named limiter (module option `limiters`) with every queue that uses it. A cooldown is
+ * the pause a downstream asked for; `backoff` is only ever the delay between failed attempts.
  */
-export type BackOffScopeName = 'task' | 'partition' | 'queue' | (string & {});
+export type CooldownScope = 'task' | 'partition' | 'queue' | (string & {});
+/** @deprecated Renamed CooldownScope; this name goes in the next release. */
+export type BackOffScopeName = CooldownScope;
 
-/** The most a back-off may last: 366 days, as a rate window. */
-export const MAX_BACK_OFF_MS = 31_622_400_000;
+/** The most a cooldown may last: 366 days, as a rate window. */
+export const MAX_COOLDOWN_MS = 31_622_400_000;
+/** @deprecated Renamed MAX_COOLDOWN_MS; this name goes in the next release. */
+export const MAX_BACK_OFF_MS = MAX_COOLDOWN_MS;
 
 /**
- * The least a back-off lasts: a shorter one (a `Retry-After: 0`) is raised to it. A back-off gives
+ * The least a cooldown lasts: a shorter one (a `Retry-After: 0`) is raised to it. A cooldown gives
  * its attempt back uncounted, so a downstream that answers "not now, retry at once" for ever would
- * otherwise make claim, back-off, claim a busy loop that never ends dead. 250 ms caps that loop at
- * four claims a second per task (per queue, partition or limiter for the wider scopes), while a
- * back-off computed to the millisecond (a rate-limit reset time) that ends just after a window
- * is not pushed later: a floor of a second held a 1 s outage's first served call back from 30 ms
- * after its end to 97 (bench scenario 9, row `backoff`).
+ * otherwise make claim, cooldown, claim a busy loop that never ends dead. 250 ms caps that loop at
+ * four claims a second per task (per queue, partition or limiter for the wider scopes), and is
+ * short enough that a cooldown computed to the millisecond (a rate-limit reset time) is not pushed
+ * noticeably past the window it waits for.
  */
-export const MIN_BACK_OFF_MS = 250;
+export const MIN_COOLDOWN_MS = 250;
+/** @deprecated Renamed MIN_COOLDOWN_MS; this name goes in the next release. */
+export const MIN_BACK_OFF_MS = MIN_COOLDOWN_MS;
 
 /**
  * Thrown by a handler whose downstream said "not now" (an HTTP 429 with `Retry-After`, a quota):
- * the task goes back to `pending`, due in `retryAfterMs` (at least MIN_BACK_OFF_MS), with no attempt counted and nothing
- * recorded as a failure; and the scope is not claimed by any instance until then (see the README's
- * flow control). `scope` defaults to the handler's limiter when it has one, else 'queue'. In
- * transactional mode the handler's writes are rolled back. `ctx.backOff(ms, { scope })` throws it.
+ * the task goes back to `pending`, due in `retryAfterMs` (at least MIN_COOLDOWN_MS), with no attempt
+ * counted and nothing recorded as a failure; and its scope cools down: it is not claimed by any
+ * instance until then (see the README's flow control). `scope` defaults to the handler's limiter
+ * when it has one, else 'queue'. In transactional mode the handler's writes are rolled back.
+ * `ctx.coolDown(ms, { scope })` throws it.
  * @example
  * if (res.status === 429) throw new RateLimitedError({ retryAfterMs: RateLimitedError.retryAfterMs(res.headers.get('retry-after')) ?? 1000, scope: 'stripe' });
  */
 export class RateLimitedError extends PgQueueError {
   readonly retryAfterMs: number;
-  readonly scope: BackOffScopeName | undefined;
+  readonly scope: CooldownScope | undefined;
 
-  constructor(options: { retryAfterMs: number; scope?: BackOffScopeName; reason?: string }) {
+  constructor(options: { retryAfterMs: number; scope?: CooldownScope; reason?: string }) {
     const ms = options?.retryAfterMs;
-    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > MAX_BACK_OFF_MS) {
-      throw new InvalidArgumentError('retryAfterMs', `expected a number of ms in [0, ${MAX_BACK_OFF_MS}], got ${JSON.stringify(ms)}`);
+    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > MAX_COOLDOWN_MS) {
+      throw new InvalidArgumentError('retryAfterMs', `expected a number of ms in [0, ${MAX_COOLDOWN_MS}], got ${JSON.stringify(ms)}`);
     }
     const scope = options.scope;
     if (scope !== undefined && (typeof scope !== 'string' || scope.length === 0 || scope.length > 200)) {
       throw new InvalidArgumentError('scope', `expected 'task', 'partition', 'queue' or a limiter's name, got ${JSON.stringify(scope)}`);
     }
-    const lasting = Math.max(MIN_BACK_OFF_MS, Math.round(ms));
+    const lasting = Math.max(MIN_COOLDOWN_MS, Math.round(ms));
     super(options.reason ?? `pg-queue: rate limited, back off ${lasting} ms${scope ? ` (${scope})` : ''}`);
     this.retryAfterMs = lasting;
     this.scope = scope;
@@ -168,9 +175,9 @@ export class RateLimitedError extends PgQueueError {
   static retryAfterMs(header: string | null | undefined, now = Date.now()): number | null {
     if (header == null || header.trim() === '') return null;
     const seconds = Number(header);
-    if (Number.isFinite(seconds)) return Math.max(0, Math.min(MAX_BACK_OFF_MS, Math.round(seconds * 1000)));
+    if (Number.isFinite(seconds)) return Math.max(0, Math.min(MAX_COOLDOWN_MS, Math.round(seconds * 1000)));
     const at = Date.parse(header);
-    return Number.isNaN(at) ? null : Math.max(0, Math.min(MAX_BACK_OFF_MS, at - now));
+    return Number.isNaN(at) ? null : Math.max(0, Math.min(MAX_COOLDOWN_MS, at - now));
   }
 }
 

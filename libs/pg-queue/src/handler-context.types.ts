@@ -1,4 +1,4 @@
-import type { BackOffScopeName } from './errors';
+import type { CooldownScope } from './errors';
 import type { FollowUpOptions, FollowUpRef, HandlerMode, PayloadOf, SqlExecutor, Task } from './types';
 
 /** The `ctx` a handler receives, per mode, and the handler's own type. */
@@ -42,13 +42,15 @@ export interface TaskContextBase {
    */
   log(line: string): void;
   /**
-   * The downstream said "not now": throws a RateLimitedError (write `throw ctx.backOff(...)` or
+   * The downstream said "not now": throws a RateLimitedError (write `throw ctx.coolDown(...)` or
    * let it propagate). The task goes back to pending, due in `retryAfterMs` (at least
-   * MIN_BACK_OFF_MS, 250 ms), no attempt counted, no
-   * failure recorded; `scope` ('task', 'partition', 'queue' or a limiter's name; default: the
-   * handler's limiter, else the queue) is not claimed by any instance until then.
+   * MIN_COOLDOWN_MS, 250 ms), no attempt counted, no failure recorded; `scope` ('task',
+   * 'partition', 'queue' or a limiter's name; default: the handler's limiter, else the queue)
+   * cools down: no instance claims from it until then.
    */
-  backOff(retryAfterMs: number, options?: { scope?: BackOffScopeName; reason?: string }): never;
+  coolDown(retryAfterMs: number, options?: { scope?: CooldownScope; reason?: string }): never;
+  /** @deprecated Renamed coolDown (`backoff` names the retry delay only); this name goes in the next release. */
+  backOff(retryAfterMs: number, options?: { scope?: CooldownScope; reason?: string }): never;
 }
 
 /**

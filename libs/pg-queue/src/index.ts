@@ -21,7 +21,7 @@ export { queueStatementName } from './sql/statement-names';
 export type { CancelResult, PauseScope } from './client/task-queue.service';
 export type { RuntimeScheduleOptions, ScheduleInfo } from './client/schedules.client';
 export type { QueuePause } from './sql/pause.repository';
-export type { BackOffInForce } from './sql/backoff.repository';
+export type { BackOffInForce, Cooldown } from './sql/backoff.repository';
 export type { LimiterBudget } from './sql/limiter.repository';
 export type { LimiterOptions } from './limiter.options';
 export type { WaitForOptions, WatchFilter, WatchedTaskEvent } from './client/task-waiter';

@@ -283,9 +283,13 @@ export interface QueueStats {
   paused: boolean;
   /** Its paused partitions (`TaskQueue.pause(queue, { partition })`), in key order. */
   pausedPartitions: string[];
-  /** When the queue's back-off ends (a handler's RateLimitedError with scope 'queue'); null when not backed off. */
+  /** When the queue's cooldown ends (a handler's RateLimitedError with scope 'queue'); null when it is not cooling down. */
+  cooldownUntil: Date | null;
+  /** Its partitions cooling down on their own ('' for the tasks without one), with when each cooldown ends. */
+  cooldownPartitions: { partition: string; until: Date }[];
+  /** @deprecated Renamed cooldownUntil; this name goes in the next release. */
   backedOffUntil: Date | null;
-  /** Its partitions backed off on their own ('' for the tasks without one), with when each back-off ends. */
+  /** @deprecated Renamed cooldownPartitions; this name goes in the next release. */
   backedOffPartitions: { partition: string; until: Date }[];
 }
 

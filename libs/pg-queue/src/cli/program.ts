@@ -108,25 +108,26 @@ export function program(out: (text: string) => void, err: (text: string) => void
       withQueue(global(), async (queue) => {
         const stats = await queue.stats();
         // A `paused` column only when something is paused: `yes` for a whole queue, else its paused partitions.
-        // A `backedOffUntil` column likewise: the queue's back-off end, else its partitions' (`key until time`).
+        // A `cooldownUntil` column likewise: the queue's cooldown end, else its partitions' (`key until time`).
         const shown = stats.map((s) => ({
           ...s,
           paused: s.paused ? 'yes' : s.pausedPartitions.length > 0 ? s.pausedPartitions.join(', ') : '',
-          backedOffUntil: s.backedOffUntil?.toISOString() ?? s.backedOffPartitions.map((p) => `${p.partition || '(none)'} until ${p.until.toISOString()}`).join(', '),
+          cooldownUntil: s.cooldownUntil?.toISOString() ?? s.cooldownPartitions.map((p) => `${p.partition || '(none)'} until ${p.until.toISOString()}`).join(', '),
         }));
-        const columns = ['queue', 'pending', 'waiting', 'running', 'dead', 'done', 'cancelled', 'oldestDueMs', ...(['paused', 'backedOffUntil'] as const).filter((c) => shown.some((s) => s[c]))];
+        const columns = ['queue', 'pending', 'waiting', 'running', 'dead', 'done', 'cancelled', 'oldestDueMs', ...(['paused', 'cooldownUntil'] as const).filter((c) => shown.some((s) => s[c]))];
         print(output(), stats, () => (stats.length === 0 ? 'no tasks' : table(shown as never, columns)));
       }),
     );
 
   command
-    .command('backoffs')
-    .description('back-offs in force (a handler\'s RateLimitedError): queues, partitions and limiters not claimed until their end')
+    .command('cooldowns')
+    .alias('backoffs') // its name before this release; goes in the next
+    .description('cooldowns in force (a handler\'s RateLimitedError): queues, partitions and limiters not claimed until their end')
     .action(() =>
       withQueue(global(), async (queue) => {
-        const backOffs = await queue.backOffs();
-        const shown = backOffs.map((b) => ({ ...b, partition: b.partition ?? '', until: b.until.toISOString() }));
-        print(output(), backOffs, () => (backOffs.length === 0 ? 'no back-offs' : table(shown as never, ['scope', 'name', 'partition', 'until', 'reason'])));
+        const cooldowns = await queue.cooldowns();
+        const shown = cooldowns.map((b) => ({ ...b, partition: b.partition ?? '', until: b.until.toISOString() }));
+        print(output(), cooldowns, () => (cooldowns.length === 0 ? 'no cooldowns' : table(shown as never, ['scope', 'name', 'partition', 'until', 'reason'])));
       }),
     );
 

@@ -2,7 +2,7 @@ import type { ResolvedModuleOptions } from '../pg-queue.options';
 import { DependenciesNotDoneError, InvalidArgumentError } from '../errors';
 import { OperatorRepository } from '../sql/operator.repository';
 import { PauseRepository, type QueuePause } from '../sql/pause.repository';
-import { BackOffRepository, type BackOffInForce } from '../sql/backoff.repository';
+import { BackOffRepository, type Cooldown } from '../sql/backoff.repository';
 import { LimiterRepository, type LimiterBudget } from '../sql/limiter.repository';
 import type { PayloadOf } from '../types';
 import { validateQueueName } from '../core/task-input';
@@ -169,11 +169,16 @@ export abstract class QueueOperations {
   }
 
   /**
-   * The back-offs in force (handlers' RateLimitedError): queues, partitions and named limiters
+   * The cooldowns in force (handlers' RateLimitedError): queues, partitions and named limiters
    * that no instance claims from until `until`, by name.
    */
-  async backOffs(): Promise<BackOffInForce[]> {
+  async cooldowns(): Promise<Cooldown[]> {
     return this.backOffRepo.list(this.options.prisma);
+  }
+
+  /** @deprecated Renamed cooldowns(); this name goes in the next release. */
+  async backOffs(): Promise<Cooldown[]> {
+    return this.cooldowns();
   }
 
   /**

@@ -1,7 +1,7 @@
 import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { ResolvedModuleOptions } from '../pg-queue.options';
-import type { BackOffInForce } from '../sql/backoff.repository';
+import type { Cooldown } from '../sql/backoff.repository';
 import type { LimiterBudget } from '../sql/limiter.repository';
 import type { TaskQueue } from '../client/task-queue.service';
 import { findRegistration, getTaskQueueToken } from '../pg-queue.connections';
@@ -35,7 +35,7 @@ export interface Overview {
     pausedPartitions: string[];
   })[];
   /** Back-offs in force (handlers' RateLimitedError): queues, partitions and limiters, with their end. */
-  backOffs: BackOffInForce[];
+  cooldowns: Cooldown[];
   /** The named limiters of this registration, with their budget in use. */
   limiters: LimiterBudget[];
   /** 60 minutes, oldest first; the last is the current minute. */
@@ -75,10 +75,10 @@ export class DashboardData implements OnModuleInit {
   }
 
   async overview(): Promise<Overview> {
-    const [{ queues: counts, recent }, pauses, backOffs, limiters] = await Promise.all([
+    const [{ queues: counts, recent }, pauses, cooldowns, limiters] = await Promise.all([
       this.reads.$transaction((tx: SqlExecutor) => this.repo.overview(tx), { maxWait: 10_000, timeout: 30_000 }),
       this.queue.pausedQueues(),
-      this.queue.backOffs(),
+      this.queue.cooldowns(),
       this.queue.limiterBudgets(),
     ]);
     const byQueue = new Map<string, Overview['queues'][number]>();
@@ -104,7 +104,7 @@ export class DashboardData implements OnModuleInit {
     }
     const sampledFromIndex = sampledFrom ? Math.max(0, 59 - Math.floor((Date.now() - sampledFrom.getTime()) / 60_000)) : null;
     const queues = [...byQueue.values()].sort((a, b) => (a.queue < b.queue ? -1 : a.queue > b.queue ? 1 : 0));
-    return { queues, minutes, sampledFrom, sampledFromIndex, backOffs, limiters };
+    return { queues, minutes, sampledFrom, sampledFromIndex, cooldowns, limiters };
   }
 
   tasks(filter: TaskListFilter): Promise<TaskListPage> {

@@ -18,7 +18,7 @@ describe('findProblems: what a health check reports', () => {
   });
 
   it('names a queue with due tasks and no running handler past maxUnhandledMs, and only then', () => {
-    const queue = { due: 2, running: 0, dead: 0, waiting: 0, oldestDueMs: 9000, handlers: 0, paused: false, pausedPartitions: 0, backedOff: false };
+    const queue = { due: 2, running: 0, dead: 0, waiting: 0, oldestDueMs: 9000, handlers: 0, paused: false, pausedPartitions: 0, coolingDown: false };
     const health: QueueHealth = {
       database: { up: true, error: null },
       listen: 'connected',
@@ -34,14 +34,14 @@ describe('findProblems: what a health check reports', () => {
   });
 
   it('does not call a paused or backed-off queue overdue or unhandled: its tasks wait by design', () => {
-    const queue = { due: 2, running: 0, dead: 0, waiting: 0, oldestDueMs: 9000, handlers: 0, unhandledMs: 9000, pausedPartitions: 0, backedOff: false };
+    const queue = { due: 2, running: 0, dead: 0, waiting: 0, oldestDueMs: 9000, handlers: 0, unhandledMs: 9000, pausedPartitions: 0, coolingDown: false };
     const health: QueueHealth = {
       database: { up: true, error: null },
       listen: 'connected',
       workers: [],
       queues: [
         { queue: 'paused.queue', ...queue, paused: true },
-        { queue: 'backed-off.queue', ...queue, paused: false, backedOff: true },
+        { queue: 'backed-off.queue', ...queue, paused: false, coolingDown: true },
         { queue: 'stalled.queue', ...queue, paused: false },
       ],
     };

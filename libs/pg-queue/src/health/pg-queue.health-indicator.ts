@@ -38,7 +38,7 @@ export interface PgQueueHealthOptions {
  * answer, when the LISTEN connection is configured (`databaseUrl`) but lost, when a worker loop of
  * this process is not running or its claims fail, or when a queue's oldest due task waited past
  * `maxOldestDueMs`, or when a queue had due tasks and no running instance handling it for longer than
- * `maxUnhandledMs` (neither is checked for a queue paused or backed off as a whole: its tasks wait by design), or when a schema upgrade stopped part-way and no instance is running it (a
+ * `maxUnhandledMs` (neither is checked for a queue paused or cooling down as a whole: its tasks wait by design), or when a schema upgrade stopped part-way and no instance is running it (a
  * migration left unfinished for over a minute with nobody holding the install lock: the next start
  * with `installSchema`, or `pg-queue schema install`, finishes it; migration 11 stopped there
  * fails archive inserts once its bound passes). The details always list what was checked.
@@ -94,7 +94,8 @@ export class PgQueueHealthIndicator {
         unhandledMs: q.unhandledMs,
         paused: q.paused,
         pausedPartitions: q.pausedPartitions,
-        backedOff: q.backedOff,
+        coolingDown: q.coolingDown,
+        backedOff: q.coolingDown,
       })),
       // Only while a migration is unfinished: another instance upgrading, or an upgrade stopped part-way.
       ...(upgrades?.length ? { schemaUpgrades: upgrades.map((u) => ({ version: u.version, name: u.name, stepsDone: u.stepsDone, since: u.since, installing: u.installing })) } : {}),
@@ -113,7 +114,7 @@ export function findProblems(health: QueueHealth, limits: (queue: string) => num
   }
   for (const q of health.queues) {
     // A paused or backed-off queue's due tasks wait by design: neither overdue nor unhandled.
-    if (q.paused || q.backedOff) continue;
+    if (q.paused || q.coolingDown) continue;
     const limit = limits(q.queue);
     if (limit !== undefined && q.oldestDueMs !== null && q.oldestDueMs > limit) {
       problems.push(`queue "${q.queue}": its oldest due task has waited ${Math.round(q.oldestDueMs)} ms (limit ${limit})`);

@@ -12,15 +12,22 @@ import { LimiterRepository } from '../sql/limiter.repository';
  *   limiter's running tasks and starts inside its rate window, over all of its queues.
  */
 export function registerFlowGauges(registry: Registry, source: () => ResolvedModuleOptions): void {
-  let repos: { backOffs: BackOffRepository; limiters: LimiterRepository } | null = null;
+  let repos: { cooldowns: BackOffRepository; limiters: LimiterRepository } | null = null;
   let reading: Promise<void> | null = null;
   const collect = (): Promise<void> =>
     (reading ??= read().finally(() => {
       reading = null;
     }));
   const until = new Gauge({
+    name: 'pgqueue_cooldown_until_seconds',
+    help: 'When a cooldown in force ends, Unix seconds (RateLimitedError: nothing of the scope is claimed until then); scope queue, partition or limiter',
+    labelNames: ['scope', 'name', 'partition'],
+    registers: [registry],
+    collect,
+  });
+  const untilDeprecated = new Gauge({
     name: 'pgqueue_backoff_until_seconds',
-    help: 'When a back-off in force ends, Unix seconds (RateLimitedError: nothing of the scope is claimed until then); scope queue, partition or limiter',
+    help: 'Deprecated, renamed pgqueue_cooldown_until_seconds (the same values); goes in the next release',
     labelNames: ['scope', 'name', 'partition'],
     registers: [registry],
     collect,
@@ -30,10 +37,13 @@ export function registerFlowGauges(registry: Registry, source: () => ResolvedMod
 
   async function read(): Promise<void> {
     const options = source();
-    repos ??= { backOffs: new BackOffRepository(options.schema), limiters: new LimiterRepository(options.schema, options.limiters) };
-    const [backOffs, budgets] = await Promise.all([repos.backOffs.list(options.prisma), repos.limiters.budgets(options.prisma)]);
+    repos ??= { cooldowns: new BackOffRepository(options.schema), limiters: new LimiterRepository(options.schema, options.limiters) };
+    const [cooldowns, budgets] = await Promise.all([repos.cooldowns.list(options.prisma), repos.limiters.budgets(options.prisma)]);
     until.reset();
-    for (const b of backOffs) until.set({ scope: b.scope, name: b.name, partition: b.partition ?? '' }, b.until.getTime() / 1000);
+    untilDeprecated.reset();
+    for (const b of cooldowns) {
+      for (const g of [until, untilDeprecated]) g.set({ scope: b.scope, name: b.name, partition: b.partition ?? '' }, b.until.getTime() / 1000);
+    }
     running.reset();
     starts.reset();
     for (const b of budgets) {

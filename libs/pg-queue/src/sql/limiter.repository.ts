@@ -11,7 +11,9 @@ export interface LimiterBudget {
   rateLimit: { max: number; perMs: number } | null;
   /** Tasks started inside the current rate window. */
   windowCount: number;
-  /** When the limiter's back-off ends (null: not backed off). */
+  /** When the limiter's cooldown ends (null: it is not cooling down). */
+  cooldownUntil: Date | null;
+  /** @deprecated Renamed cooldownUntil; this name goes in the next release. */
   backedOffUntil: Date | null;
 }
 
@@ -46,10 +48,8 @@ export class LimiterRepository {
     );
     return rows.map((r) => {
       const l = this.limiters.get(r.name)!;
-      return {
-        name: r.name, concurrency: l.concurrency, running: r.running, rateLimit: l.rateLimit, windowCount: r.window_count,
-        backedOffUntil: r.backed_off_until === null ? null : new Date(r.backed_off_until),
-      };
+      const cooldownUntil = r.backed_off_until === null ? null : new Date(r.backed_off_until);
+      return { name: r.name, concurrency: l.concurrency, running: r.running, rateLimit: l.rateLimit, windowCount: r.window_count, cooldownUntil, backedOffUntil: cooldownUntil };
     });
   }
 }

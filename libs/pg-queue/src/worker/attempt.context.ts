@@ -1,5 +1,5 @@
 import { currentTraceContext } from '../observability/tracing';
-import { InvalidEnqueueOptionsError, PgQueueError, RateLimitedError, type BackOffScopeName } from '../errors';
+import { InvalidEnqueueOptionsError, PgQueueError, RateLimitedError, type CooldownScope } from '../errors';
 import { buildTaskRow, type RowLimits } from '../core/task-input';
 import type { FollowUpOptions, FollowUpRef, HandlerMode, SqlExecutor, TaskContextBase } from '../types';
 import type { Attempt } from './attempt';
@@ -87,8 +87,12 @@ export class AttemptContext implements TaskContextBase {
     return this.#scope.workerId;
   }
 
-  backOff(retryAfterMs: number, options: { scope?: BackOffScopeName; reason?: string } = {}): never {
+  coolDown(retryAfterMs: number, options: { scope?: CooldownScope; reason?: string } = {}): never {
     throw new RateLimitedError({ retryAfterMs, ...options });
+  }
+
+  backOff(retryAfterMs: number, options: { scope?: CooldownScope; reason?: string } = {}): never {
+    return this.coolDown(retryAfterMs, options);
   }
 
   get mode(): HandlerMode {

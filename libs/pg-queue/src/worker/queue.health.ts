@@ -29,8 +29,8 @@ export interface QueueHealth {
     paused: boolean;
     /** Partitions paused on their own. */
     pausedPartitions: number;
-    /** Backed off as a whole or through its limiter (a handler's RateLimitedError): its due tasks wait by design until it ends. */
-    backedOff: boolean;
+    /** Cooling down as a whole or through its limiter (a handler's RateLimitedError): its due tasks wait by design until it ends. */
+    coolingDown: boolean;
   }[];
 }
 
@@ -59,7 +59,7 @@ export async function readQueueHealth(
       unhandledMs: r.unhandled_ms,
       paused: r.paused,
       pausedPartitions: r.paused_partitions,
-      backedOff: r.backed_off,
+      coolingDown: r.backed_off,
     }));
     return { database: { up: true, error: null }, ...local, queues };
   } catch (err) {

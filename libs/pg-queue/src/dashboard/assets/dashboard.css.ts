@@ -41,7 +41,7 @@ a.dead, span.failed { color: var(--failed); font-weight: 600; }
 .badge.st-dead { background: var(--dead); } .badge.st-cancelled { background: var(--cancelled); }
 a.tag { display: inline-block; padding: 0 6px; margin: 1px 0; border: 1px solid var(--line); border-radius: 8px; font-size: 12px; font-family: ui-monospace, monospace; text-decoration: none; }
 .badge.st-paused { background: #b7791f; }
-.badge.st-backoff { background: #c05621; }
+.badge.st-cooldown { background: #c05621; }
 .queue-name { font-family: ui-monospace, monospace; font-size: 16px; color: #3a4254; background: #e8ebf2; padding: 2px 8px; border-radius: 6px; }
 .hint, .rel, .legend .hint { color: var(--muted); font-size: 12px; }
 .rel { margin-left: 6px; }

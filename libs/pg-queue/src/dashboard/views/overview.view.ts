@@ -4,7 +4,7 @@ import { capped, duration, timestamp } from './format';
 import { html, type Html } from './html';
 import { actionForm, page, type PageContext } from './layout.view';
 import { throughputChart } from './throughput.chart';
-import { backOffBadge, flowPanel } from './flow.view';
+import { cooldownBadge, flowPanel } from './flow.view';
 
 /** Queues: counts by state, the last hour per minute, the oldest due task, run-time percentiles. */
 export function overviewPage(ctx: PageContext, o: Overview, notice: { key?: string; count?: number }): Html {
@@ -21,7 +21,7 @@ export function overviewPage(ctx: PageContext, o: Overview, notice: { key?: stri
     (q) => html`<tr${q.paused ? html` class="paused"` : ''}>
 <th scope="row"><a href="${l.tasks({ queue: q.queue })}">${q.queue}</a>${q.paused ? html` <span class="badge st-paused" title="nothing of this queue is claimed until it is resumed">paused</span>` : ''}${
       q.pausedPartitions.length > 0 ? html` <span class="hint" title="partitions paused on their own">partitions paused: ${q.pausedPartitions.join(', ')}</span>` : ''
-    }${backOffBadge(o, q.queue, ctx.now)}</th>
+    }${cooldownBadge(o, q.queue, ctx.now)}</th>
 <td class="num">${capped(q.due, cap)}</td>
 <td class="num">${capped(q.later, cap)}</td>
 <td class="num">${capped(q.waiting, cap)}</td>
