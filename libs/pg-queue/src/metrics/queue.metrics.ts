@@ -126,7 +126,8 @@ export class QueueMetrics implements OnModuleInit, OnModuleDestroy {
     const events = findRegistration<TaskEvents>(this.moduleRef, this.connection, 'events', 'QueueMetrics');
     this.source = { options, operator: new OperatorRepository(options.schema) };
     const { outcomes, durations } = this;
-    // One labelled child per (queue, outcome), looked up once: about 0.4 µs per finished attempt.
+    // One labelled child per (queue, outcome), looked up once: no label lookup per finished
+    // attempt.
     const series = new Map<string, { count: Counter.Internal; duration: Histogram.Internal<'queue' | 'outcome'> }>();
     this.stopCounting = events.addCounter((type, queue, durationMs) => {
       if (type === 'claimed') return;

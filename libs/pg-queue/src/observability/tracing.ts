@@ -66,8 +66,8 @@ let noopProvider: OtelApi.TracerProvider | null = null;
 
 /**
  * Whether an SDK registered a tracer provider. Without one, spans would record nothing: a handler
- * then runs without a span (a no-op span per task cost a lease-mode drain a tenth of its
- * throughput, its allocations mostly), inside its enqueuer's context only when it has one.
+ * then runs without a span (a no-op span per task slows a lease-mode drain noticeably, its
+ * allocations mostly), inside its enqueuer's context only when it has one.
  */
 function sdkRegistered(api: typeof OtelApi): boolean {
   noopProvider ??= new api.ProxyTracerProvider().getDelegate();

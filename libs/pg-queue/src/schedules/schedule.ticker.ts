@@ -41,7 +41,7 @@ export class ScheduleTicker {
    */
   async sync(declared: ValidSchedule[], handledQueues: string[]): Promise<void> {
     for (const s of declared) {
-      // Not announced: the other instances see it within their 30 s, as before runtime schedules.
+      // Not announced: the other instances see it within their 30 s.
       const written = await this.schedules.writeSchedule(this.prisma, 'declared', { ...s, firstTick: nextTick(s, new Date()) }, null);
       if (written === null) throw new ScheduleNameTakenError(s.name, 'runtime');
     }

@@ -27,7 +27,7 @@ import { CLAIM_MAX } from '../core/task-rules';
  *   waited for. The LIMIT applies before the UPDATE (a subquery with LIMIT or FOR UPDATE is never
  *   merged into the query around it) and only the rows taken are locked.
  * - The UPDATE finds the chosen rows by primary key (`id = ANY (ARRAY (SELECT id FROM next))`):
- *   joining `FROM next` let the planner hash-join against a sequential scan of the whole table.
+ *   joining `FROM next` lets the planner hash-join against a sequential scan of the whole table.
  * - The scans walk task_claim_idx (queue, priority, run_at, id) WHERE state = 'pending', so the
  *   cost does not depend on how many running, dead or finished tasks exist. A one-time probe of
  *   task_due_idx (queue, run_at) skips the scan when nothing is due, which that index's priority
@@ -121,8 +121,8 @@ interface ClaimVariant {
   /** The ids to take, at most $2, locked FOR UPDATE SKIP LOCKED. */
   next: string;
   /**
-   * Rows as arrays of CLAIMED_FIELDS (the claim an instance sends: building an object per row,
-   * with every column's name, cost a fifth of its server time), or as objects with their
+   * Rows as arrays of CLAIMED_FIELDS (the claim an instance sends: building an object per row, with
+   * every column's name, is a large part of its server time), or as objects with their
    * partition: claim_limited's result, which instances of every release read.
    */
   rows: 'arrays' | 'objects';
@@ -181,9 +181,9 @@ const firstDue = (s: string, limit: string | number) => `
  * The ceilings of the plain claim an instance sends: a claim of n rows runs the first at least n.
  * Each picks up to its ceiling and takes the first $2: the same rows as `LIMIT $2` alone, but a
  * plan the plan cache keeps. A LIMIT that is a parameter is costed as a tenth of the rows below
- * it, so with `LIMIT $2` alone the generic plan looked like reading a tenth of the queue and every
- * execution was planned anew. A tier's claims take at least a tenth of its ceiling, so its generic
- * plan costs no more than their custom ones and is kept after five executions.
+ * it, so with `LIMIT $2` alone the generic plan would look like reading a tenth of the queue and
+ * every execution would be planned anew. A tier's claims take at least a tenth of its ceiling, so
+ * its generic plan costs no more than their custom ones and is kept after five executions.
  * No ORDER BY outside: the rows come in the inner scan's order, and a sort there would pull, and
  * lock, all `ceiling` rows before the first is taken (claim.spec checks that a claim locks only
  * what it takes).

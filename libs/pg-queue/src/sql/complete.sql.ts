@@ -10,8 +10,8 @@ import { archiveInsert, ENQUEUED_COLUMNS, taskInput } from './task-fields';
  * Finishing attempts. Every statement is fenced by the lease token: a worker whose lease was lost
  * matches no row and changes nothing. Rows are found as `id = ANY(ids)` with the token in the
  * hashed set of $2 (HELD; $1 and $2 are comma-separated lists): an index scan of the primary key
- * whatever the statistics say, where a join against unnest() let a generic plan pick a nested loop
- * that compared every lease with every running row. Tokens are random per claim, so a row's
+ * whatever the statistics say, where a join against unnest() lets a generic plan pick a nested loop
+ * that compares every lease with every running row. Tokens are random per claim, so a row's
  * current token is in $2 only if the caller holds that very lease, provided one statement never
  * carries two leases of the same task: the repository sees to that, and then results can name
  * leases by task id.
@@ -28,7 +28,7 @@ export function completeStatements(schema: string, retention: FinishedRetention,
   // The archive keeps when each handler really started and ended: $5 and $6 say how many ms before
   // this statement, per lease in $1's order (measured on the worker's monotonic clock, so neither
   // the transaction's start, which now() would give, nor clock skew distorts run times). They are
-  // comma-separated text like $1: as arrays, Prisma's driver stack spent CPU on every element.
+  // comma-separated text like $1: as arrays, Prisma's driver stack spends CPU on every element.
   // The handlers' return values: a JSON object by task id, the last parameter.
   const results = retention === 'archive' ? '$7' : '$5';
   const keepHistory = retention === 'archive'

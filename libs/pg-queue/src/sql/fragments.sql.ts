@@ -18,8 +18,8 @@ export const ON_LIVE_KEY = `ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NO
 
 /**
  * Whether row `t`'s lease token is among $2, as a hashed set built once per statement. `= ANY
- * (array)` would compare each row with every token (500 leases: 250 000 uuid comparisons, about
- * 1 µs of server time per lease). `IS TRUE` keeps the IN a filter (a hashed SubPlan) instead of
+ * (array)` would compare each row with every token (quadratic in the number of leases). `IS TRUE`
+ * keeps the IN a filter (a hashed SubPlan) instead of
  * letting the planner turn it into a join whose shape it would pick from guessed row counts.
  */
 export const TOKEN_HELD = `(t.lease_token IN (SELECT unnest(string_to_array($2, ',')::uuid[]))) IS TRUE`;

@@ -61,8 +61,9 @@ $fn$`,
 /**
  * Which running instance handles which queue (table queue_handler, migration 13), so that a queue
  * with due tasks and no live handler shows up: a typo in a @TaskHandler queue name, or no worker
- * deployed, once left the producer's tasks pending with no sign anywhere. Every started instance
- * runs `pass` at its start and on each periodic pass (see HandlerPresence), `retire` at shutdown.
+ * deployed, would otherwise leave the producer's tasks pending with no sign anywhere. Every
+ * started instance runs `pass` at its start and on each periodic pass (see HandlerPresence),
+ * `retire` at shutdown.
  * The inspection reads (metrics, the dashboard's overview, health) join the table per queue (see
  * queueHandlers in inspect.fragments.ts).
  */

@@ -104,7 +104,7 @@ export function pipelineWalk(s: string): string {
  * First statement of a transaction that runs an inspection statement (the metrics scrape, the
  * dashboard's overview, the pipeline walks). The planner prices their loose index scans (one probe
  * per queue, counts capped per queue) and recursive walks far above jit_above_cost though they run
- * in milliseconds: with JIT on (Postgres' default) compiling took 190-420 ms of a 6 ms scrape, and
- * about 50 ms of a 2 ms chain(). Not a marked statement: a utility command, never worth preparing.
+ * in milliseconds: with JIT on (Postgres' default) compiling them costs many times what they run
+ * for. Not a marked statement: a utility command, never worth preparing.
  */
 export const JIT_OFF = 'SET LOCAL jit = off';

@@ -92,7 +92,7 @@ ORDER BY q.queue`,
     /**
      * A page of tasks, newest first, by keyset on id. Each table gives its own newest page by a
      * backward scan of its primary key, and the two pages are merged: sorting both tables' matching
-     * rows read every one of them (a second with 2 M tasks). The cursor is an index bound even in a
+     * rows would read every one of them. The cursor is an index bound even in a
      * generic plan, and a state that lives in one table only does not scan the other. A filter
      * that few of the newest tasks match still walks back until the page is full.
      * Parameters: $1 queue or NULL, $2 state or NULL, $3 id cursor (exclusive) or NULL, $4 limit.

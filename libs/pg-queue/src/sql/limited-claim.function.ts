@@ -27,12 +27,11 @@ const UNLIMITED = 1_000_000;
  * `claim_limited(queue, want, worker, lease_ms, max_attempts, claim_id, rules)`: the whole claim of
  * a queue with flow-control rules (limits.sql.ts) in one statement, so one round trip: the
  * queue's lock, its room, a named limiter's lock and budget, the claim, and what it records. The
- * same statements as before, in the same order, each with a fresh snapshot (a VOLATILE plpgsql
- * function's statements take one each under READ COMMITTED), so each one after the lock sees every
- * claim that committed before it was granted. Run as five or more statements of an interactive
- * transaction, the claim held the queue's lock over as many round trips: ~7.5 ms of wall time a
- * claim for ~1.1 ms of server time (global limit 20, bench scenario 9), which is what capped a
- * limited queue's throughput.
+ * statements of limits.sql.ts and limiter.sql.ts, in their order, each with a fresh snapshot (a
+ * VOLATILE plpgsql function's statements take one each under READ COMMITTED), so each one after
+ * the lock sees every claim that committed before it was granted. Run as statements of an interactive transaction, the
+ * claim would hold the queue's lock over as many round trips, which caps a limited queue's
+ * throughput.
  *
  * Bounds. The lock is held while the server runs the statement, which needs nothing from the
  * client until it writes the reply; a claimer waits for it at most `lockWaitMs` (lock_timeout). A
@@ -57,9 +56,8 @@ const UNLIMITED = 1_000_000;
  * (partitionWeights, a JSON object), limiter (its name), limiterConcurrency,
  * limiterRateMax/limiterRateMs, ending (lease tokens of the caller's tasks whose handler has
  * ended and whose ending is not written yet: not counted as running under `global`, nor in their
- * partition under `partition` since release 6; an instance of an earlier release sends none and
- * counts them, and a body of release 4 or 5 counts them in their partitions: either takes less,
- * never more). The locks are
+ * partition under `partition`; an older instance sends none and counts them, and an older body may
+ * count them in their partitions: either takes less, never more). The locks are
  * named `${schema}.${queue}` and `${schema}.${limiter}`.
  * Returns the claim's rows (JSON text), when to claim again (ms; NULL: on a wake-up only), the
  * database's clock, whether the queue is paused as a whole, the isolation level, and whether the

@@ -43,16 +43,16 @@ export function limitStatements(schema: string) {
      *   (read-committed.ts) and the lock lasts to its commit: a holder whose process or network
      *   stalls before the commit has its session ended by the server, which releases the lock.
      * - jit off: planned from row estimates, the partitioned claim's cost passes jit_above_cost on
-     *   a backlog of some thousands, and compiling it took ~80 ms of a ~4 ms claim (see JIT_OFF).
+     *   a modest backlog, and compiling it costs far more than the claim runs for (see JIT_OFF).
      * - plan_cache_mode force_generic_plan, for the function's statements but one: with the batch
-     *   size known, a custom plan's estimate is always below the generic plan's, so the claim was
-     *   planned anew at every call (1.5 ms, more than its run in bench scenario 9); its generic plan
-     *   is the same plan (it still walks task_claim_idx at 500 000 pending tasks, and for a small
-     *   queue beside a large one). The partitioned claim too, since its check for due tasks without
+     *   size known, a custom plan's estimate is always below the generic plan's, so the claim would
+     *   be planned anew at every call, which costs more than it runs for; its generic plan is the
+     *   same plan (it walks task_claim_idx however large the backlog, and for a small queue beside a
+     *   large one). The partitioned claim too, since its check for due tasks without
      *   a partition reads them in task_claim_idx's order (LIMIT 1): as an EXISTS its generic plan
-     *   scanned the whole table beside a queue of 300 000 tasks (94 ms against 11), and its custom
-     *   plans cost 5-6 ms of planning a call. The aging claim keeps custom plans (its generic one
-     *   ran in 5.6 ms against 2.4).
+     *   scans the whole table beside a large queue, and custom plans would cost more planning a call
+     *   than the claim runs for. The aging claim keeps custom plans (its generic plan is slower than
+     *   they are).
      * Parameters: $1 queue, $2 the most tasks wanted, $3 worker id, $4 lease ms, $5 the handler's
      * maxAttempts, $6 the claim's id (claim.sql.ts), $7 the rules (JSON, see claim_limited).
      */
@@ -63,8 +63,9 @@ FROM ${s}.claim_limited($1::text, $2::int, $3::text, $4::bigint, $5::int, $6::te
      * What the queue-wide rules leave room for: its running tasks but those whose handler ended
      * at the caller ($6: their rows say running until their endings are written, a round trip
      * later; counted, a lease worker under a full limit could claim only after that write, which
-     * made a claim and a completion one after the other per cycle), and the claims inside the rate
-     * window with when its oldest step leaves it; also the round's cursor and the database's clock.
+     * would make a claim and a completion one after the other per cycle), and the claims inside the
+     * rate window with when its oldest step leaves it; also the round's cursor and the database's
+     * clock.
      * The window is read and written by clock_timestamp(), not now(): the claim's transaction may
      * have waited for the queue's lock, and its start would date these claims too early and let
      * the next window open too soon. With a rate limit per partition, also when the first full

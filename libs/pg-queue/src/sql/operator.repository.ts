@@ -69,8 +69,8 @@ export class OperatorRepository {
   /**
    * The metrics scrape's figures per queue (see `metrics` in inspect.sql.ts: bounded, not exact).
    * With JIT off: on large tables the planner's estimate for the loose index scans passes
-   * jit_above_cost, and compiling took 190-420 ms of a 6 ms statement (200 000 delayed and 20 000
-   * dead tasks), on every scrape and health check of every instance.
+   * jit_above_cost, and compiling would cost many times what the statement runs for, on every
+   * scrape and health check of every instance.
    */
   metrics(db: PrismaClientLike) {
     return db.$transaction(async (tx: SqlExecutor) => {
@@ -102,8 +102,7 @@ export class OperatorRepository {
   /**
    * With JIT off: the walk's estimated cost (a recursive CTE, guessed large) passes the JIT
    * thresholds, and its plan holds an index probe per archive partition, several times over:
-   * compiling it took 50 ms with one archive table and 9 s with 31 partitions, for a walk that runs
-   * in about 2 ms.
+   * compiling it costs far more than the walk runs for, and grows with every archive partition.
    */
   chain(db: PrismaClientLike, id: string) {
     return db.$transaction(async (tx: SqlExecutor) => {

@@ -4,7 +4,7 @@
  * window with claims in it. A step is perMs / RATE_STEPS long, aligned to the epoch; `n` counts
  * the claims made in it and `at` is the time of its latest. So a row holds at most RATE_STEPS + 1
  * live entries (about 300 bytes), and a claim reads and rewrites that much, where one timestamp per
- * claim held up to `max` (800 kB at max 100 000, rewritten under the queue's lock by every claim).
+ * claim would hold up to `max` of them, rewritten under the queue's lock by every claim.
  *
  * Exact, never over: an entry counts while its latest claim is inside the window, so all of its
  * claims count until then: the window never holds more than `max` claims, as the log of every

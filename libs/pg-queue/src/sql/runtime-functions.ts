@@ -113,8 +113,8 @@ $fn$`,
  * and the default partition (which it scans: empty, as a rule), where CREATE TABLE ... PARTITION OF
  * takes ACCESS EXCLUSIVE on task_archive. Both it and DROP wait at most lock_timeout_ms for their
  * locks; past it the step gives up (`busy`, its DDL rolled back) and the next round tries again.
- * Release 1 was migration 11's text; release 2 estimates a dropped partition's rows instead of
- * counting them (instances of release 1 add the estimate to what they report: harmless).
+ * An instance of an older release, which expects a count, adds the estimate to what it reports:
+ * harmless.
  */
 const archivePartitionStep: RuntimeFunctionDefinition = {
   name: 'archive_partition_step',

@@ -102,8 +102,8 @@ FROM ${s}.schedule_runtime WHERE $1::text IS NULL OR name = $1
 ORDER BY name, declared DESC`,
 
     /**
-     * Retire declared schedules of the given queues that the code no longer declares. The previous
-     * release's statement, unchanged: runtime schedules are in a table of their own. $1 queue[],
+     * Retire declared schedules of the given queues that the code no longer declares. It touches
+     * `schedule` only: runtime schedules are in a table of their own. $1 queue[],
      * $2 kept name[].
      */
     retire: `

@@ -6,7 +6,7 @@ const names = new Map<string, string>();
 /**
  * A `statementNameGenerator` for `@prisma/adapter-pg` that turns the queue's statements into named
  * prepared statements, cached per connection. Planning the claim and completion CTEs costs about as
- * much as running them; prepared, each round trip is roughly twice as fast. Other SQL gets '' (no
+ * much as running them; prepared, a round trip skips that planning. Other SQL gets '' (no
  * name: prepared and planned each time, as by default).
  *
  * @example

@@ -5,8 +5,8 @@ import { isLeanRow } from './task-fields';
 /**
  * The values that travel between the worker and the statements: the shapes of rows and leases,
  * and their encodings. Ids, tokens and run times go as comma-separated text and claimed rows come
- * back as one JSON array: Prisma's driver stack costs CPU per array element and per row, and at
- * tens of thousands of tasks a second that was a large share of the library's Node time.
+ * back as one JSON array: Prisma's driver stack costs CPU per array element and per row, which adds
+ * up at high task rates.
  */
 
 // The rows an enqueue produces are core's (core/task-row.ts); the statements' callers find them here too.

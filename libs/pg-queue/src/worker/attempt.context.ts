@@ -23,8 +23,8 @@ export interface ContextScope {
 
 /**
  * The `ctx` a handler receives. One is built per attempt, so it is a small object whose getters
- * live on the prototype: an object literal with getters and closures cost several allocations per
- * task. Its members can be destructured (`const { enqueue, signal } = ctx`); it is not a plain
+ * live on the prototype: an object literal with getters and closures would cost several allocations
+ * per task. Its members can be destructured (`const { enqueue, signal } = ctx`); it is not a plain
  * object, so spreading it (`{ ...ctx }`) copies nothing. The internals are `#private`: they do
  * not show in logs or spreads.
  */

@@ -6,8 +6,8 @@
  * - Lease mode keeps `concurrency` slots busy plus a look-ahead: the tasks it expects to start
  *   within AHEAD_MS at the recent completion rate, at most two batches. A claim is made once at
  *   least half the look-ahead (at least one task) is missing, so a fast queue claims full batches
- *   while a batch still waits (fewer, larger statements: each costs a fixed ~0.2 ms of CPU in
- *   the driver stack). The price: when a fast queue's handlers suddenly stall, the stale rate
+ *   while a batch still waits (fewer, larger statements: each costs a fixed amount of CPU in the
+ *   driver stack). The price: when a fast queue's handlers suddenly stall, the stale rate
  *   keeps claiming for up to a second (it is forgotten after 1 s of quiet), so up to two batches
  *   wait here, leases kept alive, until the handlers move again; other instances cannot take them.
  * - Transactional mode sizes each transaction's batch to about TX_TARGET_MS of handler time at

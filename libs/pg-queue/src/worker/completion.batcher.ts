@@ -33,7 +33,7 @@ const HELD_RETRY_MS = 500;
 /**
  * Lease mode finishes tasks one by one as their handlers return; this collects the outcomes and
  * writes them in one statement each (complete, fail, back off: a burst of 429s ends many attempts
- * at once, and a statement each took a pool connection each while their commits queued).
+ * at once, and a statement each would take a pool connection each while their commits queue).
  * Group-commit style: while a completion statement is in flight the next outcomes accumulate (up
  * to the batch size), so batches grow with load and an idle queue pays no delay. Every entry is still fenced by its own lease token, so one
  * lost lease never blocks its neighbours, nor does a row that a business transaction holds: the

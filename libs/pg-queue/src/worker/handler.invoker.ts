@@ -52,8 +52,8 @@ export function invokeHandler(attempt: Attempt, timeoutMs: number, run: () => Pr
 
 /**
  * {@link invokeHandler} inside the attempt's trace span (see observability/tracing.ts), when tracing
- * is available. Not an async function: per task, its extra promise and awaits cost about a tenth
- * of a lease-mode drain's throughput (measured against invokeHandler alone, the same run).
+ * is available. Not an async function: per task, its extra promise and awaits would slow a
+ * lease-mode drain noticeably.
  */
 export function invokeTraced(attempt: Attempt, mode: HandlerMode, timeoutMs: number, run: () => Promise<unknown>): Promise<InvokeOutcome> {
   const span = startHandlerSpan(attempt.task, mode, attempt.traceContext);

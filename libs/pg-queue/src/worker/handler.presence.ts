@@ -10,8 +10,8 @@ const WARN_REPEAT_MS = 5 * 60_000;
 /**
  * Records in queue_handler which queues this instance handles, and warns about queues with due
  * tasks that no running instance handles (a typo in a @TaskHandler queue name, or no worker
- * deployed: before, their tasks stayed pending with no sign anywhere). One statement at start and
- * on a pass every `intervalMs` (rescueIntervalMs), jittered like the lease rescuer's. Its rows
+ * deployed: their tasks would otherwise stay pending with no sign anywhere). One statement at start
+ * and on a pass every `intervalMs` (rescueIntervalMs), jittered like the lease rescuer's. Its rows
  * expire three passes (plus 10 s of slack for a busy event loop) after the last: an instance that
  * died stops counting as a handler then; one that shuts down marks them expired at once. A queue
  * is reported once it has been unhandled for two passes, so a handler restarting is not.

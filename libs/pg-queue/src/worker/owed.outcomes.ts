@@ -26,7 +26,7 @@ const MAX_LOST_CLAIMS = 1000;
  * Kept by lease token and written as soon as the database answers again: when the LISTEN
  * connection is back (a failover, a network cut) and on every rescuer pass. Fenced like any
  * release or failure: a lease taken over meanwhile (expired, or its instance judged dead) matches
- * no row and is dropped. Without this, those tasks waited out their leases. Only attempts whose
+ * no row and is dropped. Without this, those tasks would wait out their leases. Only attempts whose
  * end is settled here are owed: an attempt still running is never given back by this.
  */
 export class OwedOutcomes {

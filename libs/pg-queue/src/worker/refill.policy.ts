@@ -22,7 +22,7 @@ export class RefillPolicy {
    * A slot is free here. Under a rule that counts every running task of the queue (its global
    * concurrency, its limiter's) that the last claim left full, the task counts as running until
    * its ending is written, which in lease mode comes a moment after its handler returns: a claim
-   * now would find no room (half the claims did, limited-claim-size.spec). It claims when the
+   * now would find no room (see limited-claim-size.spec). It claims when the
    * ending is in (ended). With room left, or under a partition's concurrency (other partitions may
    * have room), it claims now. A lease queue whose concurrency rules are its own (endingFrees)
    * claims now in any case, woken as by a NOTIFY: its claim counts the tasks whose handlers

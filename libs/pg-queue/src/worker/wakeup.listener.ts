@@ -120,8 +120,8 @@ export class WakeupListener {
       this.connected = false;
       // pg-listen reports so a LISTEN refused after it reconnected (a standby: 25006), and then
       // keeps that connection: only that needs a new one. Any other error (a connection lost) is
-      // pg-listen's own reconnect loop's to handle: a new connection made beside it delayed the
-      // wake-ups it would have restored.
+      // pg-listen's own reconnect loop's to handle: a new connection made beside it would delay the
+      // wake-ups that loop restores.
       if ((err as { code?: unknown }).code === '25006') this.relisten(subscriber, err);
       else this.logger.error(`LISTEN connection failed: ${err.message}; polling only`);
     });
