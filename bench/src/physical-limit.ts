@@ -6,7 +6,7 @@ import { completeStatements } from '../../libs/pg-queue/src/sql/complete.sql';
 import { printSchemaSql } from '../../libs/pg-queue/src/sql/schema.sql';
 import { notifyChannel } from '../../libs/pg-queue/src/sql/identifiers';
 import { leaseParams, parseIds } from '../../libs/pg-queue/src/sql/statement-values';
-import { IDLE_GRACE_MS, STATEMENT_GRACE_MS } from '../../libs/pg-queue/src/worker/transaction.limits';
+import { IDLE_GRACE_MS, STATEMENT_GRACE_MS } from '../../libs/pg-queue/src/worker/transactional.runner';
 import { QUEUE, connect } from './common';
 
 /** The schema every bare-pg measurement installs (scenarios 4 and 7). */

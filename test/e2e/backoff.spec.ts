@@ -14,7 +14,7 @@ import { bootQueueApp, deferred, type QueueApp } from '../support/queue-app';
 import { queueStates } from '../support/task-ledger';
 import { createTestDatabase, type TestDatabase } from '../support/test-database';
 import { waitFor } from '../support/wait-for';
-import { SETTLE_GRACE_MS } from '../../libs/pg-queue/src/worker/transaction.limits';
+import { SETTLE_GRACE_MS } from '../../libs/pg-queue/src/worker/transactional.runner';
 import { resetStatementStats, THIS_DATABASE } from '../support/statement-stats';
 
 const now = () => performance.timeOrigin + performance.now();

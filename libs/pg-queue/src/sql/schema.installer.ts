@@ -8,11 +8,7 @@ import { migrationStepPlans, schemaBootstrapSql, schemaMigrations, type SchemaMi
 import { runConcurrently } from './schema.index-builds';
 import { runtimeFunctions, type RuntimeFunction } from './runtime-functions';
 import { syncRuntimeFunctions } from './schema.runtime-functions';
-import { INSTALL_LOCK_NAMESPACE } from './schema.upgrade-state';
 import { splitSqlScript } from './sql-script';
-
-export { schemaUpgradeState, type UnfinishedUpgrade } from './schema.upgrade-state';
-
 
 /** Statement bound of an ordinary step: catalog changes, index builds on a fresh install. */
 const STEP_STATEMENT_TIMEOUT = '60s';
@@ -282,7 +278,6 @@ function describe(step: CurrentStep | null): string {
   return step.of > 1 ? `${what} step ${step.index + 1} of ${step.of}` : what;
 }
 
-
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -290,4 +285,36 @@ function sleep(ms: number): Promise<void> {
 /** Statement by statement: a named (prepared) statement may hold only one. */
 async function runScript(tx: SqlExecutor, sql: string): Promise<void> {
   for (const statement of splitSqlScript(sql)) await tx.$executeRawUnsafe(statement);
+}
+
+/** Namespace of the installer's advisory lock; the second key is hashtext(schema). */
+export const INSTALL_LOCK_NAMESPACE = 0x70_67_71; // "pgq"
+
+/** A migration recorded as unfinished in `schema_version` (see schemaUpgradeState). */
+export interface UnfinishedUpgrade {
+  version: number;
+  name: string;
+  stepsDone: number;
+  /** When its last step was recorded. */
+  since: Date;
+  /** Whether an installer holds the schema's install lock now (one working on it). */
+  installing: boolean;
+}
+
+/**
+ * Migrations left unfinished in the database (steps_done not NULL), for the health check: an
+ * upgrade that another instance runs now, or one that stopped part-way (a killed process) and
+ * waits for the next start. One small read of schema_version and pg_locks.
+ */
+export async function schemaUpgradeState(prisma: SqlExecutor, schema: string): Promise<UnfinishedUpgrade[]> {
+  const rows = await prisma.$queryRawUnsafe<{ version: number; name: string; steps_done: number; applied_at: Date; installing: boolean }[]>(
+    `SELECT v.version, v.name, v.steps_done, v.applied_at,
+            EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    AND l.classid = $1::int::oid AND l.objid = hashtext($2)::oid) AS installing
+     FROM ${quoteIdent(schema)}.schema_version v WHERE v.steps_done IS NOT NULL ORDER BY v.version`,
+    INSTALL_LOCK_NAMESPACE,
+    schema,
+  );
+  return rows.map((r) => ({ version: r.version, name: r.name, stepsDone: r.steps_done, since: r.applied_at, installing: r.installing }));
 }

@@ -1,10 +1,8 @@
 import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
-import type { BackOff, BatchBackend, GivenBack } from '../sql/statement-values';
+import type { BackOff, BatchBackend, GivenBack, Failure } from '../sql/statement-values';
 import { backOffOf, holdsWholeQueue } from './back-off.request';
-import { OutsideOutcomes } from './outside-outcomes';
-import { SUCCEEDED, writeBatchOutcomes, type Result } from './batch.commit';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
@@ -12,8 +10,9 @@ import { invokeTraced } from './handler.invoker';
 import { RollbackAll } from './rollback-all';
 import { TransactionGate } from './transaction.gate';
 import { isConnectionLost } from '../sql/database-error';
-import { batchTransactionFull, IDLE_GRACE_MS, SETTLE_GRACE_MS, STATEMENT_GRACE_MS, TX_BUDGET_MS, TX_START_WAIT_MS } from './transaction.limits';
 import { failureOf, publish, publishGivenBack, publishOutcome, releaseAttempts, reportSink, type Outcome, type WorkerDeps } from './worker.deps';
+import { backOffOutcome } from './completion.batcher';
+import type { TaskRepository } from '../sql/task.repository';
 
 /**
  * Transactional mode: a claimed batch runs inside one Prisma interactive transaction.
@@ -267,4 +266,136 @@ export class TransactionalRunner {
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
+/**
+ * Outcomes of transactional attempts whose transaction did not commit (transactional.runner.ts,
+ * recover), written on their own, each statement committing by itself. A database that does not
+ * answer, or a row a business transaction holds, leaves them owed (OwedOutcomes), not lost.
+ */
+export class OutsideOutcomes {
+  constructor(
+    private readonly deps: WorkerDeps,
+    private readonly handler: RegisteredHandler,
+    /** Asks the worker to look for due tasks again in `ms`. */
+    private readonly wakeIn: (ms: number) => void,
+  ) {}
+
+  /** Records failed attempts; null when the database could not be reached (then owed). */
+  async fail(failures: Failure[]): Promise<Map<string, Outcome> | null> {
+    try {
+      return await this.deps.repo.fail(this.deps.prisma, failures, this.handler.options.retryBlocksGroup);
+    } catch (err) {
+      // Written once it answers again (see OwedOutcomes), else the leases expire and the rescuer retries the tasks.
+      this.deps.owed?.fail(failures, this.handler.options.retryBlocksGroup);
+      this.deps.logger.error(`could not record failed attempts (recorded once the database answers): ${(err as Error).message}`);
+      return null;
+    }
+  }
+
+  /** Publishes what `fail` made of each attempt: a failure that matched no row means the lease had already been taken over. */
+  announceFailures(attempts: Attempt[], states: Map<string, Outcome> | null, error: string): void {
+    for (const a of attempts) publishOutcome(this.deps, a, states === null ? 'pending' : states.get(a.task.id) ?? 'lost', error);
+  }
+
+  /** Writes back-offs, each due at its end, and publishes their outcomes. */
+  async backOff(backedOff: [Attempt, BackOff][]): Promise<void> {
+    if (backedOff.length === 0) return;
+    const backOffs = backedOff.map(([, b]) => b);
+    const held = new Set<string>();
+    let released: GivenBack | null = null;
+    try {
+      released = await this.deps.repo.backOff(this.deps.prisma, backOffs, held);
+    } catch (err) {
+      this.deps.logger.error(`could not record back-offs (recorded once the database answers): ${(err as Error).message}`);
+    }
+    const owed = backOffs.filter((b) => released === null || held.has(b.id));
+    if (owed.length > 0) this.deps.owed?.backOff(owed);
+    for (const [a, b] of backedOff) {
+      const outcome: Outcome = released === null || owed.includes(b) ? 'backed-off' : backOffOutcome(released, b.id);
+      publishOutcome(this.deps, a, outcome);
+      if (outcome === 'backed-off') this.wakeIn(this.deps.clock.msUntil(b.untilMs));
+    }
+  }
+}
+
+/** An attempt's outcome in a transactional batch: done, failed, or backed off (RateLimitedError: its writes rolled back). */
+export type Result = { ok: true } | { ok: false; failure: Failure; backOff?: undefined } | { ok: false; failure?: undefined; backOff: BackOff };
+export const SUCCEEDED: Result = Object.freeze({ ok: true });
+
+/**
+ * What a transactional batch writes before its COMMIT: completes the successes (with their
+ * follow-ups), records the failures and the back-offs, in the batch's transaction `tx`. Throws
+ * RollbackAll when an outcome means none of the batch's writes may commit.
+ */
+export async function writeBatchOutcomes(repo: TaskRepository, tx: SqlExecutor, results: Map<Attempt, Result>, retryBlocksGroup: boolean): Promise<Map<string, Outcome>> {
+  const outcomes = new Map<string, Outcome>();
+  const done: Attempt[] = [];
+  const failures: Failure[] = [];
+  const backOffs: BackOff[] = [];
+  for (const [a, r] of results) {
+    if (r.ok) done.push(a);
+    else if (r.backOff) backOffs.push(r.backOff);
+    else failures.push(r.failure);
+  }
+  if (done.length > 0) {
+    const res = await repo.complete(tx, done.map((a) => a.ranLease), done.flatMap((a) => a.followUps));
+    // Cancelled while running (the notification did not reach us in time): keep none of its writes.
+    const cancelled = done.filter((a) => res.cancelled.has(a.task.id));
+    if (cancelled.length > 0) throw new RollbackAll('cancelled', cancelled);
+    // Follow-ups that could not go in (TaskRepository.complete): that attempt fails, and its
+    // handler's writes must not commit either.
+    const notEnqueued = done.filter((a) => res.failed.has(a.task.id));
+    if (notEnqueued.length > 0) throw new RollbackAll('follow-ups', notEnqueued, new Map(notEnqueued.map((a) => [a, res.failed.get(a.task.id)!])));
+    for (const a of done) {
+      const id = a.task.id;
+      const outcome = res.done.has(id) ? 'done' : res.rerun.has(id) ? 'rerun' : null;
+      // The rows are locked by this transaction (no one else can change a token), so a lease
+      // cannot be missing; if one ever is, commit nothing.
+      if (outcome === null) throw new LeaseLostError(id);
+      outcomes.set(id, outcome);
+    }
+  }
+  if (failures.length > 0) for (const [id, state] of await repo.fail(tx, failures, retryBlocksGroup)) outcomes.set(id, state);
+  // Back-offs commit with the batch, in one statement; their handlers' writes were rolled back.
+  if (backOffs.length > 0) {
+    const released = await repo.backOff(tx, backOffs);
+    for (const b of backOffs) outcomes.set(b.id, backOffOutcome(released, b.id));
+  }
+  return outcomes;
+}
+
+/** The limits a transactional batch runs under (see TransactionalRunner). */
+
+/** Past this, a batch transaction stops starting tasks and commits; the rest get a new transaction. */
+export const TX_BUDGET_MS = 200;
+/**
+ * Past this many savepoints (handlers that used ctx.tx), likewise. A backend caches the ids of 64
+ * subtransactions; beyond that every snapshot in the cluster must consult pg_subtrans, which slows
+ * the whole database ("subtransaction overflow"). Handlers that never touch ctx.tx take none.
+ */
+export const MAX_SAVEPOINTS = 48;
+/**
+ * How long a batch waits for a pool connection to start its transaction. Past it the batch's
+ * tasks are released uncounted (a small pool slows the queue, never kills tasks) and claimed
+ * again; a long wait would only keep them from workers that have a connection.
+ */
+export const TX_START_WAIT_MS = 2000;
+/** Server-side idle-in-transaction limit beyond the handler timeout (see lockLeases). */
+export const IDLE_GRACE_MS = 1000;
+/** How long a timed-out handler may take to settle before its whole transaction is rolled back. */
+export const SETTLE_GRACE_MS = 250;
+/**
+ * Server-side limit on any one statement of a batch, beyond the handler timeout: only a backstop
+ * for when the cancel of a stuck handler's statement cannot be sent.
+ */
+export const STATEMENT_GRACE_MS = 2000;
+
+/**
+ * Whether a batch transaction that has run `ran` tasks stops starting more (they get the next
+ * transaction): past its time budget, at MAX_SAVEPOINTS, or when the worker is stopping. The first
+ * task always runs.
+ */
+export function batchTransactionFull(s: { ran: number; elapsedMs: number; savepoints: number; stopping: boolean }): boolean {
+  return s.ran > 0 && (s.elapsedMs > TX_BUDGET_MS || s.savepoints >= MAX_SAVEPOINTS || s.stopping);
 }

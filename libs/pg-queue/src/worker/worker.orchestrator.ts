@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { TaskHandlerExplorer } from '../discovery/task-handler.explorer';
-import { TaskHandlerRegistry } from '../discovery/task-handler.registry';
+import { TaskHandlerRegistry, type RegisteredHandler } from '../discovery/task-handler.registry';
 import { PgQueueError } from '../errors';
 import { hasFlowControl } from '../handler.options';
 import { TaskEvents } from '../observability/task-events';
@@ -15,8 +15,6 @@ import { PauseRepository } from '../sql/pause.repository';
 import { installSchema, schemaUpgradeState, type UnfinishedUpgrade } from '../sql/schema.installer';
 import { ScheduleRepository } from '../sql/schedule.repository';
 import { TaskRepository } from '../sql/task.repository';
-import { checkConnectionBudget } from './connection.check';
-import { holdDisconnect } from './disconnect.guard';
 import { startupConnectionError } from './startup.errors';
 import { DatabaseClock } from './database.clock';
 import { HandlerPresence } from './handler.presence';
@@ -34,6 +32,8 @@ import { WorkerSet } from './worker.set';
 import { workerDeps, type WorkerDeps } from './worker.deps';
 import { readQueueHealth, type QueueHealth } from './queue.health';
 import { WorkflowSupport } from '../workflow/workflow.support';
+import { prismaPoolMax } from '../prisma-adapter';
+import { connectionBudget } from './connection.budget';
 
 export type { QueueHealth } from './queue.health';
 
@@ -298,4 +298,33 @@ export class WorkerOrchestrator implements OnModuleInit, OnApplicationBootstrap,
   private pollIntervalMs(): number {
     return this.listening ? this.options.listenPollIntervalMs : this.options.pollIntervalMs;
   }
+}
+
+/**
+ * Wraps the app's PrismaClient `$disconnect` so that `before()` runs first: Nest may destroy the
+ * app's PrismaService before the queue's module, and the queue's work must not lose its pool.
+ */
+export function holdDisconnect(prisma: unknown, before: () => Promise<void>): void {
+  const client = prisma as { $disconnect?: () => Promise<void> };
+  const disconnect = client.$disconnect;
+  if (typeof disconnect !== 'function') return;
+  Object.defineProperty(client, '$disconnect', {
+    configurable: true,
+    writable: true,
+    value: async () => {
+      await before();
+      return disconnect.call(client);
+    },
+  });
+}
+
+/**
+ * Refuses a configuration whose connections the server cannot accept, and warns when the queue's
+ * work will wait for the Prisma pool (see connection.budget.ts). Run when workers start.
+ */
+export async function checkConnectionBudget(operator: OperatorRepository, options: ResolvedModuleOptions, handlers: RegisteredHandler[], logger: Logger): Promise<void> {
+  const server = await operator.connectionLimits(options.prisma);
+  const budget = connectionBudget(handlers, Boolean(options.databaseUrl), { poolMax: prismaPoolMax(options.prisma), ...server });
+  if (budget.refusal) throw new PgQueueError(`pg-queue: connection budget: ${budget.refusal}`);
+  if (budget.warning) logger.warn(`connection budget: ${budget.warning}`);
 }

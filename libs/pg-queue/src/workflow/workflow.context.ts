@@ -2,18 +2,17 @@ import { DatabaseUnavailableError, LeaseLostError, NonRetryableError, PgQueueErr
 import { isConnectionGone, isDatabaseUnavailable } from '../sql/database-error';
 import { buildTaskRow, serialisePayload, type RowLimits } from '../core/task-input';
 import { currentTraceContext, inStepSpan } from '../observability/tracing';
-import type { WorkflowRepository } from '../sql/workflow.repository';
-import { WORKFLOW_TX_BOUNDS, type JournalRecord, type ParkRequest } from '../sql/workflow.repository';
+import { type WorkflowRepository, WORKFLOW_TX_BOUNDS, type JournalRecord, type ParkRequest } from '../sql/workflow.repository';
 import type { NewTaskRow } from '../sql/statement-values';
-import type { FollowUpOptions, PrismaClientLike, SqlExecutor } from '../types';
+import type { FollowUpOptions, PrismaClientLike, SqlExecutor, BackoffOptions } from '../types';
 import type { Attempt } from '../worker/attempt';
 import type { DatabaseClock } from '../worker/database.clock';
 import { storableText, truncateUtf8 } from '../worker/error-text';
 import { ReplayCursor, type CallKind, type JournalEntry } from './journal';
 import type { JournalWriter } from './journal.writer';
-import { ChildWorkflowError, StepFailedError } from './workflow.errors';
-import { runStep } from './step.retries';
+import { ChildWorkflowError, StepFailedError, StepTimeoutError } from './workflow.errors';
 import type { StepOptions, TransactionStepOptions, WorkflowContext } from './workflow.api';
+import { backoffDelayMs } from '../worker/backoff';
 
 /** What a run needs from the worker. */
 export interface WorkflowRunDeps {
@@ -369,4 +368,49 @@ function journaledError(err: unknown): { name: string; message: string } {
   const e = err as { name?: unknown; message?: unknown } | null;
   const name = typeof e?.name === 'string' ? storableText(e.name) : 'Error';
   return { name: truncateUtf8(name, 200), message: truncateUtf8(storableText(String(e?.message ?? err)), 4000) };
+}
+
+const DEFAULT_STEP_BACKOFF: BackoffOptions = { type: 'exponential', delayMs: 500, maxDelayMs: 30_000 };
+
+/**
+ * Runs a step's function up to `o.maxAttempts` times within the attempt (`o.backoff` between runs,
+ * `o.timeoutMs` per run), until `signal` fires: the step's own retries, before its error reaches
+ * the workflow.
+ */
+export async function runStep<T>(fn: () => T | Promise<T>, o: StepOptions, signal: AbortSignal): Promise<T> {
+  const max = Math.max(1, o.maxAttempts ?? 1);
+  for (let run = 1; ; run++) {
+    if (signal.aborted) throw signal.reason;
+    try {
+      return await withTimeout(fn, o.timeoutMs);
+    } catch (err) {
+      if (run >= max || signal.aborted) throw err;
+      await delay(backoffDelayMs(o.backoff ?? DEFAULT_STEP_BACKOFF, run), signal);
+    }
+  }
+}
+
+async function withTimeout<T>(fn: () => T | Promise<T>, timeoutMs: number | undefined): Promise<T> {
+  if (timeoutMs === undefined) return fn();
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      Promise.resolve().then(fn),
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new StepTimeoutError(timeoutMs)), timeoutMs))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function delay(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
 }

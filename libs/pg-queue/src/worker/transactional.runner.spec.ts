@@ -1,4 +1,4 @@
-import { batchTransactionFull, MAX_SAVEPOINTS, TX_BUDGET_MS } from './transaction.limits';
+import { batchTransactionFull, MAX_SAVEPOINTS, TX_BUDGET_MS } from './transactional.runner';
 
 describe('batchTransactionFull: when a batch transaction stops starting tasks', () => {
   const at = (over: Partial<Parameters<typeof batchTransactionFull>[0]>) => batchTransactionFull({ ran: 1, elapsedMs: 0, savepoints: 0, stopping: false, ...over });
