@@ -4,7 +4,7 @@ import { DatabaseUnavailableError, LeaseLostError, ShutdownAbortError, TaskCance
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Task, TaskHandlerFn } from '../types';
 import type { Attempt } from './attempt';
-import { backOffOf, holdsWholeQueue } from './back-off.request';
+import { backOffOf, holdsWholeQueue } from './cooldown.request';
 import type { BackOff, Failure } from '../sql/statement-values';
 import { CompletionBatcher } from './completion.batcher';
 import { AttemptContext, type ContextScope } from './attempt.context';

@@ -2,12 +2,10 @@ import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import { within } from '../core/within';
 import { ShutdownAbortError, TaskCancelledError } from '../errors';
 import type { Attempt } from './attempt';
-import { AttemptSlots } from './attempt.slots';
 import { ClaimHold } from './claim.hold';
 import { claimCeiling, ClaimSizer } from './claim.sizer';
 import { LeaseRunner } from './lease.runner';
 import { QueueClaimer } from './queue.claimer';
-import { RefillPolicy } from './refill.policy';
 import { TransactionalRunner } from './transactional.runner';
 import { WakeTimers } from './wake.timers';
 import { releaseAttempts, type WorkerDeps } from './worker.deps';
@@ -296,5 +294,241 @@ export class QueueWorker {
       this.timers.retryAfter(1000);
       return false;
     }
+  }
+}
+
+/**
+ * Runs one queue's claimed attempts in this process within its concurrency. Lease mode: an attempt
+ * takes a slot until its handler returns (writing the outcome runs on beside the next one), and
+ * claimed attempts wait in a buffer for a free slot. Transactional mode: a batch takes one slot for
+ * its transaction. The worker hears when a slot frees (it may claim again) and when work ended.
+ */
+export class AttemptSlots {
+  private busy = 0;
+  /** Lease mode: claimed attempts waiting for a free slot. */
+  private readonly buffer: Attempt[] = [];
+  private readonly work = new WorkInFlight();
+  /** Attempts that ran to their end here so far (see QueueWorker.finished). */
+  finished = 0;
+
+  constructor(
+    private readonly queue: string,
+    private readonly concurrency: number,
+    private readonly deps: WorkerDeps,
+    private readonly runners: { lease: LeaseRunner | null; transactional: TransactionalRunner | null },
+    private readonly sizer: ClaimSizer,
+    /** The worker is stopping: buffered attempts start no more. */
+    private readonly stopping: () => boolean,
+    private readonly on: {
+      /** A slot freed: the worker may claim. */
+      slotFreed: () => void;
+      /** Work ended (a lease attempt, or a transactional batch; `ranGroupTask` if it held a group's task). */
+      ended: (ranGroupTask: boolean) => void;
+    },
+  ) {}
+
+  /** Slots taken (lease attempts running their handler, or transactions). */
+  get taken(): number {
+    return this.busy;
+  }
+
+  /** Lease mode: claimed attempts waiting for a slot. */
+  get waiting(): number {
+    return this.buffer.length;
+  }
+
+  /** Work started and not settled. */
+  get inFlight(): number {
+    return this.work.size;
+  }
+
+  settleWithin(ms: number): Promise<boolean> {
+    return this.work.settleWithin(ms);
+  }
+
+  /** Attempts held here: running, or (lease mode) waiting in the buffer. */
+  held(): Attempt[] {
+    return [...(this.runners.lease?.held() ?? []), ...(this.runners.transactional?.active() ?? [])];
+  }
+
+  /** Runs a claim's attempts; transactional mode, in transactions of at most `perTransaction` each. */
+  dispatch(attempts: Attempt[], perTransaction = Infinity): void {
+    const { lease, transactional } = this.runners;
+    if (lease) {
+      for (const a of attempts) lease.hold(a);
+      this.buffer.push(...attempts);
+      this.pump();
+      return;
+    }
+    for (let i = 0; i < attempts.length; i += perTransaction) {
+      const batch = attempts.slice(i, i + perTransaction);
+      this.track(batch, () => transactional!.run(batch));
+    }
+  }
+
+  /** Gives back, uncounted, the attempts that still wait for a slot (shutdown). */
+  releaseBuffered(): Promise<void> {
+    return this.giveBack(this.takeBuffered());
+  }
+
+  /** Lease mode: takes the attempts that wait for a slot out of the buffer; they start no more. */
+  takeBuffered(): Attempt[] {
+    return this.buffer.splice(0);
+  }
+
+  /** Gives back, uncounted, attempts taken out of the buffer (takeBuffered). */
+  async giveBack(attempts: Attempt[]): Promise<void> {
+    await releaseAttempts(this.deps, attempts, `waiting tasks of "${this.queue}"`);
+    for (const a of attempts) this.runners.lease?.unhold(a);
+  }
+
+  /** Lease mode: start buffered attempts while slots are free. */
+  private pump(): void {
+    while (this.runners.lease && this.busy < this.concurrency && this.buffer.length > 0 && !this.stopping()) {
+      this.startLease(this.buffer.shift()!);
+    }
+  }
+
+  /** A lease-mode slot is free again once the handler returns; writing the outcome runs on beside it. */
+  private startLease(a: Attempt): void {
+    this.busy += 1;
+    let slotFreed = false;
+    const freeSlot = () => {
+      if (slotFreed) return;
+      slotFreed = true;
+      this.busy -= 1;
+      this.sizer.finished();
+      this.pump();
+      this.on.slotFreed();
+    };
+    const settle = (failed: boolean, err?: unknown) => {
+      freeSlot();
+      this.finished += 1;
+      this.afterWork(p, a.groupKey !== null);
+      if (failed) this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error | null)?.message ?? String(err)}`);
+    };
+    const p: Promise<void> = this.runners.lease!.run(a, freeSlot).then(
+      () => settle(false),
+      (err: unknown) => settle(true, err),
+    );
+    this.work.add(p);
+  }
+
+  private track(attempts: Attempt[], run: () => Promise<void>): void {
+    this.busy += 1;
+    const p = run()
+      .catch((err: unknown) => this.deps.logger.error(`worker for "${this.queue}" failed: ${(err as Error).message}`))
+      .finally(() => {
+        this.busy -= 1;
+        this.finished += attempts.length;
+        this.afterWork(p, attempts.some((a) => a.groupKey !== null));
+      });
+    this.work.add(p);
+  }
+
+  private afterWork(p: Promise<void>, ranGroupTask: boolean): void {
+    this.work.delete(p);
+    this.pump();
+    this.on.ended(ranGroupTask);
+  }
+}
+
+/** The work a queue worker has started (transactional batches, lease attempts), until it settles. */
+export class WorkInFlight {
+  private readonly work = new Set<Promise<void>>();
+
+  get size(): number {
+    return this.work.size;
+  }
+
+  add(p: Promise<void>): void {
+    this.work.add(p);
+  }
+
+  delete(p: Promise<void>): void {
+    this.work.delete(p);
+  }
+
+  /** Waits until all work has settled (true), or `ms` have passed with work left (false). */
+  async settleWithin(ms: number): Promise<boolean> {
+    const deadline = Date.now() + ms;
+    while (this.work.size > 0) {
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = await Promise.race([
+        Promise.allSettled([...this.work]).then(() => false),
+        new Promise<boolean>((resolve) => {
+          timer = setTimeout(() => resolve(true), Math.min(left, 2 ** 31 - 1));
+        }),
+      ]);
+      clearTimeout(timer);
+      if (timedOut) return this.work.size === 0;
+    }
+    return true;
+  }
+}
+
+/**
+ * When a queue worker claims again after its work frees room: at once for a plain queue; for a
+ * limited one after the burst of endings, and, under a rule that counts every running task of the
+ * queue, only once the room is there to take (for a lease queue whose concurrency rules are its
+ * own: when its handlers return, see QueueClaimer.endingFrees).
+ */
+export class RefillPolicy {
+  /** A fill is queued for after the current burst of freed slots (see soon). */
+  private queued = false;
+
+  constructor(
+    private readonly claimer: QueueClaimer,
+    private readonly fill: () => void,
+    /** A wake no NOTIFY brings: the worker claims again even after a short claim. */
+    private readonly wake: () => void,
+    private readonly claiming: () => boolean,
+  ) {}
+
+  /**
+   * A slot is free here. Under a rule that counts every running task of the queue (its global
+   * concurrency, its limiter's) that the last claim left full, the task counts as running until
+   * its ending is written, which in lease mode comes a moment after its handler returns: a claim
+   * now would find no room (see limited-claim-size.spec). It claims when the
+   * ending is in (ended). With room left, or under a partition's concurrency (other partitions may
+   * have room), it claims now. A lease queue whose concurrency rules are its own (endingFrees)
+   * claims now in any case, woken as by a NOTIFY: its claim counts the tasks whose handlers
+   * returned here as free, written or not, so their endings need not wake it again.
+   */
+  slotFreed(): void {
+    if (this.claimer.endingFrees) this.wake();
+    if (this.claimer.endingFrees || !(this.claimer.countsAllRunning && this.claimer.limitFull)) this.now();
+  }
+
+  /** Work ended, its outcome written (see AttemptSlots). */
+  ended(ranGroupTask: boolean): void {
+    // A finished group task lets the next of its group run, an ending under a concurrency rule frees
+    // room: no NOTIFY says either. The room is this worker's to take (an endingFrees queue took it
+    // when the handler returned); if it does not claim, it hands it on.
+    if (ranGroupTask || (this.claimer.roomLimited && !this.claimer.endingFrees)) this.wake();
+    if (this.claimer.roomLimited && !this.claiming()) this.claimer.announceFreedRoom();
+    this.now();
+  }
+
+  /** Room may have freed: a limited queue claims once the burst of endings is in (see soon), others at once. */
+  private now(): void {
+    if (this.claimer.limited) this.soon();
+    else this.fill();
+  }
+
+  /**
+   * A limited queue claims only for free slots, and its handlers' slots often free in one burst
+   * (a claim's tasks end together): claimed at once, the first freed slot would get a claim of its
+   * own and the rest wait for it. One claim after the burst instead (a macrotask later).
+   */
+  private soon(): void {
+    if (this.queued) return;
+    this.queued = true;
+    setImmediate(() => {
+      this.queued = false;
+      this.fill();
+    });
   }
 }

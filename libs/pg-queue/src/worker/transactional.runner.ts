@@ -2,12 +2,11 @@ import { keepResult } from './task-result';
 import { LeaseLostError, ShutdownAbortError, TaskCancelledError, TaskTimeoutError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { BackOff, BatchBackend, GivenBack, Failure } from '../sql/statement-values';
-import { backOffOf, holdsWholeQueue } from './back-off.request';
+import { backOffOf, holdsWholeQueue } from './cooldown.request';
 import type { SqlExecutor } from '../types';
 import type { Attempt } from './attempt';
 import { AttemptContext, type ContextScope } from './attempt.context';
 import { invokeTraced } from './handler.invoker';
-import { RollbackAll } from './rollback-all';
 import { TransactionGate } from './transaction.gate';
 import { isConnectionLost } from '../sql/database-error';
 import { failureOf, publish, publishGivenBack, publishOutcome, releaseAttempts, reportSink, type Outcome, type WorkerDeps } from './worker.deps';
@@ -398,4 +397,20 @@ export const STATEMENT_GRACE_MS = 2000;
  */
 export function batchTransactionFull(s: { ran: number; elapsedMs: number; savepoints: number; stopping: boolean }): boolean {
   return s.ran > 0 && (s.elapsedMs > TX_BUDGET_MS || s.savepoints >= MAX_SAVEPOINTS || s.stopping);
+}
+
+/**
+ * Thrown inside the transaction to roll all of it back: a handler stuck past its timeout, a
+ * shutdown past its deadline, tasks cancelled while they ran, or tasks whose follow-ups could not
+ * be inserted (their writes must not commit). `culprits` get a recorded outcome (`reasons`: the
+ * error of each, when it is not implied by `why`); the other attempts run again.
+ */
+export class RollbackAll extends Error {
+  constructor(
+    readonly why: 'stuck-handler' | 'shutdown' | 'cancelled' | 'follow-ups',
+    readonly culprits: Attempt[],
+    readonly reasons = new Map<Attempt, Error>(),
+  ) {
+    super(why);
+  }
 }

@@ -1,7 +1,7 @@
 import { RateLimitedError } from '../errors';
 import type { RegisteredHandler } from '../discovery/task-handler.registry';
 import type { Attempt } from './attempt';
-import { backOffOf, type BackOffDeps } from './back-off.request';
+import { backOffOf, type BackOffDeps } from './cooldown.request';
 
 describe('backOffOf', () => {
   const attempt = { lease: { id: '7', token: '00000000-0000-4000-8000-000000000000' }, ranUntil: 0 } as unknown as Attempt;
