@@ -59,8 +59,11 @@ describe('delayed tasks and retries start on time, whatever the poll interval an
   it.each([0, 2000, -2000])('with the app clock off by %i ms, two delayed tasks enqueued apart both start on time', async (skewMs) => {
     const realNow = Date.now.bind(Date);
     jest.spyOn(Date, 'now').mockImplementation(() => realNow() + skewMs);
-    // Let a claim measure the clock first, as a running worker's claims always have.
+    // Let a claim measure the clock first, as a running worker's claims always have: wait for it to
+    // run, or the notice of the task below may be timed with the clock measured before the step.
+    const warm = handlers.expect(`warm${skewMs}`);
     await worker.queue.enqueue('due.tx', { key: `warm${skewMs}` });
+    await within(10_000, warm, 'warm-up');
     const first = handlers.expect(`a${skewMs}`);
     const second = handlers.expect(`b${skewMs}`);
     await worker.queue.enqueue('due.tx', { key: `a${skewMs}` }, { delayMs: 800 });
