@@ -133,22 +133,26 @@ export const enqueuedValues = (alias: string): string => enqueued.map((f) => `${
  */
 export function taskRowsJson(rows: NewTaskRow[]): string {
   let json = '[';
-  for (let i = 0; i < rows.length; i++) {
-    const r = rows[i];
-    json += `${i === 0 ? '{' : ',{'}"delay_ms":${r.delayMs}`;
-    for (const f of enqueued) json += `,"${f.column}":${encode(f.enqueue!.encoding, r[f.enqueue!.from])}`;
-    json += '}';
-  }
+  for (let i = 0; i < rows.length; i++) json += (i === 0 ? '' : ',') + rowJson(rows[i]);
   return `${json}]`;
 }
 
-function encode(encoding: Encoding, v: unknown): string {
-  if (v === null || v === undefined) return 'null';
+/**
+ * One row's JSON object, as a function generated once from the definition: the same string
+ * concatenation a hand-written encoder does, where looking each field's encoding up per row costs
+ * the hot path of bulk enqueues. Only the definition's own column and property names go into it.
+ */
+const rowJson = new Function(
+  'r',
+  `return '{"delay_ms":' + r.delayMs${enqueued.map((f) => ` + ',"${f.column}":' + ${encoded(f.enqueue!.encoding, `r.${String(f.enqueue!.from)}`)}`).join('')} + '}';`,
+) as (row: NewTaskRow) => string;
+
+function encoded(encoding: Encoding, v: string): string {
   switch (encoding) {
     case 'text':
-    case 'list': return JSON.stringify(v);
-    case 'date': return JSON.stringify((v as Date).toISOString());
-    default: return String(v);
+    case 'list': return `(${v} == null ? 'null' : JSON.stringify(${v}))`;
+    case 'date': return `(${v} == null ? 'null' : '"' + ${v}.toISOString() + '"')`;
+    default: return `(${v} ?? 'null')`;
   }
 }
 
